@@ -1,0 +1,3 @@
+from loghubd.cli import main
+
+raise SystemExit(main())
