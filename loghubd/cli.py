@@ -3,16 +3,80 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from pathlib import Path
+
+import anyio
+
+from loghubd import logging as loghubd_logging
+
+
+async def wait_for_signal() -> None:
+    """Return at the first SIGTERM or SIGINT: the production shutdown trigger."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            return
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from loghubd.server.auth import AccessKeysError
+    from loghubd.server.runner import ServeOptions, serve
+
+    opts = ServeOptions(
+        data_dir=Path(args.data_dir),
+        host=args.host,
+        port=args.port,
+        access_keys=Path(args.access_keys) if args.access_keys else None,
+        default_project=args.default_project,
+        max_body_bytes=args.max_body_bytes,
+        max_groups_per_logstore=args.max_groups,
+        ttl_day_seconds=args.ttl_day_seconds,
+        expire_interval=args.expire_interval,
+        fsync=args.fsync,
+    )
+    try:
+        anyio.run(lambda: serve(opts, shutdown_trigger=wait_for_signal))
+    except AccessKeysError as exc:
+        print(f"loghubd serve: --access-keys: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"loghubd serve: cannot listen on {opts.host}:{opts.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loghubd", description=__doc__)
-    parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", default="auto", choices=["auto", "json", "console"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run a local LogHub (SLS-compatible) service")
+    serve.add_argument("--data-dir", default="./.loghubd-data", help="where SQLite data lives")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=7100)
+    serve.add_argument("--access-keys", metavar="FILE",
+                       help="TOML file of [[keys]] id/secret; without it no signature is checked")
+    serve.add_argument("--default-project", default="",
+                       help="project for requests whose Host names none (created on demand)")
+    serve.add_argument("--max-body-bytes", type=int, default=10 * 1024 * 1024,
+                       help="largest raw PutLogs body accepted")
+    serve.add_argument("--max-groups", type=int, default=30,
+                       help="consumer groups allowed per logstore")
+    serve.add_argument("--ttl-day-seconds", type=float, default=86400.0,
+                       help="seconds in one TTL day (shrink it to test expiry)")
+    serve.add_argument("--expire-interval", type=float, default=60.0,
+                       help="seconds between TTL expiry sweeps")
+    serve.add_argument("--fsync", action="store_true",
+                       help="fsync every commit (survives power loss, not just kill -9)")
+    serve.set_defaults(func=_cmd_serve)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    print(args)
-    return 0
+    loghubd_logging.configure(args.log_level, args.log_format)
+    code: int = args.func(args)
+    return code
