@@ -9,7 +9,10 @@ from pathlib import Path
 
 import anyio
 
+from loghubd import config as config_mod
 from loghubd import logging as loghubd_logging
+from loghubd.config import Config
+from loghubd.ops.systemd import SystemdNotifier
 
 
 async def wait_for_signal() -> None:
@@ -46,6 +49,41 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_config(path: str | None, overrides: dict[str, object]) -> Config:
+    import os
+
+    return config_mod.load(path, os.environ, overrides)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from loghubd.app import Daemon
+    from loghubd.plugins.manager import PluginError, Plugins
+
+    overrides: dict[str, object] = {}
+    if args.name:
+        overrides["consumer.name"] = args.name
+    try:
+        cfg = _load_config(args.config, overrides)
+    except config_mod.ConfigError as exc:
+        print(f"loghubd run: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    loghubd_logging.configure(cfg.log.level, cfg.log.format)
+    if args.workers > 1:
+        from loghubd.workers import run_workers
+
+        return run_workers(args.workers, sys.argv[1:], cfg)
+    try:
+        daemon = Daemon(cfg, Plugins())
+    except (PluginError, ValueError) as exc:
+        print(f"loghubd run: {exc}", file=sys.stderr)
+        return 2
+    notify = SystemdNotifier.from_env()
+    code: int = anyio.run(
+        lambda: daemon.run(wait_for_signal, on_ready=notify.send)
+    )
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loghubd", description=__doc__)
     parser.add_argument("--log-level", default="info",
@@ -72,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--fsync", action="store_true",
                        help="fsync every commit (survives power loss, not just kill -9)")
     serve.set_defaults(func=_cmd_serve)
+
+    run = sub.add_parser("run", help="run the consumer daemon")
+    run.add_argument("-c", "--config", required=True, help="TOML config file")
+    run.add_argument("--name", help="consumer name (overrides consumer.name)")
+    run.add_argument("--workers", type=int, default=1,
+                     help="run N consumer processes in the same group, restarted if they die")
+    run.set_defaults(func=_cmd_run)
     return parser
 
 

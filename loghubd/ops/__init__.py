@@ -1,1 +1,1 @@
-"""ops package."""
+"""Operations surface: metrics, health, the ops HTTP server."""

@@ -1,0 +1,402 @@
+"""Async SLS client on aiohttp: the HTTP calls the daemon (and `loghubd produce`) make.
+
+Every call has a deadline (`request_timeout`, kept below the group timeout by the config) that
+covers its retries. Only network errors and 5xx answers are retried, with exponential backoff
+and full jitter; any other SLS error is raised at once as its typed exception
+(`loghubd.protocol.errors`). The project goes into the Host header as SLS expects; for an IP or
+`localhost` endpoint the connection goes to the endpoint itself (this is how `loghubd serve` is
+reached), otherwise to `<project>.<endpoint host>`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import anyio
+
+from loghubd.protocol import compress as codec
+from loghubd.protocol import errors as E
+from loghubd.protocol import signing
+
+API_VERSION = "0.6.0"
+USER_AGENT = "loghubd/0.1"
+
+CredentialsSource = Callable[[], signing.Credentials]
+
+
+@dataclass(frozen=True, slots=True)
+class Pulled:
+    """One PullLogs answer. `data` is the uncompressed LogGroupList bytes."""
+
+    data: bytes
+    count: int  # log groups
+    next_cursor: str
+    raw_size: int
+    end_of_cursor: bool
+    raw_count: int  # groups before server-side filtering (== count without a query)
+    raw_data_size: int
+
+
+class Unreachable(E.SlsError):
+    """The service could not be reached within the call's deadline (network errors only)."""
+
+    code = "Unreachable"
+    status = 599
+
+
+class SlsClient:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        endpoint: str,
+        project: str,
+        credentials: CredentialsSource,
+        *,
+        auth_version: str = "v1",
+        region: str = "",
+        request_timeout: float = 10.0,
+        initial_backoff: float = 0.1,
+        max_backoff: float = 2.0,
+        accept_compress: str = codec.LZ4,
+        user_agent: str = USER_AGENT,
+    ) -> None:
+        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+        if not parts.hostname:
+            raise ValueError(f"endpoint {endpoint!r} has no host")
+        self._session = session
+        self.project = project
+        self._credentials = credentials
+        self._auth_version = auth_version
+        self._region = region
+        self.request_timeout = request_timeout
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+        self._accept = accept_compress
+        self._user_agent = user_agent
+        host = parts.hostname
+        port = parts.port
+        scheme = parts.scheme or "http"
+        netloc_port = f":{port}" if port else ""
+        self._host_header = f"{project}.{host}"
+        if _is_local(host):
+            self._base = f"{scheme}://{host}{netloc_port}"
+        else:
+            self._base = f"{scheme}://{project}.{host}{netloc_port}"
+
+    # -- transport ---------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """One SLS call with retries inside one deadline; returns (status, headers, body)."""
+        params = dict(params or {})
+        deadline = timeout if timeout is not None else self.request_timeout
+        attempt = 0
+        last_error: Exception | None = None
+        with anyio.move_on_after(deadline) as scope:
+            while True:
+                attempt += 1
+                try:
+                    status, rheaders, rbody = await self._send(method, path, params, body, headers)
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    last_error = exc
+                else:
+                    if status < 500:
+                        if status >= 300:
+                            raise _error(status, rheaders, rbody)
+                        return status, rheaders, rbody
+                    last_error = _error(status, rheaders, rbody)
+                backoff = min(self._max_backoff, self._initial_backoff * 2 ** (attempt - 1))
+                await anyio.sleep(random.uniform(0, backoff))
+        assert scope.cancel_called
+        if isinstance(last_error, E.SlsError):
+            raise last_error
+        raise Unreachable(
+            f"{method} {path}: no answer within {deadline:.1f}s after {attempt} attempt(s): "
+            f"{last_error!r}"
+        )
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str],
+        body: bytes,
+        extra: Mapping[str, str] | None,
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        headers: dict[str, str] = {
+            "host": self._host_header,
+            "x-log-apiversion": API_VERSION,
+            "user-agent": self._user_agent,
+            "content-length": str(len(body)),
+        }
+        if extra:
+            headers.update(extra)
+        creds = self._credentials()
+        if creds.access_key_id:
+            if self._auth_version == "v4":
+                now = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+                signing.sign_v4(creds, self._region, now, method, path, params, headers, body)
+            else:
+                signing.sign_v1(creds, method, path, params, headers, body)
+        async with self._session.request(
+            method,
+            self._base + path,
+            params=params or None,
+            data=body or None,
+            headers=headers,
+            auto_decompress=False,
+            allow_redirects=False,
+        ) as resp:
+            data = await resp.read()
+            return resp.status, {k.lower(): v for k, v in resp.headers.items()}, data
+
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        payload: object = None,
+        timeout: float | None = None,
+    ) -> Any:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        headers = {"content-type": "application/json"} if payload is not None else {}
+        if payload is not None:
+            headers["x-log-bodyrawsize"] = str(len(body))
+        _status, _h, data = await self.request(
+            method, path, params, body=body, headers=headers, timeout=timeout
+        )
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise E.SlsError(f"answer is not JSON: {data[:200]!r}", code="BadResponse") from exc
+
+    # -- projects, logstores, shards ---------------------------------------------------------
+
+    async def create_project(self, description: str = "") -> None:
+        await self._json(
+            "POST", "/", payload={"projectName": self.project, "description": description}
+        )
+
+    async def create_logstore(self, logstore: str, shard_count: int, ttl: int = 30) -> None:
+        await self._json(
+            "POST",
+            "/logstores",
+            payload={"logstoreName": logstore, "ttl": ttl, "shardCount": shard_count},
+        )
+
+    async def list_shards(self, logstore: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._json("GET", f"/logstores/{logstore}/shards")
+        return result
+
+    async def split_shard(self, logstore: str, shard: int, key: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._json(
+            "POST", f"/logstores/{logstore}/shards/{shard}", {"action": "split", "key": key}
+        )
+        return result
+
+    async def merge_shard(self, logstore: str, shard: int) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._json(
+            "POST", f"/logstores/{logstore}/shards/{shard}", {"action": "merge"}
+        )
+        return result
+
+    async def put_log_group(
+        self, logstore: str, raw: bytes, hash_key: str | None = None, compress: str = codec.LZ4
+    ) -> None:
+        body = codec.compress(compress, raw)
+        headers = {"content-type": "application/x-protobuf", "x-log-bodyrawsize": str(len(raw))}
+        if compress:
+            headers["x-log-compresstype"] = compress
+        if hash_key is None:
+            await self.request(
+                "POST", f"/logstores/{logstore}/shards/lb", body=body, headers=headers
+            )
+        else:
+            await self.request(
+                "POST",
+                f"/logstores/{logstore}/shards/route",
+                {"key": hash_key},
+                body=body,
+                headers=headers,
+            )
+
+    async def get_cursor(self, logstore: str, shard: int, where: str) -> str:
+        data = await self._json(
+            "GET", f"/logstores/{logstore}/shards/{shard}", {"type": "cursor", "from": where}
+        )
+        return str(data["cursor"])
+
+    async def cursor_time(self, logstore: str, shard: int, cursor: str) -> int:
+        data = await self._json(
+            "GET", f"/logstores/{logstore}/shards/{shard}", {"type": "cursor_time", "cursor": cursor})
+        return int(data["cursor_time"])
+
+    async def pull(
+        self,
+        logstore: str,
+        shard: int,
+        cursor: str,
+        count: int,
+        end_cursor: str | None = None,
+        query: str | None = None,
+    ) -> Pulled:
+        params = {"type": "log", "cursor": cursor, "count": str(count)}
+        if end_cursor:
+            params["end_cursor"] = end_cursor
+        if query:
+            params["query"] = query
+            params["pullMode"] = "scan_on_stream"
+        _s, h, body = await self.request(
+            "GET",
+            f"/logstores/{logstore}/shards/{shard}",
+            params,
+            headers={"accept": "application/x-protobuf", "accept-encoding": self._accept},
+        )
+        try:
+            count_got = int(h["x-log-count"])
+            raw_size = int(h["x-log-bodyrawsize"])
+            next_cursor = h["x-log-cursor"]
+        except (KeyError, ValueError) as exc:
+            raise E.SlsError(f"PullLogs answer lacks {exc}", code="BadResponse") from exc
+        ctype = h.get("x-log-compresstype", "")
+        try:
+            data = codec.decompress(ctype, body, raw_size) if raw_size else b""
+        except codec.CompressionError as exc:
+            raise E.SlsError(str(exc), code="DecompressError") from exc
+        return Pulled(
+            data=data,
+            count=count_got,
+            next_cursor=next_cursor,
+            raw_size=raw_size,
+            end_of_cursor=h.get("x-log-end-of-cursor") == "1",
+            raw_count=_int_header(h, "x-log-rawdatacount", count_got),
+            raw_data_size=_int_header(h, "x-log-rawdatasize", raw_size),
+        )
+
+    # -- consumer groups ---------------------------------------------------------------------
+
+    async def list_groups(self, logstore: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = (
+            await self._json("GET", f"/logstores/{logstore}/consumergroups") or []
+        )
+        return result
+
+    async def create_group(self, logstore: str, group: str, timeout: int, order: bool) -> None:
+        await self._json(
+            "POST",
+            f"/logstores/{logstore}/consumergroups",
+            payload={"consumerGroup": group, "timeout": timeout, "order": order},
+        )
+
+    async def heartbeat(
+        self,
+        logstore: str,
+        group: str,
+        consumer: str,
+        held: list[int],
+        timeout: float | None = None,
+    ) -> list[int]:
+        data = await self._json(
+            "POST",
+            f"/logstores/{logstore}/consumergroups/{group}",
+            {"type": "heartbeat", "consumer": consumer},
+            payload=held,
+            timeout=timeout,
+        )
+        if not isinstance(data, list) or not all(isinstance(s, int) for s in data):
+            raise E.SlsError(
+                f"heartbeat answer is not a list of shards: {data!r}", code="BadResponse"
+            )
+        return data
+
+    async def leave(self, logstore: str, group: str, consumer: str) -> None:
+        """loghubd's extension: hand every shard back now (real SLS does not have it)."""
+        await self._json(
+            "POST",
+            f"/logstores/{logstore}/consumergroups/{group}",
+            {"type": "leave", "consumer": consumer},
+        )
+
+    async def commit(
+        self,
+        logstore: str,
+        group: str,
+        consumer: str,
+        shard: int,
+        cursor: str,
+        *,
+        force: bool = False,
+    ) -> None:
+        await self._json(
+            "POST",
+            f"/logstores/{logstore}/consumergroups/{group}",
+            {
+                "type": "checkpoint",
+                "consumer": consumer,
+                "forceSuccess": "true" if force else "false",
+            },
+            payload={"shard": shard, "checkpoint": cursor},
+        )
+
+    async def checkpoints(
+        self, logstore: str, group: str, shard: int | None = None
+    ) -> list[dict[str, Any]]:
+        params = {} if shard is None else {"shard": str(shard)}
+        result: list[dict[str, Any]] = (
+            await self._json("GET", f"/logstores/{logstore}/consumergroups/{group}", params) or []
+        )
+        return result
+
+    async def group_status(self, logstore: str, group: str) -> dict[str, Any]:
+        """loghubd's extension: the coordinator's view of the group."""
+        result: dict[str, Any] = await self._json(
+            "GET", f"/logstores/{logstore}/consumergroups/{group}", {"type": "status"}
+        )
+        return result
+
+
+def _is_local(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _int_header(h: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        value = int(h.get(name, ""))
+    except ValueError:
+        return default
+    return default if value < 0 else value
+
+
+def _error(status: int, headers: Mapping[str, str], body: bytes) -> E.SlsError:
+    rid = headers.get("x-log-requestid", "")
+    try:
+        data = json.loads(body)
+        return E.from_response(status, str(data["errorCode"]), str(data["errorMessage"]), rid)
+    except (ValueError, KeyError, TypeError):
+        return E.SlsError(
+            f"HTTP {status}: {body[:200]!r}", status=status, code="BadResponse", request_id=rid
+        )

@@ -1,0 +1,222 @@
+"""Per-shard fetch loop: pull from a cursor, hand batches on (one prefetched ahead), pace.
+
+Pacing follows how full the last pull was: a full pull means we are behind, so the next pull
+starts at once; a partial one sleeps the unfilled fraction of `fetch_interval`; an empty one
+sleeps all of it. The end of a read-only shard is reported as `EndOfShard` so its end cursor
+can be committed at once, also when it never held data. An expired cursor (InvalidCursor)
+restarts from the configured start position, loudly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+import structlog
+from anyio.streams.memory import MemoryObjectSendStream
+
+from loghubd.consumer.client import SlsClient
+from loghubd.models import Batch
+from loghubd.ops.metrics import Metrics
+from loghubd.protocol import cursor as cursors
+from loghubd.protocol import errors as E
+
+log = structlog.get_logger("loghubd.fetcher")
+
+# A pull this large is "full" even below the group count: the server capped it by size.
+FULL_PULL_BYTES = 4 * 1024 * 1024
+CATALOG_TTL_S = 10.0
+LAG_PROBE_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfShard:
+    cursor: str
+
+
+@dataclass(frozen=True, slots=True)
+class CursorReset:
+    cursor: str
+    reason: str
+
+
+Item = Batch | EndOfShard | CursorReset
+
+
+class ByteBudget:
+    """Bounds the fetched-but-unfinished bytes across all shards (memory by bytes, not counts).
+
+    A shard waits before pulling while the budget is spent; a single batch larger than the
+    whole budget still passes when nothing else is in flight, so progress is never blocked.
+    """
+
+    def __init__(self, limit: int, metrics: Metrics) -> None:
+        self.limit = limit
+        self.used = 0
+        self._metrics = metrics
+        self._freed = anyio.Event()
+
+    async def wait_for_room(self) -> None:
+        while self.used >= self.limit:
+            freed = self._freed
+            await freed.wait()
+
+    def take(self, n: int) -> None:
+        self.used += n
+        self._metrics.bytes_in_flight.set(self.used)
+
+    def give_back(self, n: int) -> None:
+        self.used -= n
+        self._metrics.bytes_in_flight.set(self.used)
+        self._freed.set()
+        self._freed = anyio.Event()
+
+
+class ShardCatalog:
+    """Which shards are read-only, from ListShards, cached for a few seconds (one call serves
+    every shard task of the logstore)."""
+
+    def __init__(self, client: SlsClient, logstore: str) -> None:
+        self._client = client
+        self._logstore = logstore
+        self._readonly: dict[int, bool] = {}
+        self._at = -CATALOG_TTL_S
+        self._lock = anyio.Lock()
+
+    async def is_readonly(self, shard: int) -> bool:
+        async with self._lock:
+            if time.monotonic() - self._at > CATALOG_TTL_S or shard not in self._readonly:
+                shards = await self._client.list_shards(self._logstore)
+                self._readonly = {int(s["shardID"]): s.get("status") == "readonly" for s in shards}
+                self._at = time.monotonic()
+        return self._readonly.get(shard, False)
+
+
+@dataclass
+class FetchStatus:
+    """What the ops surface reads about a shard's fetching."""
+
+    cursor: str = ""
+    caught_up: bool = False
+    lag_log_groups: int | None = None
+    lag_seconds: float | None = None
+    last_pull: float = 0.0  # monotonic
+    logs_per_group: float = 1.0  # recent average, kept by the shard task
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSettings:
+    logstore: str
+    max_log_groups: int
+    fetch_interval: float
+    retry_max_backoff: float
+    query: str | None
+
+
+async def run_fetcher(
+    client: SlsClient,
+    settings: FetchSettings,
+    shard: int,
+    start: str,
+    send: MemoryObjectSendStream[Item],
+    *,
+    budget: ByteBudget,
+    catalog: ShardCatalog,
+    metrics: Metrics,
+    status: FetchStatus,
+    start_position: Callable[[], Awaitable[str]],
+    bind: dict[str, object],
+) -> None:
+    cursor = start
+    failures = 0
+    next_lag_probe = 0.0
+    label = str(shard)
+    async with send:
+        while True:
+            await budget.wait_for_room()
+            started = time.perf_counter()
+            try:
+                pulled = await client.pull(
+                    settings.logstore, shard, cursor, settings.max_log_groups,
+                    query=settings.query,
+                )
+            except E.InvalidCursor as exc:
+                fresh = await start_position()
+                log.warning("cursor_invalid_restarting", **bind, cursor=cursor, restart_at=fresh,
+                            error=str(exc))
+                cursor = fresh
+                await send.send(CursorReset(fresh, str(exc)))
+                continue
+            except (E.ShardNotExist, E.LogStoreNotExist):
+                raise
+            except E.SlsError as exc:
+                failures += 1
+                wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
+                log.warning("pull_failed", **bind, error=str(exc), attempt=failures,
+                            wait_s=round(wait, 2))
+                await anyio.sleep(wait)
+                continue
+            failures = 0
+            now = time.monotonic()
+            metrics.fetch_seconds.labels(label).observe(time.perf_counter() - started)
+            status.last_pull = now
+            if pulled.count:
+                budget.take(len(pulled.data))
+                batch = Batch(shard, cursor, pulled.next_cursor, pulled.data, pulled.count,
+                              pulled.raw_size)
+                try:
+                    await send.send(batch)
+                except BaseException:
+                    budget.give_back(len(pulled.data))
+                    raise
+            cursor = pulled.next_cursor
+            status.cursor = cursor
+            full = pulled.raw_count >= settings.max_log_groups or (
+                pulled.raw_data_size >= FULL_PULL_BYTES
+            )
+            status.caught_up = not full
+            if not pulled.raw_count:
+                status.lag_log_groups, status.lag_seconds = 0, 0.0
+                metrics.lag_log_groups.labels(label).set(0)
+                metrics.lag_logs.labels(label).set(0)
+                metrics.lag_seconds.labels(label).set(0)
+                if pulled.end_of_cursor or await catalog.is_readonly(shard):
+                    end = await client.get_cursor(settings.logstore, shard, "end")
+                    if end == cursor:
+                        await send.send(EndOfShard(cursor))
+                        return
+            elif now >= next_lag_probe:
+                next_lag_probe = now + LAG_PROBE_INTERVAL_S
+                await _probe_lag(client, settings.logstore, shard, cursor, status, metrics)
+            if full:
+                continue
+            fill = pulled.raw_count / settings.max_log_groups
+            await anyio.sleep(settings.fetch_interval * (1.0 - fill))
+
+
+async def _probe_lag(
+    client: SlsClient, logstore: str, shard: int, cursor: str, status: FetchStatus,
+    metrics: Metrics,
+) -> None:
+    """Lag behind the end cursor. SLS cursors count log groups, so their difference is the
+    backlog in groups; its age is the receive time at our position."""
+    label = str(shard)
+    try:
+        end = await client.get_cursor(logstore, shard, "end")
+        groups = max(0, cursors.decode(end) - cursors.decode(cursor))
+    except (E.SlsError, cursors.InvalidCursorString):
+        return
+    status.lag_log_groups = groups
+    metrics.lag_log_groups.labels(label).set(groups)
+    metrics.lag_logs.labels(label).set(groups * status.logs_per_group)
+    if groups == 0:
+        status.lag_seconds = 0.0
+    else:
+        try:
+            at = await client.cursor_time(logstore, shard, cursor)
+        except E.SlsError:
+            return
+        status.lag_seconds = max(0.0, time.time() - at)
+    metrics.lag_seconds.labels(label).set(status.lag_seconds or 0.0)

@@ -1,0 +1,285 @@
+"""One held shard: start position, processor lifecycle, the consume loop, fenced commits.
+
+Lifecycle: find the start (the server's checkpoint wins; otherwise the configured start
+position) → `processor.initialize` → consume batches in order while the fetcher prefetches
+the next → on stop: finish the batch in hand, commit (fenced), `processor.shutdown`, commit
+what shutdown saved. A prefetched batch that was not processed is simply dropped: the
+committed position never covers it, so the next owner reads it (no loss, no duplicate).
+
+Commits are fenced (`forceSuccess=false`). An ownership error means another consumer owns
+the shard now: the shard stops at once and commits nothing more (its work since the last
+commit will be redone by the new owner: duplicates only, never loss).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+import structlog
+
+from loghubd.consumer.checkpoint import CheckpointTracker
+from loghubd.consumer.client import SlsClient
+from loghubd.consumer.fetcher import (
+    ByteBudget,
+    CursorReset,
+    EndOfShard,
+    FetchSettings,
+    FetchStatus,
+    Item,
+    ShardCatalog,
+    run_fetcher,
+)
+from loghubd.consumer.worker import (
+    DeadLettered,
+    Processed,
+    RetryPolicy,
+    ShardStopped,
+    call,
+    process_with_retry,
+)
+from loghubd.models import Batch
+from loghubd.ops.metrics import Metrics
+from loghubd.plugins.api import Processor, ProcessorFactory
+from loghubd.protocol import errors as E
+
+log = structlog.get_logger("loghubd.shard")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardContext:
+    """Everything a shard task needs, shared by all shards of one consumer."""
+
+    client: SlsClient
+    settings: FetchSettings
+    group: str
+    consumer: str
+    start: str  # "begin", "end" or unix seconds, for shards without a checkpoint
+    factory: ProcessorFactory
+    retry: RetryPolicy
+    metrics: Metrics
+    budget: ByteBudget
+    catalog: ShardCatalog
+    # False once our last successful heartbeat is older than the group timeout: the server
+    # may have given our shards away, so no batch is processed until the heartbeat decides.
+    lease_valid: Callable[[], bool]
+
+
+@dataclass
+class ShardStatus:
+    """What the ops surface and the flusher read about one shard."""
+
+    shard: int
+    fetch: FetchStatus = field(default_factory=FetchStatus)
+    state: str = "starting"  # starting | consuming | finished | stopping | failed
+    reason: str = ""
+    last_progress: float = field(default_factory=time.monotonic)
+    last_commit: float = field(default_factory=time.monotonic)
+
+
+class ShardTask:
+    def __init__(self, shard: int, ctx: ShardContext) -> None:
+        self.shard = shard
+        self.ctx = ctx
+        self.status = ShardStatus(shard)
+        self.stop_requested = anyio.Event()
+        self.tracker: CheckpointTracker | None = None
+        self.processor: Processor | None = None
+        self.lost = False  # another consumer owns the shard: never commit again
+        self.commit_failed = False  # the last commit attempt failed for another reason
+        self._commit_lock = anyio.Lock()
+        self._bind = {"group": ctx.group, "consumer": ctx.consumer, "shard": shard}
+
+    # -- commits -----------------------------------------------------------------------------
+
+    async def commit(self) -> bool:
+        """Commit the lowest unfinished position if it moved. False if it could not be."""
+        async with self._commit_lock:
+            tracker = self.tracker
+            if tracker is None or self.lost:
+                return not self.lost
+            cursor = tracker.committable()
+            if not tracker.needs_commit():
+                self.status.last_commit = time.monotonic()
+                return True
+            flush = getattr(self.processor, "flush", None)
+            try:
+                if flush is not None:
+                    await call(flush)  # make the processor's output durable first
+                await self.ctx.client.commit(
+                    self.ctx.settings.logstore, self.ctx.group, self.ctx.consumer, self.shard,
+                    cursor,
+                )
+            except E.OwnershipLost as exc:
+                self.lost = True
+                self.stop_requested.set()
+                self.ctx.metrics.ownership_lost.labels(str(self.shard)).inc()
+                self.ctx.metrics.commits.labels("ownership_lost").inc()
+                log.warning("shard_ownership_lost", **self._bind, error=str(exc))
+                return False
+            except Exception as exc:
+                self.commit_failed = True
+                self.ctx.metrics.commits.labels("failed").inc()
+                log.warning("checkpoint_commit_failed", **self._bind, error=repr(exc)[:300])
+                return False
+            tracker.set_committed(cursor)
+            self.commit_failed = False
+            self.status.last_commit = time.monotonic()
+            self.ctx.metrics.commits.labels("ok").inc()
+            return True
+
+    def drop(self) -> None:
+        """The server no longer knows us: stop without committing anything more."""
+        self.lost = True
+        self.stop_requested.set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def _start_position(self) -> str:
+        c = self.ctx
+        return await c.client.get_cursor(c.settings.logstore, self.shard, c.start)
+
+    async def _initial(self) -> tuple[str, str | None]:
+        c = self.ctx
+        cps = await c.client.checkpoints(c.settings.logstore, c.group, self.shard)
+        saved = next((str(cp.get("checkpoint") or "") for cp in cps
+                      if cp.get("shard") == self.shard), "")
+        if saved:
+            return saved, saved
+        return await self._start_position(), None
+
+    async def _initial_with_retry(self) -> tuple[str, str | None]:
+        attempt = 0
+        while True:
+            try:
+                return await self._initial()
+            except (E.ShardNotExist, E.ConsumerGroupNotExist, E.LogStoreNotExist):
+                raise
+            except E.SlsError as exc:
+                attempt += 1
+                wait = min(self.ctx.retry.max_backoff, 0.2 * 2 ** min(attempt, 8))
+                log.warning("shard_start_failed", **self._bind, error=str(exc)[:300],
+                            retry_in_s=round(wait, 2))
+                await anyio.sleep(wait)
+
+    async def run(self, on_exit: Callable[[ShardTask], Awaitable[None]]) -> None:
+        c = self.ctx
+        try:
+            start, committed = await self._initial_with_retry()
+            self.tracker = CheckpointTracker(start, committed=committed)
+            self.processor = c.factory(self.shard)
+            await call(self.processor.initialize, self.shard)
+            log.info("shard_started", **self._bind, cursor=start, from_checkpoint=bool(committed))
+            self.status.state = "consuming"
+            await self._consume()
+        except Exception as exc:
+            self.status.state, self.status.reason = "failed", repr(exc)[:300]
+            log.error("shard_failed", **self._bind, error=repr(exc)[:500])
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish()
+                await on_exit(self)
+
+    async def _finish(self) -> None:
+        if self.status.state != "failed":
+            self.status.state = "stopping"
+        if self.tracker is None or self.processor is None:
+            return
+        await self.commit()
+        try:
+            with anyio.fail_after(30):
+                await call(self.processor.shutdown, self.tracker, abandon_on_cancel=True)
+        except Exception as exc:
+            log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
+        await self.commit()
+        log.info("shard_stopped", **self._bind, checkpoint=self.tracker.committed,
+                 lost=self.lost)
+
+    async def _consume(self) -> None:
+        assert self.tracker is not None
+        tracker = self.tracker
+        while not self.stop_requested.is_set():
+            send, receive = anyio.create_memory_object_stream[Item](0)
+            rollback: str | None = None
+            async with anyio.create_task_group() as tg, receive:
+                tg.start_soon(self._fetch, tracker.fetch_cursor, send)
+                async for item in receive:
+                    if isinstance(item, Batch):
+                        try:
+                            rollback = await self._handle(item)
+                        finally:
+                            self.ctx.budget.give_back(len(item.raw))
+                    elif isinstance(item, EndOfShard):
+                        await self._end_of_shard(item.cursor)
+                    else:
+                        assert isinstance(item, CursorReset)
+                        tracker.rollback(item.cursor)
+                    if rollback is not None or self.stop_requested.is_set():
+                        break
+                tg.cancel_scope.cancel()  # drop the prefetched batch, if any
+            if rollback is not None:
+                log.info("shard_rollback", **self._bind, cursor=rollback)
+                tracker.rollback(rollback)
+            elif self.status.state == "finished":
+                await self.stop_requested.wait()
+
+    async def _fetch(self, cursor: str, send: anyio.abc.ObjectSendStream[Item]) -> None:
+        c = self.ctx
+        await run_fetcher(
+            c.client, c.settings, self.shard, cursor, send,  # type: ignore[arg-type]
+            budget=c.budget, catalog=c.catalog, metrics=c.metrics, status=self.status.fetch,
+            start_position=self._start_position, bind=self._bind,
+        )
+
+    async def _handle(self, batch: Batch) -> str | None:
+        assert self.tracker is not None and self.processor is not None
+        tracker = self.tracker
+        if not self.ctx.lease_valid():
+            # E.g. we were paused (SIGSTOP) past the timeout: another consumer may own the
+            # shard now. Processing would only make duplicates; the heartbeat will sort it out.
+            log.warning("lease_expired_batch_dropped", **self._bind, cursor=batch.cursor)
+            self.drop()
+            return None
+        token = tracker.fetched(batch.cursor, batch.next_cursor)
+        tracker.begin(token)
+        outcome = await process_with_retry(
+            self.processor, batch, tracker, self.ctx.retry, self.ctx.metrics,
+            mark_done=lambda: tracker.done(token), bind=self._bind,
+        )
+        if isinstance(outcome, ShardStopped):
+            self.status.state, self.status.reason = "failed", outcome.reason
+            self.stop_requested.set()
+            return None
+        logs = await anyio.to_thread.run_sync(lambda: batch.log_count)
+        label = str(self.shard)
+        m = self.ctx.metrics
+        m.consumed_logs.labels(label).inc(logs)
+        m.consumed_bytes.labels(label).inc(batch.raw_size or len(batch.raw))
+        m.consumed_batches.labels(label).inc()
+        fetch = self.status.fetch
+        fetch.logs_per_group = 0.8 * fetch.logs_per_group + 0.2 * (logs / batch.group_count)
+        self.status.last_progress = time.monotonic()
+        if tracker.take_commit_request():
+            await self.commit()
+        if isinstance(outcome, DeadLettered):
+            return None
+        assert isinstance(outcome, Processed)
+        return outcome.rollback
+
+    async def _end_of_shard(self, cursor: str) -> None:
+        """A read-only shard is drained: commit its end now so the server can mark it OVER."""
+        assert self.tracker is not None
+        log.info("shard_end_reached", **self._bind, cursor=cursor)
+        self.status.state = "finished"
+        self.status.fetch.caught_up = True
+        await self.commit()
+
+    def checkpoint_age(self) -> float:
+        return max(0.0, time.monotonic() - self.status.last_commit)
+
+
+def seconds_or_inf(value: float | None) -> float:
+    return math.inf if value is None else value

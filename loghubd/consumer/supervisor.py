@@ -1,0 +1,135 @@
+"""Starts and stops one shard task per held shard, inside the supervisor's own task group.
+
+A shard whose processor failed under the `stop` policy is *parked*: still held (reported in
+heartbeats, so no other consumer repeats the failure) but not consumed, and readiness says
+why. It is let go when the server stops answering it.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup, TaskStatus
+
+from loghubd.consumer.assignment import Assignment, Diff
+from loghubd.consumer.shard import ShardContext, ShardTask
+from loghubd.ops.metrics import Metrics
+
+log = structlog.get_logger("loghubd.supervisor")
+
+
+class Waker:
+    """Lets the heartbeat loop sleep until its interval ends or someone needs it sooner."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def sleep(self, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await self._event.wait()
+        self._event = anyio.Event()
+
+
+class Supervisor:
+    def __init__(self, ctx: ShardContext, assignment: Assignment, metrics: Metrics,
+                 waker: Waker) -> None:
+        self.ctx = ctx
+        self.assignment = assignment
+        self.metrics = metrics
+        self.waker = waker
+        self.tasks: dict[int, ShardTask] = {}
+        self.parked: dict[int, ShardTask] = {}
+        self._scopes: dict[int, anyio.CancelScope] = {}
+        self._tg: TaskGroup | None = None
+        self._idle = anyio.Event()
+        self._idle.set()
+        self.unflushed: list[int] = []  # shards whose last commit did not go through
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    def apply(self, diff: Diff) -> None:
+        for shard in sorted(diff.to_stop):
+            parked = self.parked.pop(shard, None)
+            if parked is not None:
+                self._let_go(parked)
+            elif shard in self.tasks:
+                self.tasks[shard].stop_requested.set()
+        for shard in sorted(diff.to_start):
+            self._start(shard)
+        if diff.to_start:
+            self.metrics.rebalances.labels("gained").inc(len(diff.to_start))
+        if diff.to_stop:
+            self.metrics.rebalances.labels("lost").inc(len(diff.to_stop))
+        self.metrics.held_shards.set(len(self.assignment.held))
+
+    def drop(self, shards: frozenset[int]) -> None:
+        """Stop these shards without committing: the server gave them to someone else."""
+        for shard in shards:
+            if shard in self.tasks:
+                self.tasks[shard].drop()
+            parked = self.parked.pop(shard, None)
+            if parked is not None:
+                self._let_go(parked)
+
+    def _start(self, shard: int) -> None:
+        assert self._tg is not None, "supervisor not running"
+        task = ShardTask(shard, self.ctx)
+        self.tasks[shard] = task
+        self._idle = anyio.Event()
+        self._tg.start_soon(self._run_task, task, name=f"shard-{shard}")
+
+    async def _run_task(self, task: ShardTask) -> None:
+        with anyio.CancelScope() as scope:
+            self._scopes[task.shard] = scope
+            await task.run(self._on_exit)
+
+    async def _on_exit(self, task: ShardTask) -> None:
+        self.tasks.pop(task.shard, None)
+        self._scopes.pop(task.shard, None)
+        if task.commit_failed:
+            self.unflushed.append(task.shard)
+        held_still = task.shard in self.assignment.running
+        if task.status.state == "failed" and not task.lost and held_still:
+            self.parked[task.shard] = task
+            log.error("shard_parked", shard=task.shard, reason=task.status.reason)
+        else:
+            self._let_go(task)
+        if not self.tasks:
+            self._idle.set()
+
+    def _let_go(self, task: ShardTask) -> None:
+        try:
+            self.assignment.stopped(task.shard)
+        except ValueError:
+            pass
+        self.metrics.forget_shard(task.shard)
+        self.metrics.held_shards.set(len(self.assignment.held))
+        self.waker.wake()  # tell the server promptly, so the next owner starts sooner
+
+    def all_tasks(self) -> list[ShardTask]:
+        return list(self.tasks.values())
+
+    async def stop_all(self, grace: float) -> bool:
+        """Finish in-flight batches within `grace`, then cancel; every shard's final commit
+        and processor shutdown still run (shielded). True if everything was flushed."""
+        for task in list(self.tasks.values()):
+            task.stop_requested.set()
+        with anyio.move_on_after(grace):
+            await self._idle.wait()
+        if self.tasks:
+            log.warning("shutdown_grace_expired", shards=sorted(self.tasks))
+            for scope in list(self._scopes.values()):
+                scope.cancel()
+            with anyio.move_on_after(60):
+                await self._idle.wait()
+        for task in list(self.parked.values()):
+            self._let_go(task)
+        self.parked.clear()
+        return not self.unflushed and not self.tasks

@@ -1,0 +1,145 @@
+"""Run processor code: off the event loop when it is synchronous, and with the retry policy.
+
+A failing batch is retried with exponential backoff and jitter, never skipped silently and
+never in a tight loop. After `max_attempts` (0 = unlimited) the policy decides: keep
+retrying, write the batch to the dead-letter directory and go on, or stop the shard.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import random
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from loghubd.models import Batch
+from loghubd.ops.metrics import Metrics
+from loghubd.plugins.api import Processor, Tracker
+
+log = structlog.get_logger("loghubd.worker")
+
+
+async def call(fn: Callable[..., Any], *args: Any, abandon_on_cancel: bool = False) -> Any:
+    """Call processor code: coroutine functions on the loop, plain ones in a worker thread,
+    so a blocking processor never delays the heartbeat."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    result = await anyio.to_thread.run_sync(
+        lambda: fn(*args), abandon_on_cancel=abandon_on_cancel
+    )
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 0  # 0: retry for ever
+    on_failure: str = "retry"  # "retry" | "dead_letter" | "stop", once max_attempts is reached
+    initial_backoff: float = 0.5
+    max_backoff: float = 30.0
+    dead_letter_dir: Path = Path("dead-letter")
+
+    def backoff(self, attempt: int) -> float:
+        """Wait before attempt `attempt + 1`: doubles each time, half of it jittered, so the
+        waits grow while retrying processes do not synchronise."""
+        ceiling = min(self.max_backoff, self.initial_backoff * 2 ** (attempt - 1))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Processed:
+    rollback: str | None = None  # a cursor the processor asked to re-read from
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ShardStopped:
+    reason: str
+
+
+Outcome = Processed | DeadLettered | ShardStopped
+
+
+async def process_with_retry(
+    processor: Processor,
+    batch: Batch,
+    tracker: Tracker,
+    policy: RetryPolicy,
+    metrics: Metrics,
+    *,
+    mark_done: Callable[[], None],
+    bind: dict[str, Any],
+) -> Outcome:
+    attempt = 0
+    while True:
+        attempt += 1
+        started = time.perf_counter()
+        try:
+            result = await call(processor.process, batch, tracker, abandon_on_cancel=True)
+        except Exception as exc:
+            metrics.processor_errors.labels(str(batch.shard)).inc()
+            log.warning(
+                "process_failed", **bind, attempt=attempt, cursor=batch.cursor,
+                error=repr(exc)[:500],
+            )
+            if policy.max_attempts and attempt >= policy.max_attempts:
+                if policy.on_failure == "dead_letter":
+                    path = await anyio.to_thread.run_sync(
+                        _write_dead_letter, policy.dead_letter_dir, batch, exc, attempt
+                    )
+                    mark_done()
+                    metrics.dead_lettered.labels(str(batch.shard)).inc()
+                    log.error("batch_dead_lettered", **bind, cursor=batch.cursor, path=str(path))
+                    return DeadLettered(path)
+                if policy.on_failure == "stop":
+                    reason = f"processor failed {attempt} times at cursor {batch.cursor}: {exc!r}"
+                    log.error("shard_stopped_on_failure", **bind, reason=reason[:500])
+                    return ShardStopped(reason)
+            wait = policy.backoff(attempt)
+            metrics.processor_retries.labels(str(batch.shard)).inc()
+            log.info("process_retry_scheduled", **bind, attempt=attempt, wait_s=round(wait, 3))
+            await anyio.sleep(wait)
+            continue
+        metrics.process_seconds.labels(str(batch.shard)).observe(time.perf_counter() - started)
+        return Processed(result if isinstance(result, str) and result else None)
+
+
+def _write_dead_letter(directory: Path, batch: Batch, exc: BaseException, attempts: int) -> Path:
+    """The batch's raw LogGroupList (lossless) plus a JSON note of where and why; fsynced."""
+    folder = directory / f"shard-{batch.shard}"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{time.time_ns()}-{batch.cursor.rstrip('=')}"
+    raw_path = folder / f"{stem}.pb"
+    meta = {
+        "shard": batch.shard,
+        "cursor": batch.cursor,
+        "next_cursor": batch.next_cursor,
+        "log_groups": batch.group_count,
+        "attempts": attempts,
+        "error": repr(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+        "data": raw_path.name,
+    }
+    for path, data in ((raw_path, batch.raw), (folder / f"{stem}.json",
+                                                json.dumps(meta, indent=2).encode())):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return folder / f"{stem}.json"

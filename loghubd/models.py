@@ -1,0 +1,73 @@
+"""Value types shared across layers: what a processor receives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from loghubd.protocol import pb
+
+Record = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Batch:
+    """The log groups of one PullLogs answer for one shard.
+
+    Decoding is lazy and happens wherever the processor first touches the data (a worker
+    thread for sync processors), never on the event loop that runs the heartbeat.
+    """
+
+    shard: int
+    cursor: str  # where this batch was read from
+    next_cursor: str  # the position after it
+    raw: bytes  # serialized LogGroupList
+    group_count: int
+    raw_size: int = 0
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def log_group_list(self) -> Any:
+        """The parsed LogGroupList (protobuf). Values that are not UTF-8 use the Raw schema."""
+        lgl = self._cache.get("lgl")
+        if lgl is None:
+            try:
+                lgl = pb.LogGroupList.FromString(self.raw)
+                # upb checks UTF-8 lazily for proto2 strings: touch the values now.
+                for g in lgl.LogGroups:
+                    for log in g.Logs:
+                        for c in log.Contents:
+                            c.Value  # noqa: B018
+            except (UnicodeDecodeError, pb.DecodeError):
+                lgl = pb.LogGroupListRaw.FromString(self.raw)
+            self._cache["lgl"] = lgl
+        return lgl
+
+    def logs(self) -> Iterator[Record]:
+        """Each log as a flat dict: `__time__`, `__topic__`, `__source__`, `__tag__:<key>`,
+        then the contents (the SDK's flattened form). Built one at a time, on demand."""
+        for group in self.log_group_list.LogGroups:
+            base: Record = {"__topic__": group.Topic, "__source__": group.Source}
+            for tag in group.LogTags:
+                base["__tag__:" + tag.Key] = tag.Value
+            for log in group.Logs:
+                record: Record = {"__time__": log.Time}
+                if log.Time_ns:
+                    record["__time_ns_part__"] = log.Time_ns
+                record.update(base)
+                for content in log.Contents:
+                    value = content.Value
+                    if isinstance(value, bytes):  # Raw schema: keep every byte
+                        value = value.decode("utf-8", "surrogateescape")
+                    record[content.Key] = value
+                yield record
+
+    @property
+    def log_count(self) -> int:
+        count = self._cache.get("log_count")
+        if count is None:
+            count = self._cache["log_count"] = sum(
+                len(g.Logs) for g in self.log_group_list.LogGroups
+            )
+        return int(count)

@@ -1,0 +1,59 @@
+"""Liveness and readiness from a status snapshot. Pure: no I/O, time is an argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ShardView:
+    shard: int
+    state: str  # starting | consuming | finished | stopping | failed
+    reason: str
+    caught_up: bool
+    seconds_since_progress: float
+    seconds_since_pull: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    joined: bool
+    seconds_since_heartbeat: float
+    heartbeat_interval: float
+    timeout: float
+    last_heartbeat_error: str
+    shards: tuple[ShardView, ...]
+    starting: bool = False  # processor factory still starting (e.g. a Spark warm-up)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ready: bool
+    reasons: tuple[str, ...]
+
+
+# A shard that is behind yet made no progress for this long is stuck.
+STALL_AFTER_S = 60.0
+
+
+def readiness(snap: Snapshot) -> Verdict:
+    reasons: list[str] = []
+    if snap.starting:
+        reasons.append("processor is starting")
+    if not snap.joined:
+        reasons.append("not joined to the consumer group"
+                       + (f": {snap.last_heartbeat_error}" if snap.last_heartbeat_error else ""))
+    elif snap.seconds_since_heartbeat > max(2 * snap.heartbeat_interval, snap.heartbeat_interval
+                                            + 1.0):
+        reasons.append(
+            f"last successful heartbeat {snap.seconds_since_heartbeat:.1f}s ago"
+            + (f": {snap.last_heartbeat_error}" if snap.last_heartbeat_error else "")
+        )
+    for s in snap.shards:
+        if s.state == "failed":
+            reasons.append(f"shard {s.shard} stopped: {s.reason}")
+        elif s.state == "consuming" and not s.caught_up and s.seconds_since_progress > STALL_AFTER_S:
+            reasons.append(f"shard {s.shard} made no progress for {s.seconds_since_progress:.0f}s")
+        elif s.state == "consuming" and s.seconds_since_pull > max(STALL_AFTER_S, snap.timeout):
+            reasons.append(f"shard {s.shard} has not pulled for {s.seconds_since_pull:.0f}s")
+    return Verdict(not reasons, tuple(reasons))

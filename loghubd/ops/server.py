@@ -1,0 +1,78 @@
+"""The ops HTTP listener: /metrics, /healthz, /readyz, /status (aiohttp, in our task group)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from aiohttp import web
+from anyio.abc import TaskStatus
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from loghubd.ops.health import Snapshot, readiness
+from loghubd.ops.metrics import Metrics
+
+METRICS = web.AppKey("metrics", Metrics)
+SNAPSHOT = web.AppKey("snapshot", Callable[[], Snapshot])
+STATUS = web.AppKey("status", Callable[[], dict[str, Any]])
+TOKEN = web.AppKey("status_token", str)
+
+
+def _json(value: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, text=json.dumps(value, indent=1),
+                        content_type="application/json")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"content-type": CONTENT_TYPE_LATEST})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    # Answering at all proves the event loop runs.
+    return _json({"status": "alive"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    verdict = readiness(request.app[SNAPSHOT]())
+    if verdict.ready:
+        return _json({"status": "ready"})
+    return _json({"status": "not ready", "reasons": list(verdict.reasons)}, status=503)
+
+
+async def status(request: web.Request) -> web.Response:
+    token = request.app[TOKEN]
+    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
+        return _json({"error": "a bearer token is required for /status"}, status=401)
+    return _json(request.app[STATUS]())
+
+
+def make_app(m: Metrics, snapshot: Callable[[], Snapshot],
+             status_view: Callable[[], dict[str, Any]], status_token: str = "") -> web.Application:
+    app = web.Application()
+    app[METRICS] = m
+    app[SNAPSHOT] = snapshot
+    app[STATUS] = status_view
+    app[TOKEN] = status_token
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/status", status)
+    return app
+
+
+async def serve_ops(app: web.Application, listen: str, *,
+                    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    host, _, port = listen.rpartition(":")
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port), reuse_address=True)
+        await site.start()
+        task_status.started(runner.addresses[0][1])
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await runner.cleanup()

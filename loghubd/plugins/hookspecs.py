@@ -1,0 +1,27 @@
+"""Hook specifications of loghubd (pluggy project and entry-point group `loghubd`).
+
+Hooks handle registration only; the daemon then calls the returned objects directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pluggy
+
+from loghubd.plugins.api import ProcessorSpec
+
+hookspec = pluggy.HookspecMarker("loghubd")
+
+
+@hookspec
+def loghubd_register_processors() -> Iterable[ProcessorSpec]:
+    """Return the processors this plugin provides.
+
+    Called once at start-up on every registered plugin (not ``firstresult``: every plugin's
+    answer is collected). Each :class:`~loghubd.plugins.api.ProcessorSpec` names a processor
+    (``[processor] name = "..."`` selects it) and gives the callable that turns the
+    ``[processor.<name>]`` options into a per-daemon factory. Two plugins registering the
+    same name is an error at start-up.
+    """
+    raise NotImplementedError

@@ -1,0 +1,740 @@
+"""Config loading: valid and invalid files, env and override layers, plugin tables, redaction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loghubd.config import (
+    Config,
+    ConfigError,
+    ConsumerConfig,
+    OpsConfig,
+    ProcessorConfig,
+    _coerce,
+    load,
+    loads,
+)
+
+BASE = """
+[source]
+endpoint = "http://127.0.0.1:7100"
+project = "p"
+logstore = "ls"
+
+[consumer]
+group = "g"
+"""
+
+
+def attr(cfg: Config, dotted: str) -> Any:
+    obj: Any = cfg
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+VALID: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
+    # name, extra TOML appended to BASE, environ, overrides, expected attributes
+    (
+        "defaults",
+        "",
+        {},
+        {},
+        {
+            "source.access_key_id": "",
+            "source.auth_version": "v1",
+            "source.region": "",
+            "consumer.name": "",
+            "consumer.start": "begin",
+            "consumer.order": False,
+            "consumer.heartbeat_interval": 5.0,
+            "consumer.timeout": 15.0,
+            "consumer.checkpoint_interval": 5.0,
+            "consumer.max_fetch_log_groups": 1000,
+            "consumer.fetch_interval": 0.2,
+            "consumer.max_bytes_in_flight": 64 * 1024 * 1024,
+            "consumer.shutdown_grace": 20.0,
+            "consumer.max_attempts": 0,
+            "consumer.on_failure": "retry",
+            "consumer.dead_letter_dir": "dead-letter",
+            "consumer.retry_initial_backoff": 0.5,
+            "consumer.retry_max_backoff": 30.0,
+            "consumer.request_timeout": 5.0,
+            "consumer.query": "",
+            "processor.name": "jsonl",
+            "ops.listen": "127.0.0.1:9464",
+            "ops.host": "127.0.0.1",
+            "ops.port": 9464,
+            "ops.status_token": "",
+            "log.level": "info",
+            "log.format": "auto",
+        },
+    ),
+    (
+        "timeout derived from heartbeat",
+        "heartbeat_interval = 2",
+        {},
+        {},
+        {"consumer.timeout": 6.0, "consumer.request_timeout": 2.0},
+    ),
+    (
+        "request_timeout capped at 10",
+        "heartbeat_interval = 20",
+        {},
+        {},
+        {"consumer.timeout": 60.0, "consumer.request_timeout": 10.0},
+    ),
+    (
+        "explicit timeout",
+        "timeout = 12.0",
+        {},
+        {},
+        {"consumer.timeout": 12.0, "consumer.request_timeout": 4.0},
+    ),
+    (
+        "explicit request_timeout",
+        "request_timeout = 1.5",
+        {},
+        {},
+        {"consumer.request_timeout": 1.5},
+    ),
+    (
+        "an integer for a float",
+        "checkpoint_interval = 2",
+        {},
+        {},
+        {"consumer.checkpoint_interval": 2.0},
+    ),
+    ("start end", 'start = "end"', {}, {}, {"consumer.start": "end"}),
+    ("start unix seconds", "start = 1714521600", {}, {}, {"consumer.start": 1714521600.0}),
+    (
+        "start ISO string",
+        'start = "2024-05-01T00:00:00Z"',
+        {},
+        {},
+        {"consumer.start": 1714521600.0},
+    ),
+    (
+        "start TOML datetime",
+        "start = 2024-05-01T08:00:00+08:00",
+        {},
+        {},
+        {"consumer.start": 1714521600.0},
+    ),
+    (
+        "start from env",
+        "",
+        {"LOGHUBD_CONSUMER__START": "1714521600"},
+        {},
+        {"consumer.start": 1714521600.0},
+    ),
+    (
+        "dead letter policy",
+        'on_failure = "dead_letter"\nmax_attempts = 3',
+        {},
+        {},
+        {"consumer.on_failure": "dead_letter", "consumer.max_attempts": 3},
+    ),
+    (
+        "v4 with region",
+        "",
+        {"LOGHUBD_SOURCE__AUTH_VERSION": "v4", "LOGHUBD_SOURCE__REGION": "cn-hangzhou"},
+        {},
+        {"source.auth_version": "v4", "source.region": "cn-hangzhou"},
+    ),
+    (
+        "ops on IPv6, any port",
+        '[ops]\nlisten = "[::1]:0"',
+        {},
+        {},
+        {"ops.host": "::1", "ops.port": 0},
+    ),
+    (
+        "log section",
+        '[log]\nlevel = "debug"\nformat = "json"',
+        {},
+        {},
+        {"log.level": "debug", "log.format": "json"},
+    ),
+    ("env overrides the file", "", {"LOGHUBD_CONSUMER__GROUP": "x"}, {}, {"consumer.group": "x"}),
+    (
+        "env values are parsed",
+        "",
+        {
+            "LOGHUBD_CONSUMER__ORDER": "yes",
+            "LOGHUBD_CONSUMER__MAX_FETCH_LOG_GROUPS": "10",
+            "LOGHUBD_CONSUMER__HEARTBEAT_INTERVAL": "1.5",
+            "LOGHUBD_CONSUMER__NAME": "c-1",
+        },
+        {},
+        {
+            "consumer.order": True,
+            "consumer.max_fetch_log_groups": 10,
+            "consumer.heartbeat_interval": 1.5,
+            "consumer.timeout": 4.5,
+            "consumer.name": "c-1",
+        },
+    ),
+    ("env false", "order = true", {"LOGHUBD_CONSUMER__ORDER": "0"}, {}, {"consumer.order": False}),
+    (
+        "secrets from env",
+        "",
+        {"LOGHUBD_SOURCE__ACCESS_KEY_ID": "id", "LOGHUBD_SOURCE__ACCESS_KEY_SECRET": "s3"},
+        {},
+        {"source.access_key_id": "id", "source.access_key_secret": "s3"},
+    ),
+    (
+        "LOGHUBD_ names without __ are ignored",
+        "",
+        {"LOGHUBD_CONFIG": "/x", "HOME": "/root"},
+        {},
+        {"consumer.group": "g"},
+    ),
+    (
+        "overrides beat env",
+        "",
+        {"LOGHUBD_CONSUMER__GROUP": "x"},
+        {"consumer.group": "y"},
+        {"consumer.group": "y"},
+    ),
+    (
+        "nested and typed overrides",
+        "",
+        {},
+        {"consumer": {"order": True, "max_attempts": 2}},
+        {"consumer.order": True, "consumer.max_attempts": 2},
+    ),
+    (
+        "string overrides are parsed",
+        "",
+        {},
+        {"consumer.shutdown_grace": "3"},
+        {"consumer.shutdown_grace": 3.0},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("extra", "environ", "overrides", "expected"),
+    [pytest.param(*case[1:], id=case[0]) for case in VALID],
+)
+def test_valid(
+    extra: str, environ: dict[str, str], overrides: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    cfg = loads(f"{BASE}\n{extra}\n", environ, overrides)
+    for dotted, value in expected.items():
+        got = attr(cfg, dotted)
+        assert got == value, dotted
+        assert type(got) is type(value), dotted
+
+
+def toml_with(consumer_extra: str = "", tail: str = "") -> str:
+    return f"{BASE}{consumer_extra}\n{tail}\n"
+
+
+INVALID: list[tuple[str, str, dict[str, str], dict[str, Any], list[str]]] = [
+    # name, TOML, environ, overrides, fragments that must all appear in the message
+    (
+        "misspelt key",
+        toml_with("grup = 'x'"),
+        {},
+        {},
+        ["consumer.grup: unknown key (did you mean consumer.group?)"],
+    ),
+    (
+        "unknown section",
+        toml_with(tail="[consumr]\ngroup = 'g'"),
+        {},
+        {},
+        ["consumr: unknown section (did you mean consumer?)"],
+    ),
+    ("section is not a table", "log = 3\n" + BASE, {}, {}, ["log: expected a table"]),
+    (
+        "misspelt env key",
+        BASE,
+        {"LOGHUBD_CONSUMER__GRUP": "x"},
+        {},
+        ["consumer.grup: unknown key (did you mean consumer.group?)", "LOGHUBD_CONSUMER__GRUP"],
+    ),
+    (
+        "unknown env section",
+        BASE,
+        {"LOGHUBD_CONSUMR__GROUP": "x"},
+        {},
+        ["consumr.group: unknown section", "did you mean consumer?"],
+    ),
+    ("env key too deep", BASE, {"LOGHUBD_CONSUMER__A__B": "x"}, {}, ["consumer.a.b: unknown key"]),
+    (
+        "unknown override",
+        BASE,
+        {},
+        {"consumer.grop": "x"},
+        ["consumer.grop: unknown key (did you mean consumer.group?)", "override"],
+    ),
+    (
+        "processor scalar typo",
+        toml_with(tail="[processor]\nnmae = 'x'"),
+        {},
+        {},
+        ["processor.nmae: unknown key (did you mean processor.name?)"],
+    ),
+    (
+        "duration as text",
+        toml_with("heartbeat_interval = '5s'"),
+        {},
+        {},
+        ["consumer.heartbeat_interval: expected a number", "'5s'"],
+    ),
+    (
+        "float for int",
+        toml_with("max_fetch_log_groups = 1.5"),
+        {},
+        {},
+        ["consumer.max_fetch_log_groups: expected an integer"],
+    ),
+    (
+        "bool for int",
+        toml_with("max_attempts = true"),
+        {},
+        {},
+        ["consumer.max_attempts: expected an integer"],
+    ),
+    (
+        "TOML string for bool",
+        toml_with("order = 'yes'"),
+        {},
+        {},
+        ["consumer.order: expected a boolean"],
+    ),
+    (
+        "bad env bool",
+        BASE,
+        {"LOGHUBD_CONSUMER__ORDER": "maybe"},
+        {},
+        ["consumer.order: expected a boolean", "LOGHUBD_CONSUMER__ORDER"],
+    ),
+    (
+        "bad env int",
+        BASE,
+        {"LOGHUBD_CONSUMER__MAX_ATTEMPTS": "abc"},
+        {},
+        ["consumer.max_attempts: expected an integer"],
+    ),
+    (
+        "non-finite float",
+        toml_with("heartbeat_interval = inf"),
+        {},
+        {},
+        ["consumer.heartbeat_interval: expected a finite number"],
+    ),
+    (
+        "not one of the choices",
+        toml_with("on_failure = 'skip'"),
+        {},
+        {},
+        ["consumer.on_failure: expected one of 'retry', 'dead_letter', 'stop'"],
+    ),
+    ("bad log level", toml_with(tail="[log]\nlevel = 'trace'"), {}, {}, ["log.level"]),
+    (
+        "missing source key",
+        BASE.replace('project = "p"', ""),
+        {},
+        {},
+        ["source.project: required key is missing", "LOGHUBD_SOURCE__PROJECT"],
+    ),
+    (
+        "missing consumer section",
+        BASE.split("[consumer]")[0],
+        {},
+        {},
+        ["consumer.group: required key is missing"],
+    ),
+    ("nothing at all", "", {}, {}, ["source.endpoint", "source.project", "consumer.group"]),
+    (
+        "empty group",
+        toml_with().replace('group = "g"', 'group = ""'),
+        {},
+        {},
+        ["consumer.group: must not be empty"],
+    ),
+    (
+        "zero fetch size",
+        toml_with("max_fetch_log_groups = 0"),
+        {},
+        {},
+        ["consumer.max_fetch_log_groups: must be between 1 and 1000"],
+    ),
+    (
+        "fetch size too big",
+        toml_with("max_fetch_log_groups = 1001"),
+        {},
+        {},
+        ["consumer.max_fetch_log_groups"],
+    ),
+    (
+        "zero heartbeat",
+        toml_with("heartbeat_interval = 0\ntimeout = 1"),
+        {},
+        {},
+        ["consumer.heartbeat_interval: must be > 0"],
+    ),
+    (
+        "timeout not above heartbeat",
+        toml_with("timeout = 5"),
+        {},
+        {},
+        ["consumer.timeout: must be > consumer.heartbeat_interval"],
+    ),
+    (
+        "request_timeout not below timeout",
+        toml_with("request_timeout = 15"),
+        {},
+        {},
+        ["consumer.request_timeout"],
+    ),
+    (
+        "negative fetch_interval",
+        toml_with("fetch_interval = -1"),
+        {},
+        {},
+        ["consumer.fetch_interval"],
+    ),
+    (
+        "zero checkpoint interval",
+        toml_with("checkpoint_interval = 0"),
+        {},
+        {},
+        ["consumer.checkpoint_interval"],
+    ),
+    (
+        "zero bytes budget",
+        toml_with("max_bytes_in_flight = 0"),
+        {},
+        {},
+        ["consumer.max_bytes_in_flight"],
+    ),
+    ("negative grace", toml_with("shutdown_grace = -1"), {}, {}, ["consumer.shutdown_grace"]),
+    (
+        "backoff inverted",
+        toml_with("retry_initial_backoff = 5\nretry_max_backoff = 1"),
+        {},
+        {},
+        ["consumer.retry_max_backoff"],
+    ),
+    (
+        "zero initial backoff",
+        toml_with("retry_initial_backoff = 0"),
+        {},
+        {},
+        ["consumer.retry_initial_backoff"],
+    ),
+    (
+        "policy that never applies",
+        toml_with("on_failure = 'stop'"),
+        {},
+        {},
+        ["consumer.max_attempts: must be > 0 when consumer.on_failure is 'stop'"],
+    ),
+    (
+        "dead letter without dir",
+        toml_with("on_failure = 'dead_letter'\nmax_attempts = 2\ndead_letter_dir = ''"),
+        {},
+        {},
+        ["consumer.dead_letter_dir"],
+    ),
+    ("start word", toml_with("start = 'yesterday'"), {}, {}, ["consumer.start", "ISO-8601"]),
+    (
+        "start without zone",
+        toml_with("start = '2024-05-01T00:00:00'"),
+        {},
+        {},
+        ["consumer.start: the timestamp needs a time zone"],
+    ),
+    (
+        "start TOML local datetime",
+        toml_with("start = 2024-05-01T00:00:00"),
+        {},
+        {},
+        ["consumer.start: the timestamp needs a time zone"],
+    ),
+    ("start date", toml_with("start = 2024-05-01"), {}, {}, ["consumer.start: a date needs"]),
+    (
+        "start in milliseconds",
+        toml_with("start = 1714521600000"),
+        {},
+        {},
+        ["consumer.start: looks like milliseconds"],
+    ),
+    ("negative start", toml_with("start = -1"), {}, {}, ["consumer.start"]),
+    ("bool start", toml_with("start = true"), {}, {}, ["consumer.start"]),
+    (
+        "endpoint without scheme",
+        BASE.replace("http://", ""),
+        {},
+        {},
+        ["source.endpoint: expected an http:// or https:// URL"],
+    ),
+    (
+        "endpoint with another scheme",
+        BASE.replace("http://", "ftp://"),
+        {},
+        {},
+        ["source.endpoint"],
+    ),
+    ("endpoint with a bad port", BASE.replace("7100", "x"), {}, {}, ["source.endpoint"]),
+    ("empty logstore", BASE.replace('"ls"', '""'), {}, {}, ["source.logstore: must not be empty"]),
+    (
+        "v4 without region",
+        BASE,
+        {"LOGHUBD_SOURCE__AUTH_VERSION": "v4"},
+        {},
+        ["source.region: required when source.auth_version is 'v4'"],
+    ),
+    (
+        "bad auth version",
+        BASE,
+        {"LOGHUBD_SOURCE__AUTH_VERSION": "v2"},
+        {},
+        ["source.auth_version: expected one of 'v1', 'v4'"],
+    ),
+    (
+        "secret without id",
+        BASE,
+        {"LOGHUBD_SOURCE__ACCESS_KEY_SECRET": "s"},
+        {},
+        ["source.access_key_id: required when source.access_key_secret is set"],
+    ),
+    (
+        "id without secret",
+        BASE,
+        {"LOGHUBD_SOURCE__ACCESS_KEY_ID": "i"},
+        {},
+        ["source.access_key_secret: required when source.access_key_id is set"],
+    ),
+    (
+        "token without keys",
+        BASE,
+        {"LOGHUBD_SOURCE__SECURITY_TOKEN": "t"},
+        {},
+        ["source.security_token"],
+    ),
+    ("listen without port", toml_with(tail="[ops]\nlisten = '9464'"), {}, {}, ["ops.listen"]),
+    ("listen with a bad port", toml_with(tail="[ops]\nlisten = 'h:99999'"), {}, {}, ["ops.listen"]),
+    (
+        "empty processor name",
+        toml_with(tail="[processor]\nname = ''"),
+        {},
+        {},
+        ["processor.name: must not be empty"],
+    ),
+    (
+        "option path through a value",
+        toml_with(tail="[processor.jsonl]\npath = 'x'"),
+        {"LOGHUBD_PROCESSOR_JSONL__PATH__SUB": "1"},
+        {},
+        ["processor.jsonl.path.sub"],
+    ),
+    ("invalid TOML", "[source\n", {}, {}, ["<string>: invalid TOML"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "overrides", "fragments"),
+    [pytest.param(*case[1:], id=case[0]) for case in INVALID],
+)
+def test_invalid(
+    text: str, environ: dict[str, str], overrides: dict[str, Any], fragments: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        loads(text, environ, overrides)
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_all_problems_are_reported_together() -> None:
+    text = toml_with("grup = 'x'\norder = 'yes'", tail="[log]\nlevl = 'debug'")
+    with pytest.raises(ConfigError) as info:
+        loads(text, {"LOGHUBD_CONSUMER__MAX_ATTEMPTS": "many"})
+    keys = [problem.split(":")[0] for problem in info.value.problems]
+    assert sorted(keys) == ["consumer.grup", "consumer.max_attempts", "consumer.order", "log.levl"]
+
+
+def test_range_problems_of_all_sections_together() -> None:
+    text = toml_with("timeout = 1", tail="[ops]\nlisten = 'x'")
+    with pytest.raises(ConfigError) as info:
+        loads(text.replace("http://", ""), {})
+    keys = {problem.split(":")[0] for problem in info.value.problems}
+    assert keys >= {"source.endpoint", "consumer.timeout", "ops.listen"}
+
+
+def test_mistyped_secret_is_not_echoed() -> None:
+    text = BASE.replace(
+        "[consumer]", "access_key_id = 'id'\naccess_key_secret = 987654\n[consumer]"
+    )
+    with pytest.raises(ConfigError, match=r"source\.access_key_secret: expected a string") as info:
+        loads(text, {})
+    assert "987654" not in str(info.value)
+
+
+PROCESSORS = (
+    BASE
+    + """
+[processor]
+name = "jsonl"
+
+[processor.jsonl]
+path = "/a"
+tag = "t"
+rotate = true
+fields = ["a", "b"]
+
+[processor.jsonl.sink]
+mode = "append"
+
+[processor.spark]
+master = "local[*]"
+
+[processor.empty]
+"""
+)
+
+
+def test_processor_tables_pass_through() -> None:
+    cfg = loads(PROCESSORS, {})
+    assert set(cfg.processor.options) == {"jsonl", "spark", "empty"}
+    assert cfg.processor.options["spark"] == {"master": "local[*]"}
+    assert cfg.processor.options["empty"] == {}
+    selected = cfg.processor.selected_options
+    assert selected["path"] == "/a"
+    assert selected["rotate"] is True
+    assert selected["fields"] == ("a", "b")
+    assert selected["sink"]["mode"] == "append"
+
+
+def test_processor_tables_are_read_only() -> None:
+    selected = loads(PROCESSORS, {}).processor.selected_options
+    with pytest.raises(TypeError):
+        selected["path"] = "/b"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        selected["sink"]["mode"] = "x"
+
+
+def test_selected_processor_without_a_table() -> None:
+    cfg = loads(PROCESSORS, {"LOGHUBD_PROCESSOR__NAME": "other"})
+    assert cfg.processor.name == "other"
+    assert cfg.processor.selected_options == {}
+
+
+def test_processor_env_and_overrides() -> None:
+    environ = {
+        "LOGHUBD_PROCESSOR_JSONL__PATH": "/x",  # replaces the file's value
+        "LOGHUBD_PROCESSOR_JSONL__BATCH": "10",  # a TOML literal: int
+        "LOGHUBD_PROCESSOR_JSONL__TAG": "123",  # the file has a string: stays a string
+        "LOGHUBD_PROCESSOR_JSONL__LABELS": '["x", "y"]',
+        "LOGHUBD_PROCESSOR_JSONL__SINK__MODE": "overwrite",
+        "LOGHUBD_PROCESSOR__SPARK__MASTER": "spark://h:7077",  # the double-underscore form
+        "LOGHUBD_PROCESSOR_NEW__FLAG": "true",  # a table only the environment has
+    }
+    cfg = loads(PROCESSORS, environ, {"processor.spark.app_name": "n"})
+    jsonl = cfg.processor.options["jsonl"]
+    assert jsonl["path"] == "/x"
+    assert jsonl["batch"] == 10
+    assert jsonl["tag"] == "123"
+    assert jsonl["labels"] == ("x", "y")
+    assert jsonl["sink"]["mode"] == "overwrite"
+    assert cfg.processor.options["spark"] == {"master": "spark://h:7077", "app_name": "n"}
+    assert cfg.processor.options["new"] == {"flag": True}
+
+
+def test_redacted() -> None:
+    environ = {
+        "LOGHUBD_SOURCE__ACCESS_KEY_ID": "AKID",
+        "LOGHUBD_SOURCE__ACCESS_KEY_SECRET": "very-secret",
+        "LOGHUBD_OPS__STATUS_TOKEN": "tok",
+        "LOGHUBD_PROCESSOR_SPARK__SINK_PASSWORD": "pw",
+    }
+    cfg = loads(PROCESSORS, environ)
+    out = cfg.redacted()
+    assert out["source"]["access_key_id"] == "AKID"
+    assert out["source"]["access_key_secret"] == "***"
+    assert out["source"]["security_token"] == ""  # empty: nothing to hide
+    assert out["ops"]["status_token"] == "***"
+    assert out["processor"]["name"] == "jsonl"
+    assert out["processor"]["spark"] == {"master": "local[*]", "sink_password": "***"}
+    assert out["processor"]["jsonl"]["fields"] == ["a", "b"]
+    assert out["consumer"]["timeout"] == 15.0
+    assert set(out) == {"source", "consumer", "processor", "ops", "log"}
+    dumped = json.dumps(out)  # plain data, as `loghubd check-config` prints it
+    assert "very-secret" not in dumped
+    assert "pw" not in dumped.replace("password", "")
+    assert cfg.source.access_key_secret == "very-secret"  # the config itself is untouched
+
+
+def test_load_file_env_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "loghubd.toml"
+    path.write_text(BASE, encoding="utf-8")
+    cfg = load(path, {"LOGHUBD_CONSUMER__GROUP": "x"}, {"consumer.name": "me"})
+    assert (cfg.consumer.group, cfg.consumer.name) == ("x", "me")
+    assert load(str(path), {}).consumer.group == "g"
+
+
+def test_load_without_a_file() -> None:
+    environ = {
+        "LOGHUBD_SOURCE__ENDPOINT": "https://cn-hangzhou.log.aliyuncs.com",
+        "LOGHUBD_SOURCE__PROJECT": "p",
+        "LOGHUBD_SOURCE__LOGSTORE": "l",
+        "LOGHUBD_CONSUMER__GROUP": "g",
+    }
+    assert load(None, environ).source.endpoint == "https://cn-hangzhou.log.aliyuncs.com"
+
+
+def test_load_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read the config file"):
+        load(missing, {})
+
+
+def test_load_names_the_file_on_syntax_errors(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[source\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.toml: invalid TOML"):
+        load(path, {})
+
+
+def test_sections_can_be_built_directly() -> None:
+    assert ConsumerConfig(group="g").timeout == 15.0
+    with pytest.raises(ConfigError, match=r"consumer\.timeout"):
+        ConsumerConfig(group="g", heartbeat_interval=20.0)
+    assert OpsConfig("localhost:80").port == 80
+    frozen = ProcessorConfig(options={"x": {"y": [1]}})
+    assert frozen.options["x"]["y"] == (1,)
+    with pytest.raises(TypeError):
+        frozen.options["x"]["z"] = 1  # type: ignore[index]
+
+
+def test_config_is_frozen() -> None:
+    cfg = loads(BASE, {})
+    with pytest.raises(AttributeError):
+        cfg.consumer.group = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("value", "textual", "expected"),
+    [
+        ("a, b,,c ", True, ("a", "b", "c")),
+        ('["a", "b"]', True, ("a", "b")),
+        ("", True, ()),
+        (["a"], False, ("a",)),
+    ],
+)
+def test_list_values(value: Any, textual: bool, expected: tuple[str, ...]) -> None:
+    # No key is a list yet; the conversion is ready for the first one.
+    assert _coerce(tuple[str, ...], value, textual) == expected
+
+
+def test_none_overrides_are_skipped() -> None:
+    assert loads(BASE, {}, {"consumer.group": None, "consumer.name": None}).consumer.group == "g"
