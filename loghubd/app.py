@@ -54,8 +54,13 @@ async def ensure_group(client: SlsClient, cfg: Config) -> None:
         if existing.get("name") == c.group:
             have = {"timeout": existing.get("timeout"), "order": existing.get("order")}
             if have != want:
-                log.warning("consumer_group_settings_differ", group=c.group, server=have,
-                            configured=want, action="keeping the server's settings")
+                log.warning(
+                    "consumer_group_settings_differ",
+                    group=c.group,
+                    server=have,
+                    configured=want,
+                    action="keeping the server's settings",
+                )
             return
     try:
         await client.create_group(cfg.source.logstore, c.group, int(c.timeout), c.order)
@@ -71,14 +76,18 @@ async def _retry_until_ok(what: str, fn: Callable[[], Awaitable[None]]) -> None:
         try:
             await fn()
             return
-        except (E.Unauthorized, E.SignatureNotMatch, E.InvalidAccessKeyId, E.ProjectNotExist,
-                E.LogStoreNotExist):
+        except (
+            E.Unauthorized,
+            E.SignatureNotMatch,
+            E.InvalidAccessKeyId,
+            E.ProjectNotExist,
+            E.LogStoreNotExist,
+        ):
             raise
         except E.SlsError as exc:
             attempt += 1
             wait = min(30.0, 0.5 * 2 ** min(attempt, 6))
-            log.warning("startup_call_failed", call=what, error=str(exc)[:300],
-                        retry_in_s=wait)
+            log.warning("startup_call_failed", call=what, error=str(exc)[:300], retry_in_s=wait)
             await anyio.sleep(wait)
 
 
@@ -104,21 +113,36 @@ class Daemon:
     def build(self, session: aiohttp.ClientSession) -> tuple[SlsClient, Supervisor]:
         s, c = self.cfg.source, self.cfg.consumer
         client = SlsClient(
-            session, s.endpoint, s.project, self.credentials, auth_version=s.auth_version,
-            region=s.region, request_timeout=c.request_timeout,
+            session,
+            s.endpoint,
+            s.project,
+            self.credentials,
+            auth_version=s.auth_version,
+            region=s.region,
+            request_timeout=c.request_timeout,
             user_agent=f"loghubd/0.1-consumergroup-{c.group}-{self.consumer}",
         )
         start = c.start if isinstance(c.start, str) else str(int(c.start))
         ctx = ShardContext(
             client=client,
-            settings=FetchSettings(s.logstore, c.max_fetch_log_groups, c.fetch_interval,
-                                   c.retry_max_backoff, c.query or None),
+            settings=FetchSettings(
+                s.logstore,
+                c.max_fetch_log_groups,
+                c.fetch_interval,
+                c.retry_max_backoff,
+                c.query or None,
+            ),
             group=c.group,
             consumer=self.consumer,
             start=start,
             factory=self.factory,
-            retry=RetryPolicy(c.max_attempts, c.on_failure, c.retry_initial_backoff,
-                              c.retry_max_backoff, Path(c.dead_letter_dir)),
+            retry=RetryPolicy(
+                c.max_attempts,
+                c.on_failure,
+                c.retry_initial_backoff,
+                c.retry_max_backoff,
+                Path(c.dead_letter_dir),
+            ),
             metrics=self.metrics,
             budget=ByteBudget(c.max_bytes_in_flight, self.metrics),
             catalog=ShardCatalog(client, s.logstore),
@@ -136,9 +160,14 @@ class Daemon:
             timeout=self.cfg.consumer.timeout,
             last_heartbeat_error=self.heartbeat.last_error,
             shards=tuple(
-                health.ShardView(t.shard, t.status.state, t.status.reason,
-                                 t.status.fetch.caught_up, now - t.status.last_progress,
-                                 now - (t.status.fetch.last_pull or self.started_at))
+                health.ShardView(
+                    t.shard,
+                    t.status.state,
+                    t.status.reason,
+                    t.status.fetch.caught_up,
+                    now - t.status.last_progress,
+                    now - (t.status.fetch.last_pull or self.started_at),
+                )
                 for t in tasks
             ),
             starting=self.starting,
@@ -180,8 +209,12 @@ class Daemon:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             client, supervisor = self.build(session)
-            ops_app = make_app(self.metrics, lambda: self.snapshot(supervisor),
-                               lambda: self.status(supervisor), cfg.ops.status_token)
+            ops_app = make_app(
+                self.metrics,
+                lambda: self.snapshot(supervisor),
+                lambda: self.status(supervisor),
+                cfg.ops.status_token,
+            )
             clean = False
             async with anyio.create_task_group() as tg:
                 port = await tg.start(serve_ops, ops_app, cfg.ops.listen)
@@ -204,14 +237,25 @@ class Daemon:
                     return 0
                 self.starting = False
                 await tg.start(supervisor.run)
-                tg.start_soon(run_heartbeat, client,
-                              HeartbeatSettings(cfg.source.logstore, cfg.consumer.group,
-                                                self.consumer, cfg.consumer.heartbeat_interval,
-                                                cfg.consumer.timeout),
-                              self.assignment, supervisor, self.metrics, self.heartbeat,
-                              self.waker)
-                tg.start_soon(run_flusher, supervisor, cfg.consumer.checkpoint_interval,
-                              self.metrics)
+                tg.start_soon(
+                    run_heartbeat,
+                    client,
+                    HeartbeatSettings(
+                        cfg.source.logstore,
+                        cfg.consumer.group,
+                        self.consumer,
+                        cfg.consumer.heartbeat_interval,
+                        cfg.consumer.timeout,
+                    ),
+                    self.assignment,
+                    supervisor,
+                    self.metrics,
+                    self.heartbeat,
+                    self.waker,
+                )
+                tg.start_soon(
+                    run_flusher, supervisor, cfg.consumer.checkpoint_interval, self.metrics
+                )
                 log.info("consumer_started", **bind, processor=cfg.processor.name)
                 on_ready("READY=1")
                 await stop.wait()
@@ -220,8 +264,7 @@ class Daemon:
                 clean = await supervisor.stop_all(cfg.consumer.shutdown_grace)
                 with anyio.move_on_after(cfg.consumer.request_timeout):
                     try:
-                        await client.leave(cfg.source.logstore, cfg.consumer.group,
-                                           self.consumer)
+                        await client.leave(cfg.source.logstore, cfg.consumer.group, self.consumer)
                         log.info("left_group", **bind)
                     except E.SlsError as exc:
                         log.info("leave_not_supported", **bind, error=str(exc)[:200])

@@ -78,16 +78,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"loghubd run: {exc}", file=sys.stderr)
         return 2
     notify = SystemdNotifier.from_env()
-    code: int = anyio.run(
-        lambda: daemon.run(wait_for_signal, on_ready=notify.send)
-    )
+    code: int = anyio.run(lambda: daemon.run(wait_for_signal, on_ready=notify.send))
     return code
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loghubd", description=__doc__)
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     parser.add_argument("--log-format", default="auto", choices=["auto", "json", "console"])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -95,27 +94,50 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", default="./.loghubd-data", help="where SQLite data lives")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=7100)
-    serve.add_argument("--access-keys", metavar="FILE",
-                       help="TOML file of [[keys]] id/secret; without it no signature is checked")
-    serve.add_argument("--default-project", default="",
-                       help="project for requests whose Host names none (created on demand)")
-    serve.add_argument("--max-body-bytes", type=int, default=10 * 1024 * 1024,
-                       help="largest raw PutLogs body accepted")
-    serve.add_argument("--max-groups", type=int, default=30,
-                       help="consumer groups allowed per logstore")
-    serve.add_argument("--ttl-day-seconds", type=float, default=86400.0,
-                       help="seconds in one TTL day (shrink it to test expiry)")
-    serve.add_argument("--expire-interval", type=float, default=60.0,
-                       help="seconds between TTL expiry sweeps")
-    serve.add_argument("--fsync", action="store_true",
-                       help="fsync every commit (survives power loss, not just kill -9)")
+    serve.add_argument(
+        "--access-keys",
+        metavar="FILE",
+        help="TOML file of [[keys]] id/secret; without it no signature is checked",
+    )
+    serve.add_argument(
+        "--default-project",
+        default="",
+        help="project for requests whose Host names none (created on demand)",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=10 * 1024 * 1024,
+        help="largest raw PutLogs body accepted",
+    )
+    serve.add_argument(
+        "--max-groups", type=int, default=30, help="consumer groups allowed per logstore"
+    )
+    serve.add_argument(
+        "--ttl-day-seconds",
+        type=float,
+        default=86400.0,
+        help="seconds in one TTL day (shrink it to test expiry)",
+    )
+    serve.add_argument(
+        "--expire-interval", type=float, default=60.0, help="seconds between TTL expiry sweeps"
+    )
+    serve.add_argument(
+        "--fsync",
+        action="store_true",
+        help="fsync every commit (survives power loss, not just kill -9)",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     run = sub.add_parser("run", help="run the consumer daemon")
     run.add_argument("-c", "--config", required=True, help="TOML config file")
     run.add_argument("--name", help="consumer name (overrides consumer.name)")
-    run.add_argument("--workers", type=int, default=1,
-                     help="run N consumer processes in the same group, restarted if they die")
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="run N consumer processes in the same group, restarted if they die",
+    )
     run.set_defaults(func=_cmd_run)
     return parser
 

@@ -246,7 +246,10 @@ class SlsClient:
 
     async def cursor_time(self, logstore: str, shard: int, cursor: str) -> int:
         data = await self._json(
-            "GET", f"/logstores/{logstore}/shards/{shard}", {"type": "cursor_time", "cursor": cursor})
+            "GET",
+            f"/logstores/{logstore}/shards/{shard}",
+            {"type": "cursor_time", "cursor": cursor},
+        )
         return int(data["cursor_time"])
 
     async def pull(

@@ -139,13 +139,21 @@ async def run_fetcher(
             started = time.perf_counter()
             try:
                 pulled = await client.pull(
-                    settings.logstore, shard, cursor, settings.max_log_groups,
+                    settings.logstore,
+                    shard,
+                    cursor,
+                    settings.max_log_groups,
                     query=settings.query,
                 )
             except E.InvalidCursor as exc:
                 fresh = await start_position()
-                log.warning("cursor_invalid_restarting", **bind, cursor=cursor, restart_at=fresh,
-                            error=str(exc))
+                log.warning(
+                    "cursor_invalid_restarting",
+                    **bind,
+                    cursor=cursor,
+                    restart_at=fresh,
+                    error=str(exc),
+                )
                 cursor = fresh
                 await send.send(CursorReset(fresh, str(exc)))
                 continue
@@ -154,8 +162,9 @@ async def run_fetcher(
             except E.SlsError as exc:
                 failures += 1
                 wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
-                log.warning("pull_failed", **bind, error=str(exc), attempt=failures,
-                            wait_s=round(wait, 2))
+                log.warning(
+                    "pull_failed", **bind, error=str(exc), attempt=failures, wait_s=round(wait, 2)
+                )
                 await anyio.sleep(wait)
                 continue
             failures = 0
@@ -164,8 +173,9 @@ async def run_fetcher(
             status.last_pull = now
             if pulled.count:
                 budget.take(len(pulled.data))
-                batch = Batch(shard, cursor, pulled.next_cursor, pulled.data, pulled.count,
-                              pulled.raw_size)
+                batch = Batch(
+                    shard, cursor, pulled.next_cursor, pulled.data, pulled.count, pulled.raw_size
+                )
                 try:
                     await send.send(batch)
                 except BaseException:
@@ -197,7 +207,11 @@ async def run_fetcher(
 
 
 async def _probe_lag(
-    client: SlsClient, logstore: str, shard: int, cursor: str, status: FetchStatus,
+    client: SlsClient,
+    logstore: str,
+    shard: int,
+    cursor: str,
+    status: FetchStatus,
     metrics: Metrics,
 ) -> None:
     """Lag behind the end cursor. SLS cursors count log groups, so their difference is the

@@ -82,10 +82,18 @@ async def run_heartbeat(
         else:
             metrics.heartbeat_seconds.observe(time.monotonic() - started)
             state.joined, state.last_ok, state.last_error = True, time.monotonic(), ""
+            if supervisor.closing:
+                # Shutting down: keep the lease while shards drain, take nothing new. Shards
+                # answered now are let go by our next report (or by the leave).
+                answer = [s for s in answer if s in assignment.held]
             diff = assignment.apply_answer(answer)
             if diff.to_start or diff.to_stop:
-                log.info("assignment_changed", **bind, start=sorted(diff.to_start),
-                         stop=sorted(diff.to_stop))
+                log.info(
+                    "assignment_changed",
+                    **bind,
+                    start=sorted(diff.to_start),
+                    stop=sorted(diff.to_stop),
+                )
             supervisor.apply(diff)
         scheduled = started + settings.interval
         await waker.sleep(max(MIN_GAP_S, scheduled - time.monotonic()))

@@ -91,6 +91,7 @@ class ShardTask:
         self.lost = False  # another consumer owns the shard: never commit again
         self.commit_failed = False  # the last commit attempt failed for another reason
         self._commit_lock = anyio.Lock()
+        self._waiting: anyio.CancelScope | None = None
         self._bind = {"group": ctx.group, "consumer": ctx.consumer, "shard": shard}
 
     # -- commits -----------------------------------------------------------------------------
@@ -110,12 +111,15 @@ class ShardTask:
                 if flush is not None:
                     await call(flush)  # make the processor's output durable first
                 await self.ctx.client.commit(
-                    self.ctx.settings.logstore, self.ctx.group, self.ctx.consumer, self.shard,
+                    self.ctx.settings.logstore,
+                    self.ctx.group,
+                    self.ctx.consumer,
+                    self.shard,
                     cursor,
                 )
             except E.OwnershipLost as exc:
                 self.lost = True
-                self.stop_requested.set()
+                self.request_stop()
                 self.ctx.metrics.ownership_lost.labels(str(self.shard)).inc()
                 self.ctx.metrics.commits.labels("ownership_lost").inc()
                 log.warning("shard_ownership_lost", **self._bind, error=str(exc))
@@ -134,7 +138,7 @@ class ShardTask:
     def drop(self) -> None:
         """The server no longer knows us: stop without committing anything more."""
         self.lost = True
-        self.stop_requested.set()
+        self.request_stop()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -145,8 +149,9 @@ class ShardTask:
     async def _initial(self) -> tuple[str, str | None]:
         c = self.ctx
         cps = await c.client.checkpoints(c.settings.logstore, c.group, self.shard)
-        saved = next((str(cp.get("checkpoint") or "") for cp in cps
-                      if cp.get("shard") == self.shard), "")
+        saved = next(
+            (str(cp.get("checkpoint") or "") for cp in cps if cp.get("shard") == self.shard), ""
+        )
         if saved:
             return saved, saved
         return await self._start_position(), None
@@ -161,8 +166,12 @@ class ShardTask:
             except E.SlsError as exc:
                 attempt += 1
                 wait = min(self.ctx.retry.max_backoff, 0.2 * 2 ** min(attempt, 8))
-                log.warning("shard_start_failed", **self._bind, error=str(exc)[:300],
-                            retry_in_s=round(wait, 2))
+                log.warning(
+                    "shard_start_failed",
+                    **self._bind,
+                    error=str(exc)[:300],
+                    retry_in_s=round(wait, 2),
+                )
                 await anyio.sleep(wait)
 
     async def run(self, on_exit: Callable[[ShardTask], Awaitable[None]]) -> None:
@@ -195,8 +204,27 @@ class ShardTask:
         except Exception as exc:
             log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
         await self.commit()
-        log.info("shard_stopped", **self._bind, checkpoint=self.tracker.committed,
-                 lost=self.lost)
+        log.info("shard_stopped", **self._bind, checkpoint=self.tracker.committed, lost=self.lost)
+
+    def request_stop(self) -> None:
+        """Finish the batch in hand (if any), then stop. Waiting for data is interrupted; a
+        batch being processed never is."""
+        self.stop_requested.set()
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    async def _next(self, receive: anyio.abc.ObjectReceiveStream[Item]) -> Item | None:
+        """The next item, or None when the fetcher is done or a stop was requested."""
+        if self.stop_requested.is_set():
+            return None
+        with anyio.CancelScope() as self._waiting:
+            try:
+                return await receive.receive()
+            except anyio.EndOfStream:
+                return None
+            finally:
+                self._waiting = None
+        return None  # cancelled by request_stop
 
     async def _consume(self) -> None:
         assert self.tracker is not None
@@ -206,7 +234,7 @@ class ShardTask:
             rollback: str | None = None
             async with anyio.create_task_group() as tg, receive:
                 tg.start_soon(self._fetch, tracker.fetch_cursor, send)
-                async for item in receive:
+                while (item := await self._next(receive)) is not None:
                     if isinstance(item, Batch):
                         try:
                             rollback = await self._handle(item)
@@ -217,7 +245,7 @@ class ShardTask:
                     else:
                         assert isinstance(item, CursorReset)
                         tracker.rollback(item.cursor)
-                    if rollback is not None or self.stop_requested.is_set():
+                    if rollback is not None:
                         break
                 tg.cancel_scope.cancel()  # drop the prefetched batch, if any
             if rollback is not None:
@@ -229,9 +257,17 @@ class ShardTask:
     async def _fetch(self, cursor: str, send: anyio.abc.ObjectSendStream[Item]) -> None:
         c = self.ctx
         await run_fetcher(
-            c.client, c.settings, self.shard, cursor, send,  # type: ignore[arg-type]
-            budget=c.budget, catalog=c.catalog, metrics=c.metrics, status=self.status.fetch,
-            start_position=self._start_position, bind=self._bind,
+            c.client,
+            c.settings,
+            self.shard,
+            cursor,
+            send,  # type: ignore[arg-type]
+            budget=c.budget,
+            catalog=c.catalog,
+            metrics=c.metrics,
+            status=self.status.fetch,
+            start_position=self._start_position,
+            bind=self._bind,
         )
 
     async def _handle(self, batch: Batch) -> str | None:
@@ -246,12 +282,17 @@ class ShardTask:
         token = tracker.fetched(batch.cursor, batch.next_cursor)
         tracker.begin(token)
         outcome = await process_with_retry(
-            self.processor, batch, tracker, self.ctx.retry, self.ctx.metrics,
-            mark_done=lambda: tracker.done(token), bind=self._bind,
+            self.processor,
+            batch,
+            tracker,
+            self.ctx.retry,
+            self.ctx.metrics,
+            mark_done=lambda: tracker.done(token),
+            bind=self._bind,
         )
         if isinstance(outcome, ShardStopped):
             self.status.state, self.status.reason = "failed", outcome.reason
-            self.stop_requested.set()
+            self.request_stop()
             return None
         logs = await anyio.to_thread.run_sync(lambda: batch.log_count)
         label = str(self.shard)

@@ -7,6 +7,8 @@ why. It is let go when the server stops answering it.
 
 from __future__ import annotations
 
+import contextlib
+
 import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
@@ -34,8 +36,9 @@ class Waker:
 
 
 class Supervisor:
-    def __init__(self, ctx: ShardContext, assignment: Assignment, metrics: Metrics,
-                 waker: Waker) -> None:
+    def __init__(
+        self, ctx: ShardContext, assignment: Assignment, metrics: Metrics, waker: Waker
+    ) -> None:
         self.ctx = ctx
         self.assignment = assignment
         self.metrics = metrics
@@ -47,6 +50,7 @@ class Supervisor:
         self._idle = anyio.Event()
         self._idle.set()
         self.unflushed: list[int] = []  # shards whose last commit did not go through
+        self.closing = False  # shutting down: no new shard is started
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -60,7 +64,7 @@ class Supervisor:
             if parked is not None:
                 self._let_go(parked)
             elif shard in self.tasks:
-                self.tasks[shard].stop_requested.set()
+                self.tasks[shard].request_stop()
         for shard in sorted(diff.to_start):
             self._start(shard)
         if diff.to_start:
@@ -105,10 +109,8 @@ class Supervisor:
             self._idle.set()
 
     def _let_go(self, task: ShardTask) -> None:
-        try:
+        with contextlib.suppress(ValueError):
             self.assignment.stopped(task.shard)
-        except ValueError:
-            pass
         self.metrics.forget_shard(task.shard)
         self.metrics.held_shards.set(len(self.assignment.held))
         self.waker.wake()  # tell the server promptly, so the next owner starts sooner
@@ -119,8 +121,9 @@ class Supervisor:
     async def stop_all(self, grace: float) -> bool:
         """Finish in-flight batches within `grace`, then cancel; every shard's final commit
         and processor shutdown still run (shielded). True if everything was flushed."""
+        self.closing = True
         for task in list(self.tasks.values()):
-            task.stop_requested.set()
+            task.request_stop()
         with anyio.move_on_after(grace):
             await self._idle.wait()
         if self.tasks:

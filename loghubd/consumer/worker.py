@@ -33,9 +33,7 @@ async def call(fn: Callable[..., Any], *args: Any, abandon_on_cancel: bool = Fal
     so a blocking processor never delays the heartbeat."""
     if inspect.iscoroutinefunction(fn):
         return await fn(*args)
-    result = await anyio.to_thread.run_sync(
-        lambda: fn(*args), abandon_on_cancel=abandon_on_cancel
-    )
+    result = await anyio.to_thread.run_sync(lambda: fn(*args), abandon_on_cancel=abandon_on_cancel)
     if inspect.isawaitable(result):
         return await result
     return result
@@ -52,7 +50,7 @@ class RetryPolicy:
     def backoff(self, attempt: int) -> float:
         """Wait before attempt `attempt + 1`: doubles each time, half of it jittered, so the
         waits grow while retrying processes do not synchronise."""
-        ceiling = min(self.max_backoff, self.initial_backoff * 2 ** (attempt - 1))
+        ceiling = min(self.max_backoff, self.initial_backoff * 2.0 ** (attempt - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
@@ -93,7 +91,10 @@ async def process_with_retry(
         except Exception as exc:
             metrics.processor_errors.labels(str(batch.shard)).inc()
             log.warning(
-                "process_failed", **bind, attempt=attempt, cursor=batch.cursor,
+                "process_failed",
+                **bind,
+                attempt=attempt,
+                cursor=batch.cursor,
                 error=repr(exc)[:500],
             )
             if policy.max_attempts and attempt >= policy.max_attempts:
@@ -134,8 +135,10 @@ def _write_dead_letter(directory: Path, batch: Batch, exc: BaseException, attemp
         "traceback": "".join(traceback.format_exception(exc)),
         "data": raw_path.name,
     }
-    for path, data in ((raw_path, batch.raw), (folder / f"{stem}.json",
-                                                json.dumps(meta, indent=2).encode())):
+    for path, data in (
+        (raw_path, batch.raw),
+        (folder / f"{stem}.json", json.dumps(meta, indent=2).encode()),
+    ):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, data)

@@ -41,10 +41,13 @@ def readiness(snap: Snapshot) -> Verdict:
     if snap.starting:
         reasons.append("processor is starting")
     if not snap.joined:
-        reasons.append("not joined to the consumer group"
-                       + (f": {snap.last_heartbeat_error}" if snap.last_heartbeat_error else ""))
-    elif snap.seconds_since_heartbeat > max(2 * snap.heartbeat_interval, snap.heartbeat_interval
-                                            + 1.0):
+        reasons.append(
+            "not joined to the consumer group"
+            + (f": {snap.last_heartbeat_error}" if snap.last_heartbeat_error else "")
+        )
+    elif snap.seconds_since_heartbeat > max(
+        2 * snap.heartbeat_interval, snap.heartbeat_interval + 1.0
+    ):
         reasons.append(
             f"last successful heartbeat {snap.seconds_since_heartbeat:.1f}s ago"
             + (f": {snap.last_heartbeat_error}" if snap.last_heartbeat_error else "")
@@ -52,7 +55,9 @@ def readiness(snap: Snapshot) -> Verdict:
     for s in snap.shards:
         if s.state == "failed":
             reasons.append(f"shard {s.shard} stopped: {s.reason}")
-        elif s.state == "consuming" and not s.caught_up and s.seconds_since_progress > STALL_AFTER_S:
+        elif (
+            s.state == "consuming" and not s.caught_up and s.seconds_since_progress > STALL_AFTER_S
+        ):
             reasons.append(f"shard {s.shard} made no progress for {s.seconds_since_progress:.0f}s")
         elif s.state == "consuming" and s.seconds_since_pull > max(STALL_AFTER_S, snap.timeout):
             reasons.append(f"shard {s.shard} has not pulled for {s.seconds_since_pull:.0f}s")

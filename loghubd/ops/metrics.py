@@ -6,6 +6,8 @@ Names: prefix `loghubd_`, units in the name, `_total` for counters; per-shard se
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -16,65 +18,109 @@ class Metrics:
         r = self.registry = registry or CollectorRegistry(auto_describe=True)
         shard = ["shard"]
         self.consumed_logs = Counter(
-            "loghubd_consumed_logs_total", "Logs handed to the processor and finished", shard,
-            registry=r)
+            "loghubd_consumed_logs_total",
+            "Logs handed to the processor and finished",
+            shard,
+            registry=r,
+        )
         self.consumed_bytes = Counter(
-            "loghubd_consumed_bytes_total", "Raw (uncompressed) bytes finished", shard,
-            registry=r)
+            "loghubd_consumed_bytes_total", "Raw (uncompressed) bytes finished", shard, registry=r
+        )
         self.consumed_batches = Counter(
-            "loghubd_consumed_batches_total", "Batches finished", shard, registry=r)
+            "loghubd_consumed_batches_total", "Batches finished", shard, registry=r
+        )
         self.fetch_seconds = Histogram(
-            "loghubd_fetch_duration_seconds", "PullLogs latency", shard, buckets=_LATENCY,
-            registry=r)
+            "loghubd_fetch_duration_seconds",
+            "PullLogs latency",
+            shard,
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.process_seconds = Histogram(
-            "loghubd_process_duration_seconds", "Processor time per batch", shard,
-            buckets=_LATENCY, registry=r)
+            "loghubd_process_duration_seconds",
+            "Processor time per batch",
+            shard,
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.lag_log_groups = Gauge(
-            "loghubd_lag_log_groups", "Log groups between the fetch position and the end",
-            shard, registry=r)
+            "loghubd_lag_log_groups",
+            "Log groups between the fetch position and the end",
+            shard,
+            registry=r,
+        )
         self.lag_logs = Gauge(
-            "loghubd_lag_logs", "Logs between the fetch position and the end (estimated from "
-            "the recent logs per log group)", shard, registry=r)
+            "loghubd_lag_logs",
+            "Logs between the fetch position and the end (estimated from "
+            "the recent logs per log group)",
+            shard,
+            registry=r,
+        )
         self.lag_seconds = Gauge(
-            "loghubd_lag_seconds", "Receive-time age of the oldest unfetched data (0 when "
-            "caught up)", shard, registry=r)
+            "loghubd_lag_seconds",
+            "Receive-time age of the oldest unfetched data (0 when caught up)",
+            shard,
+            registry=r,
+        )
         self.checkpoint_age = Gauge(
-            "loghubd_checkpoint_age_seconds", "Seconds since the shard's checkpoint was last "
-            "committed", shard, registry=r)
+            "loghubd_checkpoint_age_seconds",
+            "Seconds since the shard's checkpoint was last committed",
+            shard,
+            registry=r,
+        )
         self.held_shards = Gauge("loghubd_held_shards", "Shards this consumer holds", registry=r)
         self.heartbeat_seconds = Histogram(
-            "loghubd_heartbeat_duration_seconds", "Heartbeat call latency", buckets=_LATENCY,
-            registry=r)
+            "loghubd_heartbeat_duration_seconds",
+            "Heartbeat call latency",
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.heartbeat_failures = Counter(
-            "loghubd_heartbeat_failures_total", "Heartbeats that failed", registry=r)
+            "loghubd_heartbeat_failures_total", "Heartbeats that failed", registry=r
+        )
         self.heartbeat_delay = Gauge(
-            "loghubd_heartbeat_delay_seconds", "How late the last heartbeat started against "
-            "its schedule", registry=r)
+            "loghubd_heartbeat_delay_seconds",
+            "How late the last heartbeat started against its schedule",
+            registry=r,
+        )
         self.rebalances = Counter(
-            "loghubd_rebalance_shards_total", "Shards gained or lost through rebalancing",
-            ["direction"], registry=r)
+            "loghubd_rebalance_shards_total",
+            "Shards gained or lost through rebalancing",
+            ["direction"],
+            registry=r,
+        )
         self.processor_errors = Counter(
-            "loghubd_processor_errors_total", "Processor failures", shard, registry=r)
+            "loghubd_processor_errors_total", "Processor failures", shard, registry=r
+        )
         self.processor_retries = Counter(
-            "loghubd_processor_retries_total", "Batch retries scheduled", shard, registry=r)
+            "loghubd_processor_retries_total", "Batch retries scheduled", shard, registry=r
+        )
         self.dead_lettered = Counter(
-            "loghubd_dead_lettered_batches_total", "Batches written to the dead-letter "
-            "directory", shard, registry=r)
+            "loghubd_dead_lettered_batches_total",
+            "Batches written to the dead-letter directory",
+            shard,
+            registry=r,
+        )
         self.commits = Counter(
-            "loghubd_checkpoint_commits_total", "Checkpoint commits by result", ["result"],
-            registry=r)
+            "loghubd_checkpoint_commits_total",
+            "Checkpoint commits by result",
+            ["result"],
+            registry=r,
+        )
         self.ownership_lost = Counter(
-            "loghubd_ownership_lost_total", "Shards dropped because the server said another "
-            "consumer owns them", shard, registry=r)
+            "loghubd_ownership_lost_total",
+            "Shards dropped because the server said another consumer owns them",
+            shard,
+            registry=r,
+        )
         self.bytes_in_flight = Gauge(
-            "loghubd_bytes_in_flight", "Fetched bytes not yet finished", registry=r)
+            "loghubd_bytes_in_flight", "Fetched bytes not yet finished", registry=r
+        )
         for direction in ("gained", "lost"):
             self.rebalances.labels(direction)
 
     def forget_shard(self, shard: int) -> None:
         """Drop a shard's gauges when it is let go (counters stay: they are totals)."""
         for gauge in (self.lag_log_groups, self.lag_logs, self.lag_seconds, self.checkpoint_age):
-            try:
+            with contextlib.suppress(KeyError):
                 gauge.remove(str(shard))
-            except KeyError:
-                pass

@@ -15,14 +15,15 @@ from loghubd.ops.health import Snapshot, readiness
 from loghubd.ops.metrics import Metrics
 
 METRICS = web.AppKey("metrics", Metrics)
-SNAPSHOT = web.AppKey("snapshot", Callable[[], Snapshot])
-STATUS = web.AppKey("status", Callable[[], dict[str, Any]])
+SNAPSHOT = web.AppKey[Callable[[], Snapshot]]("snapshot")
+STATUS = web.AppKey[Callable[[], dict[str, Any]]]("status")
 TOKEN = web.AppKey("status_token", str)
 
 
 def _json(value: object, status: int = 200) -> web.Response:
-    return web.Response(status=status, text=json.dumps(value, indent=1),
-                        content_type="application/json")
+    return web.Response(
+        status=status, text=json.dumps(value, indent=1), content_type="application/json"
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -49,8 +50,12 @@ async def status(request: web.Request) -> web.Response:
     return _json(request.app[STATUS]())
 
 
-def make_app(m: Metrics, snapshot: Callable[[], Snapshot],
-             status_view: Callable[[], dict[str, Any]], status_token: str = "") -> web.Application:
+def make_app(
+    m: Metrics,
+    snapshot: Callable[[], Snapshot],
+    status_view: Callable[[], dict[str, Any]],
+    status_token: str = "",
+) -> web.Application:
     app = web.Application()
     app[METRICS] = m
     app[SNAPSHOT] = snapshot
@@ -63,8 +68,9 @@ def make_app(m: Metrics, snapshot: Callable[[], Snapshot],
     return app
 
 
-async def serve_ops(app: web.Application, listen: str, *,
-                    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+async def serve_ops(
+    app: web.Application, listen: str, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+) -> None:
     host, _, port = listen.rpartition(":")
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

@@ -31,16 +31,16 @@ class Tracker(Protocol):
 class Processor(Protocol):
     """One instance per shard."""
 
-    def initialize(self, shard: int) -> None | Awaitable[None]:
+    def initialize(self, shard: int) -> Awaitable[None] | None:
         """Called once before the first batch of this shard."""
 
-    def process(self, batch: Batch, tracker: Tracker) -> str | None | Awaitable[str | None]:
+    def process(self, batch: Batch, tracker: Tracker) -> str | Awaitable[str | None] | None:
         """Handle one batch; call ``tracker.save_checkpoint`` when it is safely done.
 
         Returning a cursor rolls the shard back: fetching restarts from that cursor. Raising
         retries the same batch with backoff (it is never skipped silently)."""
 
-    def shutdown(self, tracker: Tracker) -> None | Awaitable[None]:
+    def shutdown(self, tracker: Tracker) -> Awaitable[None] | None:
         """Called once when the shard is let go (rebalance or shutdown), after the last batch."""
 
     # Optional: ``flush()``, sync or async, is called before this shard's checkpoint is

@@ -17,8 +17,14 @@ class SlsError(Exception):
     code: ClassVar[str] = "InternalServerError"
     status: ClassVar[int] = 500
 
-    def __init__(self, message: str = "", *, status: int | None = None, code: str | None = None,
-                 request_id: str = "") -> None:
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        request_id: str = "",
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.request_id = request_id
@@ -40,7 +46,9 @@ class SlsError(Exception):
 _BY_CODE: dict[str, type[SlsError]] = {}
 
 
-def _define(name: str, status: int, *aliases: str, base: type[SlsError] = SlsError) -> type[SlsError]:
+def _define(
+    name: str, status: int, *aliases: str, base: type[SlsError] = SlsError
+) -> type[SlsError]:
     cls = type(name, (base,), {"code": name, "status": status, "__module__": __name__})
     for code in (name, *aliases):
         _BY_CODE[code] = cls

@@ -18,8 +18,14 @@ def _build_file(name: str, value_type: int, suffix: str) -> descriptor_pb2.FileD
     req, opt, rep = F.LABEL_REQUIRED, F.LABEL_OPTIONAL, F.LABEL_REPEATED
     fdp = descriptor_pb2.FileDescriptorProto(name=name, package=_PACKAGE, syntax="proto2")
 
-    def add(msg: descriptor_pb2.DescriptorProto, fname: str, num: int, label: int, ftype: int,
-            type_name: str = "") -> None:
+    def add(
+        msg: descriptor_pb2.DescriptorProto,
+        fname: str,
+        num: int,
+        label: int,
+        ftype: int,
+        type_name: str = "",
+    ) -> None:
         f = msg.field.add(name=fname, number=num, label=label, type=ftype)
         if type_name:
             f.type_name = type_name

@@ -32,9 +32,7 @@ def v1_string_to_sign(
     method: str, path: str, params: Mapping[str, str], headers: Mapping[str, str]
 ) -> str:
     # x-log-date is excluded: the Python SDK adds it *after* signing (PROTOCOL.md §4.1).
-    extra = sorted(
-        (k, v) for k, v in headers.items() if _is_signed_extra(k) and k != "x-log-date"
-    )
+    extra = sorted((k, v) for k, v in headers.items() if _is_signed_extra(k) and k != "x-log-date")
     resource = path
     if params:
         resource += "?" + "&".join(f"{k}={v}" for k, v in sorted(params.items()))
@@ -75,9 +73,7 @@ def v4_canonical_request(
         query_parts.append(f"{k}={encoded}" if encoded else k)
     signed = ";".join(names)
     payload_hash = headers.get("x-log-content-sha256", EMPTY_SHA256)
-    text = "\n".join(
-        [method, path, "&".join(query_parts), canonical_headers, signed, payload_hash]
-    )
+    text = "\n".join([method, path, "&".join(query_parts), canonical_headers, signed, payload_hash])
     return text, signed
 
 
@@ -119,7 +115,9 @@ def sign_v1(
     if body:
         headers["content-md5"] = content_md5(body)
     sts = v1_string_to_sign(method, path, params, headers)
-    headers["authorization"] = f"LOG {creds.access_key_id}:{v1_signature(creds.access_key_secret, sts)}"
+    headers["authorization"] = (
+        f"LOG {creds.access_key_id}:{v1_signature(creds.access_key_secret, sts)}"
+    )
 
 
 def sign_v4(
@@ -139,4 +137,6 @@ def sign_v4(
     headers["x-log-date"] = now_utc
     canonical, _signed = v4_canonical_request(method, path, params, headers)
     sig, scope = v4_signature(creds.access_key_secret, region, now_utc, canonical)
-    headers["authorization"] = f"{V4_ALGORITHM} Credential={creds.access_key_id}/{scope},Signature={sig}"
+    headers["authorization"] = (
+        f"{V4_ALGORITHM} Credential={creds.access_key_id}/{scope},Signature={sig}"
+    )

@@ -132,8 +132,15 @@ async def get_project(call: Call) -> web.Response:
             {
                 "count": len(projects),
                 "total": len(projects),
-                "projects": [{"projectName": p.name, "description": p.description,
-                              "status": "Normal", "region": "local"} for p in projects],
+                "projects": [
+                    {
+                        "projectName": p.name,
+                        "description": p.description,
+                        "status": "Normal",
+                        "region": "local",
+                    }
+                    for p in projects
+                ],
             }
         )
     call.service.project(call.project)
@@ -528,8 +535,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     try:
         response = await _handle(request, service, parts)
     except E.SlsError as exc:
-        response = _json({"errorCode": exc.error_code, "errorMessage": exc.message},
-                         status=exc.http_status)
+        response = _json(
+            {"errorCode": exc.error_code, "errorMessage": exc.message}, status=exc.http_status
+        )
     except web.HTTPRequestEntityTooLarge:
         err = E.PostBodyTooLarge("request body is too large")
         response = _json({"errorCode": err.error_code, "errorMessage": err.message}, status=400)
@@ -544,7 +552,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def _handle(request: web.Request, service: LogService, parts: tuple[str, ...]) -> web.Response:
+async def _handle(
+    request: web.Request, service: LogService, parts: tuple[str, ...]
+) -> web.Response:
     _api, handler = resolve(request.method, parts)
     body = await request.read()
     headers = {k.lower(): v for k, v in request.headers.items()}
@@ -553,7 +563,8 @@ async def _handle(request: web.Request, service: LogService, parts: tuple[str, .
     if keys:
         auth.verify(
             auth.SignedRequest(request.method, request.path, query, headers, body),
-            keys, time.time(),
+            keys,
+            time.time(),
         )
     host = headers.get("host", "")
     project = project_from_host(host, request.app[DEFAULT_PROJECT])

@@ -8,6 +8,7 @@ commits, shard changes and clock ticks.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections.abc import Callable
@@ -53,10 +54,8 @@ class LogService:
 
     def ensure_project(self, name: str) -> None:
         if self.storage.get_project(name) is None:
-            try:
+            with contextlib.suppress(AlreadyExists):
                 self.storage.create_project(name, "", int(self.clock()))
-            except AlreadyExists:
-                pass
 
     def create_project(self, name: str, description: str) -> None:
         _check_name("project", name)
@@ -207,7 +206,9 @@ class LogService:
             try:
                 when = int(where)
             except ValueError:
-                raise E.ParameterInvalid(f"from must be begin, end or unix seconds: {where!r}") from None
+                raise E.ParameterInvalid(
+                    f"from must be begin, end or unix seconds: {where!r}"
+                ) from None
             if when < 0:
                 raise E.ParameterInvalid("from must not be negative")
             found = self.storage.seq_at_time(ls.id, shard_id, when)
@@ -248,7 +249,8 @@ class LogService:
         # Shards may have appeared while the group was not loaded: bring it up to date.
         known = set(group.shards)
         missing = tuple(
-            (s.shard_id, s.parents) for s in self.storage.list_shards(ls.id)
+            (s.shard_id, s.parents)
+            for s in self.storage.list_shards(ls.id)
             if s.shard_id not in known
         )
         if missing:
@@ -296,13 +298,16 @@ class LogService:
         self.storage.create_group(ls.id, name, timeout, order, json.dumps(co.to_dict(group)))
         self._groups[(ls.id, name)] = group
 
-    def update_group(self, ls: Logstore, name: str, timeout: int | None, order: bool | None) -> None:
+    def update_group(
+        self, ls: Logstore, name: str, timeout: int | None, order: bool | None
+    ) -> None:
         group = self._group(ls, name)
         if timeout is not None and timeout <= 0:
             raise E.JsonInfoInvalid("timeout must be a positive number of seconds")
         outcome = self._step(
-            ls, group, co.GroupUpdated(order, None if timeout is None else float(timeout),
-                                       self.clock())
+            ls,
+            group,
+            co.GroupUpdated(order, None if timeout is None else float(timeout), self.clock()),
         )
         self._persist(ls, outcome.group)
 
@@ -345,8 +350,10 @@ class LogService:
     def checkpoints(self, ls: Logstore, name: str, shard_id: int | None) -> list[dict[str, object]]:
         group = self._group(ls, name)
         stored = self.storage.get_checkpoints(ls.id, name)
-        ids = sorted(group.shards) if shard_id is None else (
-            [shard_id] if shard_id in group.shards else []
+        ids = (
+            sorted(group.shards)
+            if shard_id is None
+            else ([shard_id] if shard_id in group.shards else [])
         )
         out: list[dict[str, object]] = []
         for sid in ids:
@@ -369,7 +376,10 @@ class LogService:
             self._groups[(ls_id, group.name)] = outcome.group
             if outcome.changed:
                 self.storage.save_group(
-                    ls_id, group.name, int(group.timeout), group.order,
+                    ls_id,
+                    group.name,
+                    int(group.timeout),
+                    group.order,
                     json.dumps(co.to_dict(outcome.group)),
                 )
 

@@ -128,9 +128,7 @@ class Shard:
     def contains(self, key: int) -> bool:
         end = int(self.end_key, 16)
         # The last shard's end is shown as ff…f; the all-f key itself routes there too.
-        return int(self.begin_key, 16) <= key < end or (
-            self.end_key == MAX_KEY_HEX and key == end
-        )
+        return int(self.begin_key, 16) <= key < end or (self.end_key == MAX_KEY_HEX and key == end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +215,9 @@ class Storage:
 
     # -- logstores ---------------------------------------------------------------------------
 
-    def create_logstore(self, project: str, name: str, ttl: int, shard_count: int, now: int) -> None:
+    def create_logstore(
+        self, project: str, name: str, ttl: int, shard_count: int, now: int
+    ) -> None:
         try:
             with self._tx() as db:
                 cur = db.execute(
@@ -330,7 +330,10 @@ class Storage:
                 (ls, shard_id),
             )
             children = []
-            for begin, end in ((parent.begin_key, mid_key.lower()), (mid_key.lower(), parent.end_key)):
+            for begin, end in (
+                (parent.begin_key, mid_key.lower()),
+                (mid_key.lower(), parent.end_key),
+            ):
                 cid = self._new_shard_id(db, ls)
                 db.execute(
                     "INSERT INTO shards (logstore_id, shard_id, begin_key, end_key, create_time,"
@@ -347,11 +350,7 @@ class Storage:
             if left is None or left.readonly:
                 raise NotFound(f"shard {shard_id} is not a readwrite shard")
             right = next(
-                (
-                    s
-                    for s in self.list_shards(ls)
-                    if not s.readonly and s.begin_key == left.end_key
-                ),
+                (s for s in self.list_shards(ls) if not s.readonly and s.begin_key == left.end_key),
                 None,
             )
             if right is None:
@@ -364,8 +363,14 @@ class Storage:
             db.execute(
                 "INSERT INTO shards (logstore_id, shard_id, begin_key, end_key, create_time,"
                 " parents) VALUES (?, ?, ?, ?, ?, ?)",
-                (ls, mid, left.begin_key, right.end_key, now,
-                 json.dumps([left.shard_id, right.shard_id])),
+                (
+                    ls,
+                    mid,
+                    left.begin_key,
+                    right.end_key,
+                    now,
+                    json.dumps([left.shard_id, right.shard_id]),
+                ),
             )
         return [self._must_shard(ls, s) for s in (mid, left.shard_id, right.shard_id)]
 
@@ -386,9 +391,7 @@ class Storage:
 
     # -- log groups --------------------------------------------------------------------------
 
-    def append(
-        self, ls: int, shard_id: int, data: bytes, log_count: int, recv_time: float
-    ) -> int:
+    def append(self, ls: int, shard_id: int, data: bytes, log_count: int, recv_time: float) -> int:
         """Store one serialized LogGroup; returns its position. Committed when this returns."""
         with self._tx() as db:
             row = db.execute(
@@ -409,9 +412,7 @@ class Storage:
             )
         return seq
 
-    def read(
-        self, ls: int, shard_id: int, start: int, stop: int, max_groups: int
-    ) -> list[bytes]:
+    def read(self, ls: int, shard_id: int, start: int, stop: int, max_groups: int) -> list[bytes]:
         """Serialized log groups at positions [start, stop), at most `max_groups`."""
         rows = self._db.execute(
             "SELECT data FROM log_groups WHERE logstore_id = ? AND shard_id = ?"
@@ -493,9 +494,7 @@ class Storage:
 
     def delete_group(self, ls: int, name: str) -> None:
         with self._tx() as db:
-            db.execute(
-                "DELETE FROM consumer_groups WHERE logstore_id = ? AND name = ?", (ls, name)
-            )
+            db.execute("DELETE FROM consumer_groups WHERE logstore_id = ? AND name = ?", (ls, name))
             db.execute(
                 "DELETE FROM checkpoints WHERE logstore_id = ? AND group_name = ?", (ls, name)
             )

@@ -24,7 +24,11 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(
-        self, data_dir: Path, *, port: int | None = None, extra_args: list[str] | None = None,
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        extra_args: list[str] | None = None,
         log_path: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
@@ -43,8 +47,17 @@ class ServerProcess:
 
     def start(self, timeout: float = 10.0) -> ServerProcess:
         cmd = [
-            sys.executable, "-m", "loghubd", "--log-format", "json", "serve",
-            "--data-dir", str(self.data_dir), "--port", str(self.port), *self.extra_args,
+            sys.executable,
+            "-m",
+            "loghubd",
+            "--log-format",
+            "json",
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            *self.extra_args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

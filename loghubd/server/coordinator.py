@@ -1,0 +1,501 @@
+"""Consumer-group coordinator: the pure per-shard state machine behind the consumer-group APIs.
+
+Invariants (h11 style; every function below keeps them and the tests check them after
+every step):
+
+Rule 1: every change of a shard's state is one edge of ``TRANSITIONS`` and goes through
+        ``_Work.move``, which raises ``IllegalTransition`` for an edge the table does not allow.
+Rule 2: ``step`` never mutates its input. It works on copies and returns a new ``Group``, so an
+        exception (``IllegalTransition`` or a ``Refused``) leaves the caller's group as it was.
+Rule 3: ALLOC has an ``owner``; TRANSFER has an ``owner`` and a different ``next``; WAIT,
+        NOT_ALLOC and OVER have neither. Every owner and next is a live consumer.
+Rule 4: a heartbeat is answered with exactly the ALLOC shards its consumer owns. WAIT and OVER
+        shards are never handed out; a TRANSFER shard is left out of its owner's answer, which
+        is how the owner learns to commit its checkpoint and let go.
+Rule 5: a shard changes hands only after its owner let it go (a heartbeat that no longer lists
+        it), left or expired. Balancing never gives an ALLOC shard straight to another
+        consumer: it promises it (TRANSFER) and waits for the owner.
+Rule 6: after a heartbeat, the loads (ALLOC shards owned + TRANSFER shards promised) of any
+        two live consumers differ by at most 1, and no NOT_ALLOC shard is left while some
+        consumer is live.
+Rule 7: no I/O, no clock, no logging. Time arrives in every event as ``now`` (seconds).
+
+Edge numbers are those of DESIGN.md and the reference document. Sub-cases that share a number:
+5 also re-targets a TRANSFER to another ``next`` (TRANSFER -> TRANSFER); 6 covers "the owner
+let go" (``owner := next``), "next timed out or left" and "balancing cancels the promise"
+(both: the owner keeps it); 9 covers "the owner timed out or left" and "the owner let go".
+Deleting a shard (``ShardsRemoved``: a read-only shard's data expired) is not an edge: the
+machine of that shard simply ends.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, assert_never
+
+
+class ShardState(enum.Enum):
+    """The state of one shard in one consumer group (values as the reference spells them)."""
+
+    WAIT = "wait"
+    NOT_ALLOC = "not_alloc"
+    ALLOC = "already_alloc"
+    TRANSFER = "transfer"
+    OVER = "over"
+
+
+WAIT, NOT_ALLOC, ALLOC, TRANSFER, OVER = (
+    ShardState.WAIT,
+    ShardState.NOT_ALLOC,
+    ShardState.ALLOC,
+    ShardState.TRANSFER,
+    ShardState.OVER,
+)
+
+# THE table: (edge number, to-state) -> the from-states it may start from (None = new shard).
+TRANSITIONS: Mapping[tuple[int, ShardState], frozenset[ShardState | None]] = MappingProxyType(
+    {
+        (1, WAIT): frozenset({None}),
+        (1, NOT_ALLOC): frozenset({None}),
+        (2, NOT_ALLOC): frozenset({WAIT}),
+        (3, ALLOC): frozenset({NOT_ALLOC}),
+        (4, NOT_ALLOC): frozenset({TRANSFER}),
+        (5, TRANSFER): frozenset({ALLOC, TRANSFER}),  # TRANSFER -> TRANSFER: re-target next
+        (6, ALLOC): frozenset({TRANSFER}),
+        (7, NOT_ALLOC): frozenset({OVER}),
+        (8, OVER): frozenset({ALLOC}),
+        (9, NOT_ALLOC): frozenset({ALLOC}),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardEntry:
+    """One shard's state in a group; the constructor enforces Rule 3's field shapes."""
+
+    state: ShardState
+    parents: tuple[int, ...] = ()  # lineage, for ordered groups (split: 1 parent, merge: 2)
+    owner: str | None = None  # ALLOC and TRANSFER
+    next: str | None = None  # TRANSFER only: the consumer it is promised to
+    delivered: bool = False  # the owner has been answered this shard in a heartbeat
+
+    def __post_init__(self) -> None:
+        held = self.state in (ALLOC, TRANSFER)
+        if held != (self.owner is not None) or (self.state is TRANSFER) != (self.next is not None):
+            raise ValueError(f"owner/next do not fit state {self.state.name}: {self!r}")
+        if self.next is not None and self.next == self.owner:
+            raise ValueError(f"a shard cannot be promised to its own owner: {self!r}")
+        if self.delivered and not held:
+            raise ValueError(f"only a held shard can be delivered: {self!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A consumer group: settings, live consumers and one ShardEntry per shard. Immutable."""
+
+    name: str
+    timeout: float  # seconds without heartbeat before a consumer is expired
+    order: bool
+    consumers: Mapping[str, float]  # live consumer name -> time of last heartbeat
+    shards: Mapping[int, ShardEntry]
+
+
+def new_group(name: str, timeout: float, order: bool) -> Group:
+    """An empty group: no consumers, no shards (add them with ``ShardsAdded``)."""
+    return Group(name, timeout, order, MappingProxyType({}), MappingProxyType({}))
+
+
+# --- events (past tense, as the HTTP layer and the expiry ticker report them) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShardsAdded:
+    """Shards appeared (logstore created, split, merge): ``(shard id, parent ids)`` pairs."""
+
+    shards: tuple[tuple[int, tuple[int, ...]], ...]
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShardsRemoved:
+    """Shards disappeared (a read-only shard's data expired). Unknown ids are ignored."""
+
+    shard_ids: tuple[int, ...]
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReceived:
+    """A consumer reported the shards it holds, including those it is still shutting down."""
+
+    consumer: str
+    held: frozenset[int]
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerLeft:
+    """A consumer left the group explicitly (our extension; SLS only has timeouts)."""
+
+    consumer: str
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointCommitted:
+    """A checkpoint update; ``at_end``: the shard is read-only and this is its end cursor."""
+
+    shard: int
+    consumer: str
+    force: bool
+    at_end: bool
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroupUpdated:
+    """The group's settings changed; ``None`` keeps a setting as it is."""
+
+    order: bool | None
+    timeout: float | None
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ticked:
+    """Time passed (the server's expiry ticker): expire silent consumers."""
+
+    now: float
+
+
+Event = (
+    ShardsAdded
+    | ShardsRemoved
+    | HeartbeatReceived
+    | ConsumerLeft
+    | CheckpointCommitted
+    | GroupUpdated
+    | Ticked
+)
+
+
+# --- results and errors ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One table edge applied to one shard (``from_state`` is None for a new shard)."""
+
+    shard: int
+    number: int
+    from_state: ShardState | None
+    to_state: ShardState
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What ``step`` returns.
+
+    ``answer`` is the heartbeat answer (sorted shard ids; empty for other events).
+    ``changed`` is True when anything but consumers' last-heartbeat times changed, i.e. when
+    the server must persist the group.
+    """
+
+    group: Group
+    answer: tuple[int, ...] = ()
+    transitions: tuple[Transition, ...] = ()
+    changed: bool = False
+
+
+class IllegalTransition(Exception):
+    """An edge the table does not allow; nothing was changed. A bug, not a client error."""
+
+    def __init__(self, shard: int, number: int, from_state: ShardState | None, to: ShardState):
+        super().__init__(
+            f"shard {shard}: edge {number} "
+            f"{from_state.name if from_state else '(new)'} -> {to.name} is not allowed"
+        )
+        self.shard, self.number, self.from_state, self.to_state = shard, number, from_state, to
+
+
+class Refused(Exception):
+    """A request the coordinator turns down; nothing was changed. The server answers an error."""
+
+
+class UnknownConsumerWithShards(Refused):
+    """A heartbeat listing shards from a consumer that is not live (never seen, or expired)."""
+
+
+class UnknownShard(Refused):
+    """A checkpoint for a shard the group does not have."""
+
+
+class UnknownConsumer(Refused):
+    """A fenced (non-forced) checkpoint from a consumer that is not live."""
+
+
+class NotOwner(Refused):
+    """A fenced (non-forced) checkpoint from a live consumer that does not hold the shard."""
+
+
+# --- the working copy -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Work:
+    """Mutable copy of a group for the duration of one step (Rule 2)."""
+
+    timeout: float
+    order: bool
+    consumers: dict[str, float]
+    shards: dict[int, ShardEntry]
+    transitions: list[Transition] = field(default_factory=list)
+
+    def move(self, shard: int, number: int, to: ShardEntry) -> None:
+        """Apply edge ``number`` to ``shard``: the only place a shard's state changes (Rule 1)."""
+        current = self.shards.get(shard)
+        from_state = current.state if current is not None else None
+        if from_state not in TRANSITIONS.get((number, to.state), frozenset()):
+            raise IllegalTransition(shard, number, from_state, to.state)
+        self.shards[shard] = to
+        self.transitions.append(Transition(shard, number, from_state, to.state))
+
+    def ancestors_over(self, parents: Iterable[int]) -> bool:
+        """Every ancestor reachable from ``parents`` is OVER; one no longer here counts as OVER."""
+        seen: set[int] = set()
+        todo = list(parents)
+        while todo:
+            parent = todo.pop()
+            entry = self.shards.get(parent)
+            if parent in seen or entry is None:
+                continue
+            seen.add(parent)
+            if entry.state is not OVER:
+                return False
+            todo.extend(entry.parents)
+        return True
+
+    def release_waiting(self) -> None:
+        """Edge 2 for every WAIT shard whose ancestors are all OVER (or the group is unordered)."""
+        for shard, entry in sorted(self.shards.items()):
+            if entry.state is WAIT and (not self.order or self.ancestors_over(entry.parents)):
+                self.move(shard, 2, replace(entry, state=NOT_ALLOC))
+
+    def drop_consumer(self, consumer: str, *, left: bool = False) -> None:
+        """Take back what an expired (or departed: ``left``) consumer held and forget it.
+
+        A consumer that left shut its shards down cleanly, so what it had promised goes
+        straight to ``next`` (6); one that timed out may have stopped anywhere (4).
+        """
+        for shard, e in sorted(self.shards.items()):
+            if e.state is ALLOC and e.owner == consumer:
+                self.move(shard, 9, ShardEntry(NOT_ALLOC, e.parents))
+            elif e.state is TRANSFER and e.owner == consumer and left:
+                self.move(shard, 6, ShardEntry(ALLOC, e.parents, owner=e.next))
+            elif e.state is TRANSFER and e.owner == consumer:
+                self.move(shard, 4, ShardEntry(NOT_ALLOC, e.parents))
+            elif e.state is TRANSFER and e.next == consumer:  # the owner keeps it
+                self.move(shard, 6, replace(e, state=ALLOC, next=None))
+        del self.consumers[consumer]
+
+    def expire(self, now: float) -> None:
+        for consumer, last in sorted(self.consumers.items()):
+            if now - last > self.timeout:
+                self.drop_consumer(consumer)
+
+    def load(self) -> dict[str, int]:
+        loads = dict.fromkeys(sorted(self.consumers), 0)
+        for e in self.shards.values():
+            if e.state is ALLOC and e.owner is not None:
+                loads[e.owner] += 1
+            elif e.state is TRANSFER and e.next is not None:
+                loads[e.next] += 1
+        return loads
+
+    def balance(self, first: str) -> None:
+        """Sticky balancing (Rule 6): only the excess of over-quota consumers moves.
+
+        With m balanced shards and n consumers, the m % n ceil quotas go to the most loaded
+        consumers (ties by name), so nobody who already fits its quota gives anything up.
+        Over-quota consumers give up incoming promises first, then their own ALLOC shards,
+        highest ids first. Given-up promises return to an under-quota owner (6, cancel);
+        the rest, and the NOT_ALLOC shards, go to under-quota consumers, ``first`` (the
+        heartbeating consumer, who can start at once) before the others.
+        """
+        loads = self.load()
+        if not loads:
+            return
+        free = [s for s, e in sorted(self.shards.items()) if e.state is NOT_ALLOC]
+        q, r = divmod(sum(loads.values()) + len(free), len(loads))
+        by_load = sorted(loads, key=lambda c: (-loads[c], c))
+        quota = {c: q + (i < r) for i, c in enumerate(by_load)}
+        given_up: list[int] = []
+        for c, load in loads.items():
+            if load > quota[c]:
+                ids = sorted(self.shards, reverse=True)
+                incoming = [s for s in ids if self.shards[s].next == c]
+                owned = [
+                    s for s in ids if self.shards[s].state is ALLOC and self.shards[s].owner == c
+                ]
+                given_up += (incoming + owned)[: load - quota[c]]
+        deficit = {c: quota[c] - loads[c] for c in loads if quota[c] > loads[c]}
+        rest: list[int] = []
+        for s in sorted(given_up):
+            e = self.shards[s]
+            if e.state is TRANSFER and e.owner is not None and deficit.get(e.owner, 0) > 0:
+                self.move(s, 6, replace(e, state=ALLOC, next=None))
+                deficit[e.owner] -= 1
+            else:
+                rest.append(s)
+        takers = [first] * deficit.pop(first, 0)
+        takers += [c for c in sorted(deficit) for _ in range(deficit[c])]
+        for s, taker in zip(free + sorted(rest), takers, strict=True):
+            e = self.shards[s]
+            if e.state is NOT_ALLOC:
+                self.move(s, 3, ShardEntry(ALLOC, e.parents, owner=taker))
+            else:  # ALLOC or TRANSFER; a taker is never its owner (owners here are not short)
+                self.move(s, 5, replace(e, state=TRANSFER, next=taker))
+
+    def answer(self, consumer: str) -> tuple[int, ...]:
+        """The heartbeat answer (Rule 4); the shards in it are now delivered."""
+        mine = [
+            s for s, e in sorted(self.shards.items()) if e.state is ALLOC and e.owner == consumer
+        ]
+        for s in mine:
+            self.shards[s] = replace(self.shards[s], delivered=True)
+        return tuple(mine)
+
+
+# --- the entry point ------------------------------------------------------------------------
+
+
+def step(group: Group, event: Event) -> Outcome:
+    """Apply one event to a group and return the new group; ``group`` itself is never changed."""
+    w = _Work(group.timeout, group.order, dict(group.consumers), dict(group.shards))
+    answer: tuple[int, ...] = ()
+    match event:
+        case ShardsAdded(shards=added):
+            for shard, parents in added:
+                ready = not w.order or w.ancestors_over(parents)
+                w.move(shard, 1, ShardEntry(NOT_ALLOC if ready else WAIT, tuple(parents)))
+        case ShardsRemoved(shard_ids=ids):
+            for shard in ids:
+                w.shards.pop(shard, None)
+            w.release_waiting()
+        case HeartbeatReceived(consumer=c, held=held, now=now):
+            if c not in w.consumers and held:
+                raise UnknownConsumerWithShards(f"consumer {c!r} is not in group {group.name!r}")
+            w.consumers[c] = now
+            w.expire(now)
+            _let_go(w, c, held)
+            w.release_waiting()
+            w.balance(first=c)
+            answer = w.answer(c)
+        case ConsumerLeft(consumer=c):
+            if c in w.consumers:
+                w.drop_consumer(c, left=True)
+        case CheckpointCommitted():
+            _checkpoint(w, event)
+        case GroupUpdated(order=order, timeout=timeout):
+            w.timeout = group.timeout if timeout is None else timeout
+            w.order = group.order if order is None else order
+            if group.order and not w.order:
+                w.release_waiting()
+        case Ticked(now=now):
+            w.expire(now)
+            w.release_waiting()
+        case _:
+            assert_never(event)
+    new = Group(
+        group.name, w.timeout, w.order, MappingProxyType(w.consumers), MappingProxyType(w.shards)
+    )
+    changed = (
+        (new.timeout, new.order) != (group.timeout, group.order)
+        or new.consumers.keys() != group.consumers.keys()
+        or new.shards != group.shards
+    )
+    return Outcome(new, answer, tuple(w.transitions), changed)
+
+
+def _let_go(w: _Work, consumer: str, held: frozenset[int]) -> None:
+    """Shards ``consumer`` owns but no longer lists have been let go (9 and 6)."""
+    for shard, e in sorted(w.shards.items()):
+        if e.owner != consumer or shard in held:
+            continue
+        if e.state is ALLOC and e.delivered:
+            w.move(shard, 9, ShardEntry(NOT_ALLOC, e.parents))
+        elif e.state is TRANSFER and e.next is not None:
+            w.move(shard, 6, ShardEntry(ALLOC, e.parents, owner=e.next))
+        # An undelivered ALLOC shard is not let go: its owner cannot list it yet.
+
+
+def _checkpoint(w: _Work, event: CheckpointCommitted) -> None:
+    entry = w.shards.get(event.shard)
+    if entry is None:
+        raise UnknownShard(f"shard {event.shard} is not in the group")
+    if not event.force:
+        if event.consumer not in w.consumers:
+            raise UnknownConsumer(f"consumer {event.consumer!r} is not in the group")
+        # TRANSFER's old owner may still save its progress before letting go.
+        if entry.state not in (ALLOC, TRANSFER) or entry.owner != event.consumer:
+            raise NotOwner(f"consumer {event.consumer!r} does not hold shard {event.shard}")
+    if event.at_end and entry.state is ALLOC:
+        w.move(event.shard, 8, ShardEntry(OVER, entry.parents))
+        w.release_waiting()
+    elif not event.at_end and entry.state is OVER and event.force:
+        w.move(event.shard, 7, ShardEntry(NOT_ALLOC, entry.parents))
+
+
+# --- helpers for the server -----------------------------------------------------------------
+
+
+def counts(group: Group) -> dict[str, int]:
+    """Per live consumer: ALLOC shards it owns + TRANSFER shards promised to it."""
+    return _Work(group.timeout, group.order, dict(group.consumers), dict(group.shards)).load()
+
+
+def to_dict(group: Group) -> dict[str, Any]:
+    """A JSON-safe snapshot. Heartbeat times are left out: they are not worth a write."""
+    return {
+        "name": group.name,
+        "timeout": group.timeout,
+        "order": group.order,
+        "consumers": sorted(group.consumers),
+        "shards": [
+            {
+                "shard": shard,
+                "state": e.state.value,
+                "parents": list(e.parents),
+                "owner": e.owner,
+                "next": e.next,
+                "delivered": e.delivered,
+            }
+            for shard, e in sorted(group.shards.items())
+        ],
+    }
+
+
+def from_dict(d: Mapping[str, Any], now: float) -> Group:
+    """Inverse of ``to_dict``. Every consumer gets a fresh lease from ``now``, so a restarted
+    server keeps the consumers it knew instead of expiring them at once."""
+    consumers: Iterable[str] = d["consumers"]
+    shards = {
+        int(s["shard"]): ShardEntry(
+            ShardState(s["state"]),
+            tuple(int(p) for p in s["parents"]),
+            s["owner"],
+            s["next"],
+            bool(s["delivered"]),
+        )
+        for s in d["shards"]
+    }
+    return Group(
+        str(d["name"]),
+        float(d["timeout"]),
+        bool(d["order"]),
+        MappingProxyType(dict.fromkeys(consumers, now)),
+        MappingProxyType(shards),
+    )
