@@ -82,6 +82,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def _cmd_produce(args: argparse.Namespace) -> int:
+    import os
+
+    from loghubd.produce import ProduceOptions, run
+
+    return run(
+        ProduceOptions(
+            endpoint=args.endpoint, project=args.project, logstore=args.logstore,
+            count=args.count, rate=args.rate, group_size=args.group_size, keys=args.keys,
+            prefix=args.prefix, start=args.start, create_shards=args.create_shards,
+            access_key_id=os.environ.get("LOGHUBD_ACCESS_KEY_ID", ""),
+            access_key_secret=os.environ.get("LOGHUBD_ACCESS_KEY_SECRET", ""),
+        )
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loghubd", description=__doc__)
     parser.add_argument(
@@ -139,6 +155,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="run N consumer processes in the same group, restarted if they die",
     )
     run.set_defaults(func=_cmd_run)
+
+    produce = sub.add_parser(
+        "produce", help="write synthetic logs (unique ids), optionally keyed and rate-limited",
+        description="Credentials, if the service checks them, come from LOGHUBD_ACCESS_KEY_ID "
+        "and LOGHUBD_ACCESS_KEY_SECRET.")
+    produce.add_argument("--endpoint", default="http://127.0.0.1:7100")
+    produce.add_argument("--project", required=True)
+    produce.add_argument("--logstore", required=True)
+    produce.add_argument("--count", type=int, default=10_000, help="logs to write")
+    produce.add_argument("--rate", type=float, default=0.0, help="logs/s, 0 = unlimited")
+    produce.add_argument("--group-size", type=int, default=100, help="logs per log group")
+    produce.add_argument("--keys", type=int, default=0,
+                         help="route by hash of N distinct keys (0: load-balanced)")
+    produce.add_argument("--prefix", default="", help="prefix of every log id")
+    produce.add_argument("--start", type=int, default=0, help="first id number")
+    produce.add_argument("--create-shards", type=int, default=0, metavar="N",
+                         help="create the project and logstore with N shards if missing")
+    produce.set_defaults(func=_cmd_produce)
     return parser
 
 

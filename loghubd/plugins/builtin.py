@@ -16,12 +16,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pluggy
-
+from loghubd import hookimpl
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorFactory, ProcessorSpec, Tracker
-
-hookimpl = pluggy.HookimplMarker("loghubd")
 
 
 def check_options(name: str, options: Mapping[str, Any], allowed: Mapping[str, type]) -> None:

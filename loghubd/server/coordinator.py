@@ -47,13 +47,7 @@ class ShardState(enum.Enum):
     OVER = "over"
 
 
-WAIT, NOT_ALLOC, ALLOC, TRANSFER, OVER = (
-    ShardState.WAIT,
-    ShardState.NOT_ALLOC,
-    ShardState.ALLOC,
-    ShardState.TRANSFER,
-    ShardState.OVER,
-)
+WAIT, NOT_ALLOC, ALLOC, TRANSFER, OVER = ShardState
 
 # THE table: (edge number, to-state) -> the from-states it may start from (None = new shard).
 TRANSITIONS: Mapping[tuple[int, ShardState], frozenset[ShardState | None]] = MappingProxyType(
@@ -101,6 +95,11 @@ class Group:
     order: bool
     consumers: Mapping[str, float]  # live consumer name -> time of last heartbeat
     shards: Mapping[int, ShardEntry]
+
+    def __post_init__(self) -> None:
+        for shard, e in self.shards.items():  # Rule 3: only live consumers hold shards
+            if {e.owner, e.next} - {None} - self.consumers.keys():
+                raise ValueError(f"shard {shard} is held by a consumer that is not live: {e!r}")
 
 
 def new_group(name: str, timeout: float, order: bool) -> Group:

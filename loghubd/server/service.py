@@ -147,6 +147,9 @@ class LogService:
             group = pb.LogGroup.FromString(raw)
         except Exception as exc:  # DecodeError, or missing required fields
             raise E.PostBodyInvalid(f"body is not a valid LogGroup: {exc}") from None
+        if not group.IsInitialized():  # upb parses proto2 without checking required fields
+            missing = ", ".join(group.FindInitializationErrors()[:5])
+            raise E.PostBodyInvalid(f"LogGroup misses required fields: {missing}")
         if len(group.Logs) == 0:
             raise E.PostBodyInvalid("log group holds no logs")
         writable = [s for s in self.shards(ls) if not s.readonly]

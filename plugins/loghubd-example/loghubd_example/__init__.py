@@ -1,0 +1,65 @@
+"""The `grep` processor: keep the logs whose `field` contains `pattern`.
+
+Shows the whole plugin surface: a hook implementation returning a ProcessorSpec, option
+validation that names the key, a per-shard processor that saves its checkpoint only after
+its output is written, and `flush()` to make that output durable before a commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from loghubd import Batch, ProcessorSpec, Tracker, hookimpl
+
+
+class GrepProcessor:
+    def __init__(self, field: str, pattern: str, directory: Path, shard: int) -> None:
+        self.field, self.pattern = field, pattern
+        self.path = directory / f"shard-{shard}.jsonl"
+        self.file: Any = None
+        self.kept = self.dropped = 0
+
+    def initialize(self, shard: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the shard
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        for record in batch.logs():
+            if self.pattern in str(record.get(self.field, "")):
+                self.file.write(json.dumps(record) + "\n")
+                self.kept += 1
+            else:
+                self.dropped += 1
+        self.file.flush()
+        tracker.save_checkpoint(persist=False)
+
+    def flush(self) -> None:
+        os.fsync(self.file.fileno())
+
+    def shutdown(self, tracker: Tracker) -> None:
+        self.flush()
+        self.file.close()
+
+
+class GrepFactory:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        unknown = set(options) - {"field", "pattern", "path"}
+        if unknown:
+            raise ValueError(f"processor.grep.{sorted(unknown)[0]}: unknown key")
+        for key in ("field", "pattern", "path"):
+            if not isinstance(options.get(key), str) or not options[key]:
+                raise ValueError(f"processor.grep.{key}: required, a non-empty string")
+        self.field, self.pattern = options["field"], options["pattern"]
+        self.directory = Path(options["path"])
+
+    def __call__(self, shard: int) -> GrepProcessor:
+        return GrepProcessor(self.field, self.pattern, self.directory, shard)
+
+
+@hookimpl
+def loghubd_register_processors() -> Iterable[ProcessorSpec]:
+    return [ProcessorSpec("grep", GrepFactory, "keep logs whose field contains a pattern")]
