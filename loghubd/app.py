@@ -202,7 +202,11 @@ class Daemon:
         shutdown_trigger: Callable[[], Awaitable[None]],
         *,
         on_ready: Callable[[str], None] = lambda _state: None,
+        watchdog_interval: float = 0.0,
     ) -> int:
+        """Run until `shutdown_trigger` returns. `on_ready` receives sd_notify states
+        (READY=1, WATCHDOG=1, STOPPING=1); WATCHDOG=1 is sent every `watchdog_interval`
+        seconds from the event loop itself, so a stuck loop stops the pings."""
         cfg = self.cfg
         bind = {"group": cfg.consumer.group, "consumer": self.consumer}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.consumer.request_timeout)
@@ -258,6 +262,8 @@ class Daemon:
                 )
                 log.info("consumer_started", **bind, processor=cfg.processor.name)
                 on_ready("READY=1")
+                if watchdog_interval:
+                    tg.start_soon(_watchdog, on_ready, watchdog_interval)
                 await stop.wait()
                 log.info("shutdown_started", **bind, grace_s=cfg.consumer.shutdown_grace)
                 on_ready("STOPPING=1")
@@ -278,6 +284,12 @@ class Daemon:
             return 1
         log.info("shutdown_complete", **bind)
         return 0
+
+
+async def _watchdog(notify: Callable[[str], None], interval: float) -> None:
+    while True:
+        notify("WATCHDOG=1")
+        await anyio.sleep(interval)
 
 
 async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:

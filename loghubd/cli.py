@@ -89,13 +89,52 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
     return run(
         ProduceOptions(
-            endpoint=args.endpoint, project=args.project, logstore=args.logstore,
-            count=args.count, rate=args.rate, group_size=args.group_size, keys=args.keys,
-            prefix=args.prefix, start=args.start, create_shards=args.create_shards,
+            endpoint=args.endpoint,
+            project=args.project,
+            logstore=args.logstore,
+            count=args.count,
+            rate=args.rate,
+            group_size=args.group_size,
+            keys=args.keys,
+            prefix=args.prefix,
+            start=args.start,
+            create_shards=args.create_shards,
             access_key_id=os.environ.get("LOGHUBD_ACCESS_KEY_ID", ""),
             access_key_secret=os.environ.get("LOGHUBD_ACCESS_KEY_SECRET", ""),
         )
     )
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    import json
+
+    from loghubd.plugins.manager import PluginError, Plugins
+
+    try:
+        cfg = _load_config(args.file, {})
+        # The processor validates its own table: build it the way `run` would (no I/O).
+        Plugins().processor(cfg.processor.name).create(cfg.processor.selected_options)
+    except config_mod.ConfigError as exc:
+        print(f"{args.file}: invalid configuration:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    except (PluginError, ValueError) as exc:
+        print(f"{args.file}: invalid configuration:\n  {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(cfg.redacted(), indent=2, default=str))
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from loghubd.status import run_status
+
+    try:
+        cfg = _load_config(args.config, {}) if args.config else None
+    except config_mod.ConfigError as exc:
+        print(f"loghubd status: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    return run_status(args, cfg)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,27 +196,57 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     produce = sub.add_parser(
-        "produce", help="write synthetic logs (unique ids), optionally keyed and rate-limited",
+        "produce",
+        help="write synthetic logs (unique ids), optionally keyed and rate-limited",
         description="Credentials, if the service checks them, come from LOGHUBD_ACCESS_KEY_ID "
-        "and LOGHUBD_ACCESS_KEY_SECRET.")
+        "and LOGHUBD_ACCESS_KEY_SECRET.",
+    )
     produce.add_argument("--endpoint", default="http://127.0.0.1:7100")
     produce.add_argument("--project", required=True)
     produce.add_argument("--logstore", required=True)
     produce.add_argument("--count", type=int, default=10_000, help="logs to write")
     produce.add_argument("--rate", type=float, default=0.0, help="logs/s, 0 = unlimited")
     produce.add_argument("--group-size", type=int, default=100, help="logs per log group")
-    produce.add_argument("--keys", type=int, default=0,
-                         help="route by hash of N distinct keys (0: load-balanced)")
+    produce.add_argument(
+        "--keys", type=int, default=0, help="route by hash of N distinct keys (0: load-balanced)"
+    )
     produce.add_argument("--prefix", default="", help="prefix of every log id")
     produce.add_argument("--start", type=int, default=0, help="first id number")
-    produce.add_argument("--create-shards", type=int, default=0, metavar="N",
-                         help="create the project and logstore with N shards if missing")
+    produce.add_argument(
+        "--create-shards",
+        type=int,
+        default=0,
+        metavar="N",
+        help="create the project and logstore with N shards if missing",
+    )
     produce.set_defaults(func=_cmd_produce)
+
+    check = sub.add_parser("check-config", help="validate a config file; print it, secrets masked")
+    check.add_argument("file")
+    check.set_defaults(func=_cmd_check_config)
+
+    status = sub.add_parser(
+        "status", help="describe a consumer group: each shard's owner, state, checkpoint, lag"
+    )
+    status.add_argument(
+        "-c",
+        "--config",
+        help="take endpoint, project, logstore, credentials and group from this config file",
+    )
+    status.add_argument("--endpoint")
+    status.add_argument("--project")
+    status.add_argument("--logstore")
+    status.add_argument("--group")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_cmd_status)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     loghubd_logging.configure(args.log_level, args.log_format)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except BrokenPipeError:  # e.g. `loghubd status | head`
+        return 0
     return code

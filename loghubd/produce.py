@@ -60,8 +60,9 @@ async def produce(opts: ProduceOptions) -> dict[str, int | float]:
     written = 0
     seqs: dict[str, int] = {}
     async with aiohttp.ClientSession() as session:
-        client = SlsClient(session, opts.endpoint, opts.project, lambda: creds,
-                           request_timeout=30.0)
+        client = SlsClient(
+            session, opts.endpoint, opts.project, lambda: creds, request_timeout=30.0
+        )
         if opts.create_shards:
             await ensure_logstore(client, opts.logstore, opts.create_shards)
         n = opts.start
@@ -74,24 +75,32 @@ async def produce(opts: ProduceOptions) -> dict[str, int | float]:
             now = int(time.time())
             for _ in range(min(opts.group_size, end - n)):
                 log = group.Logs.add(Time=now)
-                fields = [("id", f"{opts.prefix}{n}"), ("level", LEVELS[n % len(LEVELS)]),
-                          ("msg", f"synthetic log {n}")]
+                fields = [
+                    ("id", f"{opts.prefix}{n}"),
+                    ("level", LEVELS[n % len(LEVELS)]),
+                    ("msg", f"synthetic log {n}"),
+                ]
                 if key is not None:
                     seqs[key] = seqs.get(key, -1) + 1
                     fields += [("key", key), ("seq", str(seqs[key]))]
                 for k, v in fields:
                     log.Contents.add(Key=k, Value=v)
                 n += 1
-            await client.put_log_group(opts.logstore, group.SerializeToString(),
-                                       hash_key=key_hash(key) if key else None)
+            await client.put_log_group(
+                opts.logstore, group.SerializeToString(), hash_key=key_hash(key) if key else None
+            )
             written = n - opts.start
             if opts.rate > 0:
                 ahead = written / opts.rate - (time.monotonic() - started)
                 if ahead > 0:
                     await anyio.sleep(ahead)
     elapsed = time.monotonic() - started
-    return {"written": written, "first_id": opts.start, "last_id": opts.start + written - 1,
-            "seconds": round(elapsed, 3)}
+    return {
+        "written": written,
+        "first_id": opts.start,
+        "last_id": opts.start + written - 1,
+        "seconds": round(elapsed, 3),
+    }
 
 
 def run(opts: ProduceOptions) -> int:

@@ -14,6 +14,15 @@ class SystemdNotifier:
     def from_env(cls) -> SystemdNotifier:
         return cls(os.environ.get("NOTIFY_SOCKET") or None)
 
+    @staticmethod
+    def watchdog_interval() -> float:
+        """Half of systemd's WatchdogSec (from $WATCHDOG_USEC), or 0 when no watchdog is set."""
+        try:
+            usec = int(os.environ.get("WATCHDOG_USEC", "0"))
+        except ValueError:
+            return 0.0
+        return usec / 2_000_000 if usec > 0 else 0.0
+
     def send(self, state: str) -> None:
         """Send one notification; silently nothing when not run by systemd."""
         if not self.address:

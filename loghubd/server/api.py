@@ -48,6 +48,7 @@ class Call:
     body: bytes
     project: str
     service: LogService
+    metrics: ServerMetrics
 
 
 Handler = Callable[[Call], Awaitable[web.Response]]
@@ -276,7 +277,9 @@ async def put_logs(call: Call) -> web.Response:
     key = call.query.get("key") if call.parts[3] == "route" else None
     if call.parts[3] == "route" and key is None:
         raise E.ParameterInvalid("key is required to route by hash")
-    call.service.put(ls, raw, key)
+    logs = call.service.put(ls, raw, key)
+    call.metrics.ingest_logs.labels(ls.project, ls.name).inc(logs)
+    call.metrics.ingest_bytes.labels(ls.project, ls.name).inc(len(raw))
     return _empty()
 
 
@@ -515,11 +518,39 @@ def resolve(method: str, parts: tuple[str, ...]) -> tuple[str, Handler]:
     raise E.ParameterInvalid(f"no such API: {method} /{'/'.join(parts)[:200]}")
 
 
-def _api_name(method: str, parts: tuple[str, ...]) -> str:
+# Routes whose SLS API depends on a query parameter, for metric labels.
+_BY_QUERY = {
+    "GetShard": (
+        "type",
+        {
+            "cursor": "GetCursor",
+            "cursor_time": "GetCursorTime",
+            "log": "PullLogs",
+            "logs": "PullLogs",
+        },
+    ),
+    "ConsumerGroupPost": (
+        "type",
+        {
+            "heartbeat": "ConsumerGroupHeartBeat",
+            "checkpoint": "ConsumerGroupUpdateCheckPoint",
+            "leave": "ConsumerGroupLeave",
+        },
+    ),
+    "SplitOrMergeShard": ("action", {"split": "SplitShard", "merge": "MergeShard"}),
+}
+
+
+def _api_name(method: str, parts: tuple[str, ...], query: Mapping[str, str]) -> str:
     try:
-        return resolve(method, parts)[0]
+        name = resolve(method, parts)[0]
     except E.SlsError:
         return "Unknown"
+    refine = _BY_QUERY.get(name)
+    if refine is not None:
+        key, names = refine
+        return names.get(query.get(key, ""), name)
+    return name
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -530,7 +561,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return web.Response(body=data, headers={"content-type": CONTENT_TYPE_LATEST})
     request_id = uuid.uuid4().hex[:24].upper()
     parts = tuple(p for p in request.path.split("/") if p)
-    api = _api_name(request.method, parts)
+    api = _api_name(request.method, parts, request.query)
     started = time.perf_counter()
     try:
         response = await _handle(request, service, parts)
@@ -572,7 +603,7 @@ async def _handle(
         raise E.ProjectNotExist("no project in the Host header and no --default-project")
     if project and project == request.app[DEFAULT_PROJECT]:
         service.ensure_project(project)
-    call = Call(request.method, parts, query, headers, body, project, service)
+    call = Call(request.method, parts, query, headers, body, project, service, request.app[METRICS])
     return await handler(call)
 
 
@@ -590,5 +621,6 @@ def make_app(
     app[KEYS] = dict(access_keys)
     app[DEFAULT_PROJECT] = default_project
     app[METRICS] = metrics
+    metrics.watch(service)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app

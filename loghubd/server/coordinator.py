@@ -171,14 +171,9 @@ class Ticked:
 
 
 Event = (
-    ShardsAdded
-    | ShardsRemoved
-    | HeartbeatReceived
-    | ConsumerLeft
-    | CheckpointCommitted
-    | GroupUpdated
-    | Ticked
-)
+    ShardsAdded | ShardsRemoved | HeartbeatReceived | ConsumerLeft | CheckpointCommitted
+    | GroupUpdated | Ticked
+)  # fmt: skip
 
 
 # --- results and errors ---------------------------------------------------------------------
@@ -480,7 +475,6 @@ def to_dict(group: Group) -> dict[str, Any]:
 def from_dict(d: Mapping[str, Any], now: float) -> Group:
     """Inverse of ``to_dict``. Every consumer gets a fresh lease from ``now``, so a restarted
     server keeps the consumers it knew instead of expiring them at once."""
-    consumers: Iterable[str] = d["consumers"]
     shards = {
         int(s["shard"]): ShardEntry(
             ShardState(s["state"]),
@@ -495,6 +489,6 @@ def from_dict(d: Mapping[str, Any], now: float) -> Group:
         str(d["name"]),
         float(d["timeout"]),
         bool(d["order"]),
-        MappingProxyType(dict.fromkeys(consumers, now)),
+        MappingProxyType(dict.fromkeys(d["consumers"], now)),
         MappingProxyType(shards),
     )

@@ -142,7 +142,7 @@ class LogService:
     # -- data --------------------------------------------------------------------------------
 
     def put(self, ls: Logstore, raw: bytes, hash_key: str | None) -> int:
-        """Validate and store one LogGroup; returns the shard it went to."""
+        """Validate and store one LogGroup; returns how many logs it held."""
         try:
             group = pb.LogGroup.FromString(raw)
         except Exception as exc:  # DecodeError, or missing required fields
@@ -164,7 +164,7 @@ class LogService:
                 raise E.ParameterInvalid(f"no readwrite shard holds key {hash_key}")
             shard = found
         self.storage.append(ls.id, shard.shard_id, raw, len(group.Logs), self.clock())
-        return shard.shard_id
+        return len(group.Logs)
 
     def _seq(self, shard: Shard, text: str) -> int:
         try:
@@ -385,6 +385,10 @@ class LogService:
                     group.order,
                     json.dumps(co.to_dict(outcome.group)),
                 )
+
+    def loaded_groups(self, ls_id: int) -> list[co.Group]:
+        """The groups of a logstore that are live in memory (for metrics)."""
+        return [g for (lid, _n), g in self._groups.items() if lid == ls_id]
 
     def group_view(self, ls: Logstore, name: str) -> co.Group:
         return self._group(ls, name)
