@@ -29,12 +29,13 @@ class Batch:
 
     @property
     def log_group_list(self) -> Any:
-        """The parsed LogGroupList (protobuf). Values that are not UTF-8 use the Raw schema."""
+        """The parsed LogGroupList (protobuf). Values that are not UTF-8 use the Raw schema
+        (bytes values), the way the SDK falls back."""
         lgl = self._cache.get("lgl")
         if lgl is None:
             try:
                 lgl = pb.LogGroupList.FromString(self.raw)
-                # upb checks UTF-8 lazily for proto2 strings: touch the values now.
+                # upb checks UTF-8 of proto2 strings only when a value is read: read them.
                 for g in lgl.LogGroups:
                     for log in g.Logs:
                         for c in log.Contents:
@@ -46,22 +47,30 @@ class Batch:
 
     def logs(self) -> Iterator[Record]:
         """Each log as a flat dict: `__time__`, `__topic__`, `__source__`, `__tag__:<key>`,
-        then the contents (the SDK's flattened form). Built one at a time, on demand."""
-        for group in self.log_group_list.LogGroups:
-            base: Record = {"__topic__": group.Topic, "__source__": group.Source}
-            for tag in group.LogTags:
-                base["__tag__:" + tag.Key] = tag.Value
-            for log in group.Logs:
-                record: Record = {"__time__": log.Time}
-                if log.Time_ns:
-                    record["__time_ns_part__"] = log.Time_ns
-                record.update(base)
-                for content in log.Contents:
-                    value = content.Value
-                    if isinstance(value, bytes):  # Raw schema: keep every byte
-                        value = value.decode("utf-8", "surrogateescape")
-                    record[content.Key] = value
+        then the contents (the SDK's flattened form). Built one at a time, on demand.
+
+        The fast path reads the UTF-8 schema without a validation pass; if a value turns out
+        not to be UTF-8, iteration continues on the Raw schema after the records already
+        yielded, and non-UTF-8 bytes are kept losslessly (surrogateescape)."""
+        lgl = self._cache.get("lgl")
+        if lgl is None:
+            try:
+                lgl = pb.LogGroupList.FromString(self.raw)
+            except pb.DecodeError:
+                lgl = pb.LogGroupListRaw.FromString(self.raw)
+        done = 0
+        try:
+            for record in _flatten(lgl):
                 yield record
+                done += 1
+        except UnicodeDecodeError:
+            raw = pb.LogGroupListRaw.FromString(self.raw)
+            self._cache["lgl"] = raw
+            for i, record in enumerate(_flatten(raw)):
+                if i >= done:
+                    yield record
+        else:
+            self._cache.setdefault("lgl", lgl)
 
     @property
     def log_count(self) -> int:
@@ -71,3 +80,21 @@ class Batch:
                 len(g.Logs) for g in self.log_group_list.LogGroups
             )
         return int(count)
+
+
+def _flatten(lgl: Any) -> Iterator[Record]:
+    for group in lgl.LogGroups:
+        base: Record = {"__topic__": group.Topic, "__source__": group.Source}
+        for tag in group.LogTags:
+            base["__tag__:" + tag.Key] = tag.Value
+        for log in group.Logs:
+            record: Record = {"__time__": log.Time}
+            if log.Time_ns:
+                record["__time_ns_part__"] = log.Time_ns
+            record.update(base)
+            for content in log.Contents:
+                value = content.Value
+                if value.__class__ is bytes:  # Raw schema: keep every byte
+                    value = value.decode("utf-8", "surrogateescape")
+                record[content.Key] = value
+            yield record
