@@ -6,13 +6,14 @@ The public API for plugin authors lives here; everything else is internal.
 import pluggy
 
 from loghubd.models import Batch, Record
-from loghubd.plugins.api import Processor, ProcessorFactory, ProcessorSpec, Tracker
+from loghubd.plugins.api import Ack, Processor, ProcessorFactory, ProcessorSpec, Tracker
 
 __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("loghubd")
 
 __all__ = [
+    "Ack",
     "Batch",
     "Processor",
     "ProcessorFactory",

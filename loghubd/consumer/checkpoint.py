@@ -125,6 +125,11 @@ class CheckpointTracker:
         """The worker hands `token` to the processor: it is the batch `save_checkpoint` covers."""
         self._current = token
 
+    @property
+    def current(self) -> BatchToken | None:
+        """The batch handed to the processor by the last `begin` (None after a rollback)."""
+        return self._current
+
     def save_checkpoint(self, persist: bool = True) -> None:
         """The processor has finished everything up to and including the current batch.
 
@@ -169,6 +174,10 @@ class CheckpointTracker:
     @property
     def commit_requested(self) -> bool:
         return self._commit_requested
+
+    def request_commit(self) -> None:
+        """Ask the I/O layer to commit now (without marking anything done)."""
+        self._commit_requested = True
 
     def take_commit_request(self) -> bool:
         """Whether a processor asked for an immediate commit since the last call; clears it."""

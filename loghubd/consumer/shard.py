@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
-from loghubd.consumer.checkpoint import CheckpointTracker
 from loghubd.consumer.client import SlsClient
 from loghubd.consumer.fetcher import (
     ByteBudget,
@@ -33,6 +32,7 @@ from loghubd.consumer.fetcher import (
     ShardCatalog,
     run_fetcher,
 )
+from loghubd.consumer.tracking import ShardTracker
 from loghubd.consumer.worker import (
     DeadLettered,
     Processed,
@@ -86,7 +86,7 @@ class ShardTask:
         self.ctx = ctx
         self.status = ShardStatus(shard)
         self.stop_requested = anyio.Event()
-        self.tracker: CheckpointTracker | None = None
+        self.tracker: ShardTracker | None = None
         self.processor: Processor | None = None
         self.lost = False  # another consumer owns the shard: never commit again
         self.commit_failed = False  # the last commit attempt failed for another reason
@@ -178,7 +178,7 @@ class ShardTask:
         c = self.ctx
         try:
             start, committed = await self._initial_with_retry()
-            self.tracker = CheckpointTracker(start, committed=committed)
+            self.tracker = ShardTracker(start, committed=committed)
             self.processor = c.factory(self.shard)
             await call(self.processor.initialize, self.shard)
             log.info("shard_started", **self._bind, cursor=start, from_checkpoint=bool(committed))

@@ -26,6 +26,16 @@ class Tracker(Protocol):
     def get_checkpoint(self) -> str:
         """The position that would be committed now (the lowest one not yet finished)."""
 
+    def defer(self) -> Ack:
+        """A handle to finish the current batch later (`ack.done()`, from any thread): for
+        processors that buffer batches and write them afterwards. Until then the checkpoint
+        cannot pass this batch."""
+
+
+class Ack(Protocol):
+    def done(self, persist: bool = False) -> None:
+        """The batch is safely written. `persist=True` asks for a commit now."""
+
 
 @runtime_checkable
 class Processor(Protocol):
