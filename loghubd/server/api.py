@@ -340,10 +340,7 @@ async def shard_post(call: Call) -> web.Response:
 
 async def delete_shard(call: Call) -> web.Response:
     ls = call.service.logstore(call.project, call.parts[1])
-    shard = call.service.shard(ls, _int(call.parts[3], "shard"))
-    if not shard.readonly:
-        raise E.ParameterInvalid("only readonly shards can be deleted")
-    call.service.storage.delete_shard(ls.id, shard.shard_id)
+    call.service.delete_shard(ls, _int(call.parts[3], "shard"))
     return _empty()
 
 

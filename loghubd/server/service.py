@@ -133,6 +133,15 @@ class LogService:
         self._shards_added(ls, result[:1])
         return result
 
+    def delete_shard(self, ls: Logstore, shard_id: int) -> None:
+        shard = self.shard(ls, shard_id)
+        if not shard.readonly:
+            raise E.ParameterInvalid("only readonly shards can be deleted")
+        self.storage.delete_shard(ls.id, shard_id)
+        for row in self.storage.list_groups(ls.id):
+            group = self._group(ls, row.name)
+            self._step(ls, group, co.ShardsRemoved((shard_id,), self.clock()))
+
     def _shards_added(self, ls: Logstore, new: list[Shard]) -> None:
         event_shards = tuple((s.shard_id, s.parents) for s in new)
         for row in self.storage.list_groups(ls.id):
