@@ -1,0 +1,63 @@
+"""Readiness verdicts from status snapshots (pure, table-driven)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loghubd.ops.health import ShardView, Snapshot, readiness
+
+
+def snap(**kw: object) -> Snapshot:
+    base: dict[str, object] = {
+        "joined": True,
+        "seconds_since_heartbeat": 1.0,
+        "heartbeat_interval": 5.0,
+        "timeout": 15.0,
+        "last_heartbeat_error": "",
+        "shards": (),
+        "starting": False,
+    }
+    base.update(kw)
+    return Snapshot(**base)  # type: ignore[arg-type]
+
+
+def shard(
+    state: str = "consuming",
+    *,
+    caught_up: bool = True,
+    progress: float = 1.0,
+    pull: float = 0.5,
+    reason: str = "",
+) -> ShardView:
+    return ShardView(7, state, reason, caught_up, progress, pull)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "ready", "reason_part"),
+    [
+        (snap(), True, None),
+        (snap(shards=(shard(),)), True, None),
+        (snap(starting=True), False, "processor is starting"),
+        (snap(joined=False, last_heartbeat_error="Unreachable: refused"), False, "Unreachable"),
+        (snap(seconds_since_heartbeat=10.5), False, "last successful heartbeat 10.5s ago"),
+        (snap(seconds_since_heartbeat=9.9), True, None),  # within 2 intervals
+        (
+            snap(shards=(shard("failed", reason="processor failed 3 times"),)),
+            False,
+            "shard 7 stopped: processor failed 3 times",
+        ),
+        # behind and no progress for a minute: stuck
+        (snap(shards=(shard(caught_up=False, progress=61.0),)), False, "no progress"),
+        # caught up and idle is fine, however long
+        (snap(shards=(shard(caught_up=True, progress=3600.0),)), True, None),
+        (snap(shards=(shard(pull=120.0),)), False, "has not pulled"),
+        (snap(shards=(shard("finished", pull=999.0),)), True, None),
+    ],
+)
+def test_readiness(snapshot: Snapshot, ready: bool, reason_part: str | None) -> None:
+    verdict = readiness(snapshot)
+    assert verdict.ready is ready
+    if reason_part is None:
+        assert verdict.reasons == ()
+    else:
+        assert any(reason_part in r for r in verdict.reasons), verdict.reasons
