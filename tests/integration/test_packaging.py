@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def loghubd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "loghubd", *args],
-        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -33,8 +36,11 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
     result = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == "", result.stderr
-    lines = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in unit.splitlines()
-             if "=" in line and not line.startswith("#")}
+    lines = {
+        line.split("=", 1)[0]: line.split("=", 1)[1]
+        for line in unit.splitlines()
+        if "=" in line and not line.startswith("#")
+    }
     assert lines["Type"] == "notify"
     assert "WatchdogSec" in lines
     assert lines["KillSignal"] == "SIGTERM"
@@ -108,8 +114,11 @@ def test_check_config_prints_effective_config_with_env_override_and_masked_secre
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "good.toml"
-    path.write_text(BASE.format(extra="").replace(
-        'logstore = "l"', 'logstore = "l"\naccess_key_id = "AK"\naccess_key_secret = "s3cr3t"'))
+    path.write_text(
+        BASE.format(extra="").replace(
+            'logstore = "l"', 'logstore = "l"\naccess_key_id = "AK"\naccess_key_secret = "s3cr3t"'
+        )
+    )
     result = loghubd("check-config", str(path), env={"LOGHUBD_CONSUMER__GROUP": "x"})
     assert result.returncode == 0, result.stderr
     effective = json.loads(result.stdout)
