@@ -6,7 +6,14 @@ The public API for plugin authors lives here; everything else is internal.
 import pluggy
 
 from loghubd.models import Batch, Record
-from loghubd.plugins.api import Ack, Processor, ProcessorFactory, ProcessorSpec, Tracker
+from loghubd.plugins.api import (
+    Ack,
+    Processor,
+    ProcessorContext,
+    ProcessorFactory,
+    ProcessorSpec,
+    Tracker,
+)
 
 __version__ = "0.1.0"
 
@@ -16,6 +23,7 @@ __all__ = [
     "Ack",
     "Batch",
     "Processor",
+    "ProcessorContext",
     "ProcessorFactory",
     "ProcessorSpec",
     "Record",

@@ -33,7 +33,7 @@ from loghubd.consumer.worker import RetryPolicy, call
 from loghubd.ops import health
 from loghubd.ops.metrics import Metrics
 from loghubd.ops.server import make_app, serve_ops
-from loghubd.plugins.api import ProcessorFactory
+from loghubd.plugins.api import ProcessorContext, ProcessorFactory
 from loghubd.plugins.manager import Plugins
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
@@ -69,22 +69,22 @@ async def ensure_group(client: SlsClient, cfg: Config) -> None:
         pass  # another worker created it first
 
 
+class StartupError(Exception):
+    """The daemon cannot start: a permanent error (bad credentials, missing logstore, a
+    request the service refuses). Retrying would not help; the message says what to fix."""
+
+
 async def _retry_until_ok(what: str, fn: Callable[[], Awaitable[None]]) -> None:
-    """Start-up calls: a daemon under systemd waits for its service instead of crash-looping."""
+    """Start-up calls: a daemon under systemd waits out a service that is down or busy instead
+    of crash-looping, but a permanent refusal (4xx) stops it at once with the reason."""
     attempt = 0
     while True:
         try:
             await fn()
             return
-        except (
-            E.Unauthorized,
-            E.SignatureNotMatch,
-            E.InvalidAccessKeyId,
-            E.ProjectNotExist,
-            E.LogStoreNotExist,
-        ):
-            raise
         except E.SlsError as exc:
+            if not exc.retryable:
+                raise StartupError(f"{what}: {exc}") from exc
             attempt += 1
             wait = min(30.0, 0.5 * 2 ** min(attempt, 6))
             log.warning("startup_call_failed", call=what, error=str(exc)[:300], retry_in_s=wait)
@@ -109,6 +109,19 @@ class Daemon:
     def credentials(self) -> Credentials:
         s = self.cfg.source
         return Credentials(s.access_key_id, s.access_key_secret, s.security_token)
+
+    def processor_context(self) -> ProcessorContext:
+        s = self.cfg.source
+        return ProcessorContext(
+            endpoint=s.endpoint,
+            project=s.project,
+            logstore=s.logstore,
+            credentials=self.credentials,
+            group=self.cfg.consumer.group,
+            consumer=self.consumer,
+            auth_version=s.auth_version,
+            region=s.region,
+        )
 
     def build(self, session: aiohttp.ClientSession) -> tuple[SlsClient, Supervisor]:
         s, c = self.cfg.source, self.cfg.consumer
@@ -233,6 +246,9 @@ class Daemon:
                 with anyio.CancelScope() as startup:
                     tg.start_soon(_cancel_when, stop, startup)
                     await _retry_until_ok("ensure_group", lambda: ensure_group(client, cfg))
+                    bind_factory = getattr(self.factory, "bind", None)
+                    if bind_factory is not None:
+                        bind_factory(self.processor_context())
                     start_factory = getattr(self.factory, "start", None)
                     if start_factory is not None:
                         await call(start_factory)
@@ -241,22 +257,30 @@ class Daemon:
                     return 0
                 self.starting = False
                 await tg.start(supervisor.run)
-                tg.start_soon(
-                    run_heartbeat,
-                    client,
-                    HeartbeatSettings(
-                        cfg.source.logstore,
-                        cfg.consumer.group,
-                        self.consumer,
-                        cfg.consumer.heartbeat_interval,
-                        cfg.consumer.timeout,
-                    ),
-                    self.assignment,
-                    supervisor,
-                    self.metrics,
-                    self.heartbeat,
-                    self.waker,
-                )
+                heartbeat_stop, heartbeat_done = anyio.Event(), anyio.Event()
+
+                async def heartbeat() -> None:
+                    try:
+                        await run_heartbeat(
+                            client,
+                            HeartbeatSettings(
+                                cfg.source.logstore,
+                                cfg.consumer.group,
+                                self.consumer,
+                                cfg.consumer.heartbeat_interval,
+                                cfg.consumer.timeout,
+                            ),
+                            self.assignment,
+                            supervisor,
+                            self.metrics,
+                            self.heartbeat,
+                            self.waker,
+                            heartbeat_stop,
+                        )
+                    finally:
+                        heartbeat_done.set()
+
+                tg.start_soon(heartbeat)
                 tg.start_soon(
                     run_flusher, supervisor, cfg.consumer.checkpoint_interval, self.metrics
                 )
@@ -268,6 +292,14 @@ class Daemon:
                 log.info("shutdown_started", **bind, grace_s=cfg.consumer.shutdown_grace)
                 on_ready("STOPPING=1")
                 clean = await supervisor.stop_all(cfg.consumer.shutdown_grace)
+                # Heartbeats stop before the leave, and the one in flight is answered first:
+                # a heartbeat reaching the server after the leave would re-join us (with no
+                # shards), the balancer would hand us free shards, and they would sit idle
+                # until the group timeout instead of going to the others at once.
+                heartbeat_stop.set()
+                self.waker.wake()
+                with anyio.move_on_after(cfg.consumer.timeout):
+                    await heartbeat_done.wait()
                 with anyio.move_on_after(cfg.consumer.request_timeout):
                     try:
                         await client.leave(cfg.source.logstore, cfg.consumer.group, self.consumer)

@@ -77,8 +77,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (PluginError, ValueError) as exc:
         print(f"loghubd run: {exc}", file=sys.stderr)
         return 2
+    from loghubd.app import StartupError
+
     notify = SystemdNotifier.from_env()
-    code: int = anyio.run(lambda: daemon.run(wait_for_signal, on_ready=notify.send))
+    try:
+        code: int = anyio.run(
+            lambda: daemon.run(
+                wait_for_signal,
+                on_ready=notify.send,
+                watchdog_interval=notify.watchdog_interval(),
+            )
+        )
+    except BaseExceptionGroup as group:
+        matched, rest = group.split(StartupError)
+        if matched is None or rest is not None:
+            raise
+        for err in matched.exceptions:
+            print(f"loghubd run: cannot start: {err}", file=sys.stderr)
+        return 1
+    except StartupError as exc:
+        print(f"loghubd run: cannot start: {exc}", file=sys.stderr)
+        return 1
     return code
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import anyio
 import structlog
 
 from loghubd.consumer.assignment import Assignment
@@ -53,13 +54,22 @@ async def run_heartbeat(
     metrics: Metrics,
     state: HeartbeatState,
     waker: Waker,
+    stop: anyio.Event | None = None,
 ) -> None:
+    """Heartbeat until `stop` is set (then wake `waker`): returns after the heartbeat in
+    flight, if any, has been answered, so no heartbeat of ours reaches the server after that
+    (a late one would re-join us after `leave` and be handed shards we never serve)."""
     bind = {"group": settings.group, "consumer": settings.consumer}
     deadline = max(1.0, min(settings.interval, settings.timeout / 3))
     scheduled = time.monotonic()
-    while True:
+    worst_delay = 0.0
+    while stop is None or not stop.is_set():
         started = time.monotonic()
-        metrics.heartbeat_delay.set(max(0.0, started - scheduled))
+        delay = max(0.0, started - scheduled)
+        metrics.heartbeat_delay.set(delay)
+        if delay > worst_delay:
+            worst_delay = delay
+            metrics.heartbeat_delay_max.set(delay)
         held = assignment.report()
         try:
             answer = await client.heartbeat(

@@ -83,6 +83,11 @@ class Metrics:
             "How late the last heartbeat started against its schedule",
             registry=r,
         )
+        self.heartbeat_delay_max = Gauge(
+            "loghubd_heartbeat_delay_max_seconds",
+            "The latest any heartbeat started against its schedule, since the daemon started",
+            registry=r,
+        )
         self.rebalances = Counter(
             "loghubd_rebalance_shards_total",
             "Shards gained or lost through rebalancing",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from loghubd.models import Batch
+from loghubd.protocol.signing import Credentials
 
 
 class Tracker(Protocol):
@@ -58,11 +59,27 @@ class Processor(Protocol):
 
 
 class ProcessorFactory(Protocol):
-    """Per daemon: makes one processor per shard. May also define ``start()`` (before the
-    first shard; the daemon is not ready until it returns) and ``close()`` (at shutdown),
-    each sync or async."""
+    """Per daemon: makes one processor per shard. May also define ``bind(context)`` (a plain
+    function, called once with a :class:`ProcessorContext` before ``start()``), ``start()``
+    (before the first shard; the daemon is not ready until it returns) and ``close()`` (at
+    shutdown); ``start`` and ``close`` may be sync or async."""
 
     def __call__(self, shard: int) -> Processor: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorContext:
+    """Where the daemon consumes from, for factories that need to read the source themselves
+    (e.g. to re-read exact ranges after a crash). Handed to the optional ``factory.bind``."""
+
+    endpoint: str
+    project: str
+    logstore: str
+    credentials: Callable[[], Credentials]  # current credentials (they may be rotated)
+    group: str
+    consumer: str
+    auth_version: str = "v1"
+    region: str = ""
 
 
 @dataclass(frozen=True, slots=True)

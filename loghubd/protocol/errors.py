@@ -40,7 +40,15 @@ class SlsError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.http_status >= 500 or self.error_code in ("RequestTimeout", "ServerBusy")
+        """Worth trying again later: the service is down, overloaded or timed out."""
+        return self.http_status >= 500 or self.error_code in (
+            "RequestTimeout",
+            "ServerBusy",
+            "ReadQuotaExceed",
+            "ShardReadQuotaExceed",
+            "WriteQuotaExceed",
+            "ShardWriteQuotaExceed",
+        )
 
 
 _BY_CODE: dict[str, type[SlsError]] = {}
