@@ -1,0 +1,107 @@
+"""Ordered consumer group across a split and a merge, while keyed logs are written.
+
+One daemon consumes every shard with the `record` test processor, which appends each log to
+one file in delivery order. For every key the delivered `seq` values must be exactly
+0, 1, 2, ... in that order, and every parent shard must be fully delivered before any log of
+its children. The split happens before the daemon starts, so the sealed parent still holds a
+backlog when its children already receive data: a consumer that did not wait for parents
+would interleave them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from loghubd.protocol import cursor as cursors
+from tests.integration.daemon_harness import TIMEOUT, Pool, wait_until
+
+pytestmark = pytest.mark.slow
+
+LOGSTORE = "keyed"
+GROUP = "ordered"
+KEYS = 20
+COUNT = 60_000
+GROUP_SIZE = 50
+
+
+def end_seq(pool: Pool, shard: int) -> int:
+    return cursors.to_seq(shard, pool.admin.cursor(LOGSTORE, shard, "end"))
+
+
+def test_ordered_group_keeps_per_key_order_across_split_and_merge(daemon_pool: Pool) -> None:
+    pool = daemon_pool
+    pool.admin.create_logstore(LOGSTORE, 2)  # 0: [00.., 80..), 1: [80.., ff..]
+    pool.admin.create_group(LOGSTORE, GROUP, int(TIMEOUT), True)
+    producer = pool.produce(
+        LOGSTORE, count=COUNT, rate=10_000, group_size=GROUP_SIZE, keys=KEYS, prefix="k"
+    )
+    # A backlog of many pulls (see max_fetch_log_groups below) in the parent before the split.
+    wait_until(lambda: end_seq(pool, 0) >= 150, 20, "shard 0 got too little data")
+    _parent, left, right = (s["shardID"] for s in pool.admin.split(LOGSTORE, 0, "4" + "0" * 31))
+    wait_until(lambda: end_seq(pool, left) > 0 and end_seq(pool, right) > 0, 20, "no child data")
+
+    record = pool.dir / "delivered.jsonl"
+    daemon = pool.daemon(
+        LOGSTORE,
+        GROUP,
+        "solo",
+        processor="record",
+        processor_options={"path": str(record)},
+        consumer={"order": True, "max_fetch_log_groups": 10},
+    )
+    daemon.wait_ready()
+    # Merge the two children while the parent may still be draining and logs keep coming.
+    wait_until(lambda: record.exists() and record.stat().st_size > 0, 20, "nothing delivered")
+    merged, _l, _r = (s["shardID"] for s in pool.admin.merge(LOGSTORE, left))
+    assert producer.running(), "the merge was meant to happen while logs are written"
+    producer.wait()
+
+    lineage = {left: [0], right: [0], merged: [left, right]}
+    shards = [0, 1, left, right, merged]
+
+    def all_committed() -> bool:
+        cps = pool.admin.checkpoints(LOGSTORE, GROUP)
+        return all(
+            cps.get(s, {}).get("checkpoint")
+            and cursors.to_seq(s, cps[s]["checkpoint"]) == end_seq(pool, s)
+            for s in shards
+        )
+
+    wait_until(all_committed, 60, lambda: f"{pool.admin.group_status(LOGSTORE, GROUP)}")
+    assert daemon.stop() == 0, daemon.log_tail()
+
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    ids = [r["id"] for r in rows]
+    assert len(ids) == COUNT and set(ids) == set(producer.ids), (len(ids), len(set(ids)))
+
+    # Per key: exactly 0, 1, 2, ... in delivery order.
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for r in rows:
+        per_key[r["key"]].append(int(r["seq"]))
+    assert len(per_key) == KEYS
+    bad = {
+        k: next(i for i, seq in enumerate(v) if seq != i)
+        for k, v in per_key.items()
+        if v != list(range(len(v)))
+    }
+    assert not bad, {
+        k: f"delivered seqs {per_key[k][max(0, i - 3) : i + 3]} around position {i}"
+        for k, i in bad.items()
+    }
+
+    # Parents before children, over the whole delivery.
+    positions: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        positions[r["shard"]].append(i)
+    assert set(positions) == set(shards), sorted(positions)
+    for child, parents in lineage.items():
+        for parent in parents:
+            assert max(positions[parent]) < min(positions[child]), (
+                f"shard {child} delivered from line {min(positions[child])} before its parent "
+                f"{parent} finished (line {max(positions[parent])})"
+            )
+    ends = {e["shard"] for e in daemon.events("shard_end_reached")}
+    assert {0, left, right} <= ends, ends
