@@ -1,13 +1,14 @@
 """`loghubd run --workers N`: N consumer processes of one group on this host.
 
-Each child is `loghubd run` with the same arguments and a suffixed consumer name
-(`<name>-<i>`). A child that dies is restarted (with a short backoff so a crash loop does not
+Each child is `loghubd run` with the same arguments, a suffixed consumer name (`<name>-<i>`)
+and its own ops listener (`ops.listen` port + i, so /metrics of each is scraped separately). A child that dies is restarted (with a short backoff so a crash loop does not
 spin); SIGTERM/SIGINT are forwarded to every child and we wait for them to finish their
 graceful shutdown. The exit code is the worst of the children's.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ log = structlog.get_logger("loghubd.workers")
 def _child_argv(argv: list[str], name: str) -> list[str]:
     out: list[str] = []
     skip = False
-    for i, arg in enumerate(argv):
+    for arg in argv:
         if skip:
             skip = False
             continue
@@ -35,13 +36,22 @@ def _child_argv(argv: list[str], name: str) -> list[str]:
         if arg.startswith(("--workers=", "--name=")):
             continue
         out.append(arg)
-        del i
     return [sys.executable, "-m", "loghubd", *out, "--name", name]
+
+
+def _child_env(cfg: Config, index: int) -> dict[str, str]:
+    port = cfg.ops.port
+    listen = f"{cfg.ops.listen.rpartition(':')[0]}:{port + index if port else 0}"
+    return {**os.environ, "LOGHUBD_OPS__LISTEN": listen}
 
 
 def run_workers(count: int, argv: list[str], cfg: Config) -> int:
     base = cfg.consumer.name or default_consumer_name()
     names = [f"{base}-{i}" for i in range(count)]
+
+    def spawn(index: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(_child_argv(argv, names[index]), env=_child_env(cfg, index))
+
     children: dict[str, subprocess.Popen[bytes]] = {}
     restarts: dict[str, float] = {}
     stopping = False
@@ -55,8 +65,8 @@ def run_workers(count: int, argv: list[str], cfg: Config) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    for name in names:
-        children[name] = subprocess.Popen(_child_argv(argv, name))
+    for index, name in enumerate(names):
+        children[name] = spawn(index)
         log.info("worker_started", name=name, pid=children[name].pid)
     worst = 0
     while True:
@@ -73,7 +83,8 @@ def run_workers(count: int, argv: list[str], cfg: Config) -> int:
             log.warning("worker_died", name=name, exit_code=code, restart_in_s=wait)
             time.sleep(wait)
             restarts[name] = time.monotonic()
-            children[name] = subprocess.Popen(_child_argv(argv, name))
+            children[name] = spawn(names.index(name))
+            log.info("worker_restarted", name=name, pid=children[name].pid)
             alive = True
         if stopping and not alive:
             return worst

@@ -1,0 +1,112 @@
+"""`loghubd run --workers N`: N consumers of one group on this host, each with its own ops
+port, a dead one restarted, SIGTERM forwarded to all, every log delivered."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from loghubd.protocol import errors as E
+from loghubd.testing import ServerProcess, free_port
+from tests.integration.daemon_harness import PROJECT, Admin, Producer, read_ids, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_workers_share_the_group_restart_and_stop_together(
+    tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    admin = Admin(loghubd_server.endpoint)
+    admin.create_logstore("pool", 4)
+    out = tmp_path / "out"
+    port = free_port()
+    config = tmp_path / "loghubd.toml"
+    config.write_text(f"""
+[source]
+endpoint = "{loghubd_server.endpoint}"
+project = "{PROJECT}"
+logstore = "pool"
+[consumer]
+group = "workers"
+name = "host"
+heartbeat_interval = 1.0
+timeout = 4.0
+checkpoint_interval = 1.0
+fetch_interval = 0.05
+[processor.jsonl]
+path = "{out}"
+[ops]
+listen = "127.0.0.1:{port}"
+[log]
+format = "json"
+""")
+    with open(tmp_path / "workers.log", "wb") as log:  # the child keeps its own descriptor
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "loghubd", "run", "-c", str(config), "--workers", "2"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def consumers() -> list[str]:
+            try:
+                return sorted(admin.group_status("pool", "workers")["consumers"])
+            except E.ConsumerGroupNotExist:  # not created by the first worker yet
+                return []
+
+        wait_until(
+            lambda: consumers() == ["host-0", "host-1"],
+            20,
+            lambda: (tmp_path / "workers.log").read_text()[-3000:],
+        )
+        # each worker answers on its own ops port
+        for i in range(2):
+            status = json.loads(
+                urllib.request.urlopen(f"http://127.0.0.1:{port + i}/status", timeout=3).read()
+            )
+            assert status["consumer"] == f"host-{i}"
+        wait_until(lambda: sorted(len(s) for s in _held(admin).values()) == [2, 2], 15)
+        Producer(tmp_path, loghubd_server.endpoint, "pool", count=4_000, prefix="w").start().wait()
+        # kill -9 one worker: the parent restarts it under the same name
+        out_pids = subprocess.run(
+            ["pgrep", "-f", "--", "--name host-0"], capture_output=True, text=True
+        ).stdout.split()
+        pids = [int(p) for p in out_pids if int(p) != parent.pid]
+        assert pids, "worker host-0 not found"
+        os.kill(pids[0], signal.SIGKILL)
+        wait_until(
+            lambda: any(
+                int(p) not in pids
+                for p in subprocess.run(
+                    ["pgrep", "-f", "--", "--name host-0"], capture_output=True, text=True
+                ).stdout.split()
+            ),
+            20,
+            "host-0 not restarted",
+        )
+        Producer(
+            tmp_path, loghubd_server.endpoint, "pool", count=4_000, prefix="w", start=4_000
+        ).start().wait()
+        wait_until(lambda: set(read_ids([out])) >= {f"w{i}" for i in range(8_000)}, 30)
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(40) == 0
+        wait_until(lambda: consumers() == [], 10)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        subprocess.run(["pkill", "-9", "-f", str(config)], check=False)
+
+
+def _held(admin: Admin) -> dict[str, list[int]]:
+    owners: dict[str, list[int]] = {}
+    for shard in admin.group_status("pool", "workers")["shards"]:
+        if shard["owner"]:
+            owners.setdefault(shard["owner"], []).append(shard["shard"])
+    return owners
