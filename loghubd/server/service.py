@@ -191,13 +191,9 @@ class LogService:
         start = self._seq(shard, cursor)
         stop = shard.next_seq if end_cursor is None else self._seq(shard, end_cursor)
         groups: list[bytes] = []
-        size = 0
         if start < stop and count > 0:
-            for data in self.storage.read(ls.id, shard_id, start, stop, count):
-                if groups and size + len(data) > PULL_MAX_BYTES:
-                    break
-                groups.append(data)
-                size += len(data)
+            groups = self.storage.read(ls.id, shard_id, start, stop, count, PULL_MAX_BYTES)
+        size = sum(len(g) for g in groups)
         nxt = start + len(groups)
         last = nxt - 1 if groups else start
         return PullResult(

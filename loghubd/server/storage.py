@@ -412,14 +412,26 @@ class Storage:
             )
         return seq
 
-    def read(self, ls: int, shard_id: int, start: int, stop: int, max_groups: int) -> list[bytes]:
-        """Serialized log groups at positions [start, stop), at most `max_groups`."""
+    def read(
+        self, ls: int, shard_id: int, start: int, stop: int, max_groups: int, max_bytes: int
+    ) -> list[bytes]:
+        """Serialized log groups at positions [start, stop): at most `max_groups`, and none
+        past `max_bytes` (but always at least one). Rows are fetched lazily, so a capped answer
+        does not read the rows it will not send."""
         rows = self._db.execute(
             "SELECT data FROM log_groups WHERE logstore_id = ? AND shard_id = ?"
             " AND seq >= ? AND seq < ? ORDER BY seq LIMIT ?",
             (ls, shard_id, start, stop, max_groups),
         )
-        return [bytes(r[0]) for r in rows]
+        out: list[bytes] = []
+        size = 0
+        for (data,) in rows:
+            if out and size + len(data) > max_bytes:
+                break
+            out.append(bytes(data))
+            size += len(data)
+        rows.close()
+        return out
 
     def seq_at_time(self, ls: int, shard_id: int, when: float) -> int | None:
         """First retained position received at or after `when` (None: none is)."""
