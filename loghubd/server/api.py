@@ -9,6 +9,7 @@ The project comes from the first label of the `Host` header; absolute-form reque
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import time
@@ -24,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from loghubd.protocol import compress as codec
 from loghubd.protocol import errors as E
 from loghubd.protocol import pb
-from loghubd.server import auth
+from loghubd.server import auth, spl, spl_groups
 from loghubd.server.metrics import ServerMetrics
 from loghubd.server.service import LogService
 from loghubd.server.storage import Shard
@@ -104,6 +105,18 @@ def _bool(value: object) -> bool | None:
     return None
 
 
+def _seconds(value: object) -> int | None:
+    """A group timeout: an integer, or an integral float (the Python SDK sends
+    `heartbeat_interval * 2`, e.g. 4.0); anything else is None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def _shard_json(s: Shard) -> dict[str, object]:
     return {
         "shardID": s.shard_id,
@@ -162,7 +175,11 @@ async def get_project(call: Call) -> web.Response:
 
 async def update_project(call: Call) -> web.Response:
     call.service.project(call.project)
-    data = _body_json(call, E.ParameterInvalid) or {}
+    data = _body_json(call, E.ParameterInvalid)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise E.ParameterInvalid("body must be a JSON object")
     call.service.storage.update_project(
         call.project, str(data.get("description", "")), int(time.time())
     )
@@ -223,11 +240,17 @@ async def get_logstore(call: Call) -> web.Response:
 
 async def update_logstore(call: Call) -> web.Response:
     ls = call.service.logstore(call.project, call.parts[1])
-    data = _body_json(call, E.LogStoreInfoInvalid) or {}
+    data = _body_json(call, E.LogStoreInfoInvalid)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise E.LogStoreInfoInvalid("body must be a JSON object")
     try:
         ttl = int(data.get("ttl", ls.ttl))
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError):
         raise E.LogStoreInfoInvalid("ttl must be an integer") from None
+    if not 1 <= ttl <= 3650:  # as at creation; ttl <= 0 would expire every stored log
+        raise E.LogStoreInfoInvalid("ttl must be within [1, 3650] days")
     call.service.storage.update_logstore(ls.id, ttl, int(time.time()))
     return _empty()
 
@@ -293,29 +316,53 @@ async def shard_get(call: Call) -> web.Response:
         cur = call.query.get("cursor", "")
         return _json({"cursor_time": call.service.cursor_time(ls, shard_id, cur)})
     if kind in ("log", "logs"):
-        return pull_logs(call, ls, shard_id)
+        return await pull_logs(call, ls, shard_id)
     raise E.ParameterInvalid(f"type must be cursor, cursor_time, log or logs, not {kind[:32]!r}")
 
 
-def pull_logs(call: Call, ls: Any, shard_id: int) -> web.Response:
+def _spl_program(text: str) -> spl.Program | None:
+    """The compiled `query` of a pull (None: no query). Statements outside the supported
+    subset are ParameterInvalid, with the position and the reason."""
+    if not text.strip():
+        return None
+    try:
+        return spl.compile(text)
+    except spl.SplError as exc:
+        raise E.ParameterInvalid(f"invalid SPL query: {exc}") from None
+
+
+async def pull_logs(call: Call, ls: Any, shard_id: int) -> web.Response:
     count = _int(call.query.get("count"), "count", default=1000)
     if not 0 <= count <= 1000:
         raise E.ParameterInvalid("count must be within [0, 1000]")
     cursor = call.query.get("cursor")
     if not cursor:
         raise E.InvalidCursor("cursor is required")
-    if call.query.get("query") or call.query.get("processor"):
-        raise E.NotSupported("SPL queries and consume processors are not supported yet")
+    if call.query.get("processor"):
+        raise E.NotSupported("consume processors are not supported; pass the SPL as query")
+    program = _spl_program(call.query.get("query", ""))  # pullMode is accepted and ignored
     result = call.service.pull(ls, shard_id, cursor, count, call.query.get("end_cursor") or None)
-    payload = pb.frame_log_groups(result.groups)
+    groups = result.groups
+    lines: dict[str, str] = {}
+    if program is not None:
+        # Decoding and evaluating is CPU work: off the event loop (heartbeats keep flowing).
+        filtered = await asyncio.to_thread(spl_groups.apply, program, result.groups)
+        groups = filtered.groups
+        lines = {
+            "x-log-rawdatalines": str(filtered.raw_lines),
+            "x-log-resultlines": str(filtered.result_lines),
+            "x-log-failedlines": str(filtered.failed_lines),
+        }
+    payload = pb.frame_log_groups(groups)
     ctype = codec.pick_response_codec(call.headers.get("accept-encoding"))
     body = codec.compress(ctype, payload) if payload else b""
     headers = {
-        "x-log-cursor": result.cursor,
-        "x-log-count": str(len(result.groups)),
+        "x-log-cursor": result.cursor,  # past every scanned group, also those filtered out
+        "x-log-count": str(len(groups)),
         "x-log-bodyrawsize": str(len(payload)),
-        "x-log-rawdatacount": str(len(result.groups)),
-        "x-log-rawdatasize": str(len(payload)),
+        "x-log-rawdatacount": str(len(result.groups)),  # before the query
+        "x-log-rawdatasize": str(spl_groups.framed_size(result.groups)),
+        **lines,
         "x-log-read-last-cursor": result.last_cursor,
         "x-log-end-of-cursor": "1" if result.end_of_cursor else "0",
         "content-type": "application/x-protobuf",
@@ -352,9 +399,9 @@ async def create_group(call: Call) -> web.Response:
     data = _body_json(call, E.JsonInfoInvalid)
     if not isinstance(data, dict) or not isinstance(data.get("consumerGroup"), str):
         raise E.JsonInfoInvalid("body must be {consumerGroup, timeout, order}")
-    timeout, order = data.get("timeout"), _bool(data.get("order", False))
-    if not isinstance(timeout, int) or isinstance(timeout, bool) or order is None:
-        raise E.JsonInfoInvalid("timeout must be an integer and order a boolean")
+    timeout, order = _seconds(data.get("timeout")), _bool(data.get("order", False))
+    if timeout is None or order is None:
+        raise E.JsonInfoInvalid("timeout must be a whole number of seconds and order a boolean")
     call.service.create_group(ls, data["consumerGroup"], timeout, order)
     return _empty()
 
@@ -370,12 +417,10 @@ async def update_group(call: Call) -> web.Response:
     data = _body_json(call, E.JsonInfoInvalid)
     if not isinstance(data, dict) or not ({"timeout", "order"} & set(data)):
         raise E.JsonInfoInvalid("body must hold timeout and/or order")
-    timeout = data.get("timeout")
+    timeout = _seconds(data["timeout"]) if "timeout" in data else None
     order = _bool(data["order"]) if "order" in data else None
-    if (timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool))) or (
-        "order" in data and order is None
-    ):
-        raise E.JsonInfoInvalid("timeout must be an integer and order a boolean")
+    if ("timeout" in data and timeout is None) or ("order" in data and order is None):
+        raise E.JsonInfoInvalid("timeout must be a whole number of seconds and order a boolean")
     call.service.update_group(ls, call.parts[3], timeout, order)
     return _empty()
 
@@ -400,7 +445,9 @@ async def group_post(call: Call) -> web.Response:
             raise E.JsonInfoInvalid("heartbeat body must be a JSON array of shard ids")
         if not consumer:
             raise E.ParameterInvalid("consumer is required")
-        return _json(call.service.heartbeat(ls, group, consumer, held))
+        # loghubd extension: `shards=0,1,5`, the only shards this consumer may be given.
+        allowed = _shard_list(call.query.get("shards", ""))
+        return _json(call.service.heartbeat(ls, group, consumer, held, allowed))
     if kind == "checkpoint":
         data = _body_json(call, E.JsonInfoInvalid)
         if (
@@ -434,6 +481,18 @@ async def group_get(call: Call) -> web.Response:
     return _json(call.service.checkpoints(ls, group, shard_id))
 
 
+def _shard_list(text: str) -> frozenset[int] | None:
+    if not text:
+        return None
+    try:
+        shards = frozenset(int(part) for part in text.split(","))
+    except ValueError:
+        raise E.ParameterInvalid("shards must be comma-separated shard ids") from None
+    if any(s < 0 for s in shards):
+        raise E.ParameterInvalid("shards must be comma-separated shard ids")
+    return shards
+
+
 def _group_status(service: LogService, ls: Any, name: str) -> dict[str, object]:
     group = service.group_view(ls, name)
     shards = {s.shard_id: s for s in service.storage.list_shards(ls.id)}
@@ -460,6 +519,8 @@ def _group_status(service: LogService, ls: Any, name: str) -> dict[str, object]:
         "order": group.order,
         "consumers": sorted(group.consumers),
         "shards": out,
+        # loghubd extension: consumers' shard allow-lists (heartbeat `shards=`)
+        "allowed": {c: sorted(s) for c, s in sorted(group.allowed.items())},
     }
 
 
@@ -583,13 +644,14 @@ async def handle(request: web.Request) -> web.StreamResponse:
 async def _handle(
     request: web.Request, service: LogService, parts: tuple[str, ...]
 ) -> web.Response:
-    _api, handler = resolve(request.method, parts)
+    route, handler = resolve(request.method, parts)
     body = await request.read()
     headers = {k.lower(): v for k, v in request.headers.items()}
     query = {k: v for k, v in request.query.items()}
     keys = request.app[KEYS]
+    key_id = ""
     if keys:
-        auth.verify(
+        key_id = auth.verify(
             auth.SignedRequest(request.method, request.path, query, headers, body),
             keys,
             time.time(),
@@ -598,6 +660,8 @@ async def _handle(
     project = project_from_host(host, request.app[DEFAULT_PROJECT])
     if not project and (parts or request.method != "GET"):
         raise E.ProjectNotExist("no project in the Host header and no --default-project")
+    if key_id:  # the key's policy (RAM actions on acs:log resources), before any effect
+        auth.authorize(keys[key_id], route, parts, query, body, project)
     if project and project == request.app[DEFAULT_PROJECT]:
         service.ensure_project(project)
     call = Call(request.method, parts, query, headers, body, project, service, request.app[METRICS])

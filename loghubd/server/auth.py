@@ -1,12 +1,27 @@
-"""Access keys and request signature verification for `loghubd serve` (PROTOCOL.md §4).
+"""Access keys, request signatures and access control for `loghubd serve` (PROTOCOL.md §4).
 
 The access-keys file is TOML:
+
+    account_id = "0"                  # optional: the <account> of every resource (default 0)
 
     [[keys]]
     id = "LTAI..."
     secret = "..."
 
-Without a file `loghubd serve` checks no signatures (and says so at start-up).
+    [[keys]]
+    id = "STS.consumer"
+    secret = "..."
+    security_token = "..."            # optional: requests must carry it (x-acs-security-token)
+    expires = 2026-12-01T00:00:00Z    # optional, with security_token: later → SecurityTokenExpired
+    policy = "consumer"               # optional: [policies.<name>] (or a list); none: full access
+
+    [[policies.consumer.statements]]     # or: statements = [{effect=..., ...}] on one line
+    effect = "Allow"                     # or "Deny" (wins over any Allow)
+    actions = ["log:GetCursorOrData", "log:ConsumerGroup*"]
+    resources = ["acs:log:*:*:project/demo/logstore/app*"]
+
+Policies follow RAM (see `loghubd.server.policy`). Without a file `loghubd serve` checks no
+signatures (and says so at start-up).
 """
 
 from __future__ import annotations
@@ -16,14 +31,16 @@ import hmac
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 from loghubd.protocol import errors as E
 from loghubd.protocol import signing
+from loghubd.server import policy as P
 
 MAX_SKEW_S = 15 * 60
+TOKEN_HEADER = "x-acs-security-token"
 
 
 class AccessKeysError(ValueError):
@@ -34,6 +51,60 @@ class AccessKeysError(ValueError):
 class AccessKey:
     id: str
     secret: str
+    security_token: str = ""  # STS: requests must carry it
+    expires: float | None = None  # unix time the token expires at (STS keys only)
+    policy: P.Policy | None = None  # None: full access
+    account_id: str = P.DEFAULT_ACCOUNT
+
+
+def _expiry(value: object, where: str) -> float:
+    """A TOML offset date-time or an ISO-8601 string with a time zone → unix time."""
+    when: datetime | None = None
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            when = None
+    elif isinstance(value, date):
+        raise AccessKeysError(f"{where}: a date and time with a time zone is required")
+    if when is None:
+        raise AccessKeysError(
+            f"{where}: must be an ISO-8601 date and time with a time zone "
+            f"(e.g. 2026-12-01T00:00:00Z), not {value!r}"
+        )
+    if when.tzinfo is None:
+        raise AccessKeysError(f"{where}: the time needs a time zone (e.g. a trailing Z)")
+    return when.timestamp()
+
+
+def _load_policies(path: Path, raw: object) -> dict[str, P.Policy]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise AccessKeysError(f"{path}: policies: must be a table of [policies.<name>] tables")
+    out: dict[str, P.Policy] = {}
+    for name, table in raw.items():
+        try:
+            out[name] = P.parse_policy(name, table, f"policies.{name}")
+        except P.PolicyError as exc:
+            raise AccessKeysError(f"{path}: {exc}") from None
+    return out
+
+
+def _key_policy(
+    path: Path, where: str, value: object, policies: Mapping[str, P.Policy]
+) -> P.Policy | None:
+    if value is None:
+        return None
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise AccessKeysError(f"{path}: {where}: the name of a [policies.<name>] table (or a list)")
+    for name in names:
+        if name not in policies:
+            raise AccessKeysError(f"{path}: {where}: no [policies.{name}] table defines {name!r}")
+    return P.combine([policies[n] for n in names])
 
 
 def load_access_keys(path: Path) -> dict[str, AccessKey]:
@@ -41,20 +112,49 @@ def load_access_keys(path: Path) -> dict[str, AccessKey]:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise AccessKeysError(f"{path}: {exc}") from exc
+    unknown_top = set(data) - {"keys", "policies", "account_id"}
+    if unknown_top:
+        raise AccessKeysError(f"{path}: {sorted(unknown_top)[0]}: unknown key")
+    account = data.get("account_id", P.DEFAULT_ACCOUNT)
+    if not isinstance(account, str) or not account or ":" in account:
+        raise AccessKeysError(f"{path}: account_id: a non-empty string without ':'")
+    policies = _load_policies(path, data.get("policies"))
     entries = data.get("keys")
     if not isinstance(entries, list) or not entries:
         raise AccessKeysError(f"{path}: expected one or more [[keys]] tables with id and secret")
     keys: dict[str, AccessKey] = {}
+    allowed = {"id", "secret", "security_token", "expires", "policy"}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise AccessKeysError(f"{path}: keys[{i}] is not a table")
-        unknown = set(entry) - {"id", "secret"}
+        unknown = set(entry) - allowed
         if unknown:
             raise AccessKeysError(f"{path}: keys[{i}].{sorted(unknown)[0]}: unknown key")
         for field in ("id", "secret"):
             if not isinstance(entry.get(field), str) or not entry[field]:
                 raise AccessKeysError(f"{path}: keys[{i}].{field}: required, a non-empty string")
-        keys[entry["id"]] = AccessKey(entry["id"], entry["secret"])
+        ak = entry["id"]
+        where = f"keys[{i}] ({ak})"
+        if ak in keys:
+            raise AccessKeysError(f"{path}: {where}.id: defined twice")
+        token = entry.get("security_token", "")
+        if not isinstance(token, str) or ("security_token" in entry and not token):
+            raise AccessKeysError(f"{path}: {where}.security_token: a non-empty string")
+        expires = None
+        if "expires" in entry:
+            if not token:
+                raise AccessKeysError(
+                    f"{path}: {where}.expires: only STS keys expire (set security_token)"
+                )
+            expires = _expiry(entry["expires"], f"{path}: {where}.expires")
+        keys[ak] = AccessKey(
+            ak,
+            entry["secret"],
+            token,
+            expires,
+            _key_policy(path, f"{where}.policy", entry.get("policy"), policies),
+            account,
+        )
     return keys
 
 
@@ -68,15 +168,58 @@ class SignedRequest:
 
 
 def verify(req: SignedRequest, keys: Mapping[str, AccessKey], now: float) -> str:
-    """Check the request's signature; returns the access key id or raises an SLS error."""
+    """Check the request's signature and, for an STS key, its security token and expiry;
+    returns the access key id or raises an SLS error."""
     auth = req.headers.get("authorization", "")
     if not auth:
         raise E.Unauthorized("the request is not signed: Authorization header missing")
     if auth.startswith("LOG "):
-        return _verify_v1(req, auth[4:], keys, now)
-    if auth.startswith(signing.V4_ALGORITHM + " "):
-        return _verify_v4(req, auth[len(signing.V4_ALGORITHM) + 1 :], keys, now)
-    raise E.Unauthorized("unsupported Authorization scheme")
+        ak = _verify_v1(req, auth[4:], keys, now)
+    elif auth.startswith(signing.V4_ALGORITHM + " "):
+        ak = _verify_v4(req, auth[len(signing.V4_ALGORITHM) + 1 :], keys, now)
+    else:
+        raise E.Unauthorized("unsupported Authorization scheme")
+    _check_token(keys[ak], req.headers.get(TOKEN_HEADER, ""), now)
+    return ak
+
+
+def _check_token(key: AccessKey, token: str, now: float) -> None:
+    """STS keys need their token (signed, as every x-acs- header); other keys take none."""
+    if not key.security_token:
+        if token:
+            raise E.Unauthorized(f"access key {key.id!r} is not an STS key: send no {TOKEN_HEADER}")
+        return
+    if not token:
+        raise E.Unauthorized(
+            f"access key {key.id!r} is an STS key: the request must carry its security token "
+            f"in {TOKEN_HEADER}"
+        )
+    if not hmac.compare_digest(token.encode(), key.security_token.encode()):
+        raise E.Unauthorized(f"the security token does not belong to access key {key.id!r}")
+    if key.expires is not None and now >= key.expires:
+        at = datetime.fromtimestamp(key.expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        raise E.SecurityTokenExpired(f"the security token of access key {key.id!r} expired at {at}")
+
+
+def authorize(
+    key: AccessKey,
+    route: str,
+    parts: tuple[str, ...],
+    query: Mapping[str, str],
+    body: bytes,
+    project: str,
+) -> None:
+    """Refuse (403 Unauthorized) what the key's policy does not allow; no policy: allow."""
+    if key.policy is None:
+        return
+    action, resource = P.required(route, parts, query, body, project, account=key.account_id)
+    decision = P.decide(key.policy, action, resource)
+    if decision is not P.Decision.ALLOW:
+        raise E.Unauthorized(
+            f"access key {key.id!r} may not perform {action} on {resource}: "
+            f"{decision.value} in policy {key.policy.name!r}",
+            status=403,
+        )
 
 
 def _key(keys: Mapping[str, AccessKey], ak: str) -> AccessKey:

@@ -17,8 +17,14 @@ Rule 5: a shard changes hands only after its owner let it go (a heartbeat that n
         consumer: it promises it (TRANSFER) and waits for the owner.
 Rule 6: after a heartbeat, the loads (ALLOC shards owned + TRANSFER shards promised) of any
         two live consumers differ by at most 1, and no NOT_ALLOC shard is left while some
-        consumer is live.
+        consumer is live. (With allow-lists, Rule 8, as far as they let it.)
 Rule 7: no I/O, no clock, no logging. Time arrives in every event as ``now`` (seconds).
+Rule 8: (loghubd extension) a consumer that heartbeats with an allow-list (``allowed``) is
+        never given, nor promised, a shard outside it. Its quota is capped by how many
+        shards it may take, and the others share the rest; a shard it holds outside the
+        list (the list changed) is left out of its answers and handed on like an excess
+        shard (or freed once let go). A shard no live consumer may take stays NOT_ALLOC.
+        Best effort when allow-lists overlap (greedy, not a matching).
 
 Edge numbers are those of DESIGN.md and the reference document. Sub-cases that share a number:
 5 also re-targets a TRANSFER to another ``next`` (TRANSFER -> TRANSFER); 6 covers "the owner
@@ -95,6 +101,8 @@ class Group:
     order: bool
     consumers: Mapping[str, float]  # live consumer name -> time of last heartbeat
     shards: Mapping[int, ShardEntry]
+    # loghubd extension: live consumers that may only take these shards (Rule 8).
+    allowed: Mapping[str, frozenset[int]] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         # Rule 3: only live consumers hold shards. Runs on every step, so it is written as
@@ -105,6 +113,9 @@ class Group:
                 e.next is not None and e.next not in live
             ):
                 raise ValueError(f"shard {shard} is held by a consumer that is not live: {e!r}")
+        for consumer in self.allowed:  # only live consumers have allow-lists
+            if consumer not in live:
+                raise ValueError(f"allow-list of a consumer that is not live: {consumer!r}")
 
 
 def new_group(name: str, timeout: float, order: bool) -> Group:
@@ -138,6 +149,8 @@ class HeartbeatReceived:
     consumer: str
     held: frozenset[int]
     now: float
+    # loghubd extension: the only shards this consumer may be given; None: any (Rule 8).
+    allowed: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +264,13 @@ class _Work:
     order: bool
     consumers: dict[str, float]
     shards: dict[int, ShardEntry]
+    allowed: dict[str, frozenset[int]] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
+
+    def may_take(self, consumer: str, shard: int) -> bool:
+        """Rule 8: whether ``consumer``'s allow-list (if any) lets it hold ``shard``."""
+        allowed = self.allowed.get(consumer)
+        return allowed is None or shard in allowed
 
     def move(self, shard: int, number: int, to: ShardEntry) -> None:
         """Apply edge ``number`` to ``shard``: the only place a shard's state changes (Rule 1)."""
@@ -299,6 +318,7 @@ class _Work:
             elif e.state is TRANSFER and e.next == consumer:  # the owner keeps it
                 self.move(shard, 6, replace(e, state=ALLOC, next=None))
         del self.consumers[consumer]
+        self.allowed.pop(consumer, None)
 
     def expire(self, now: float) -> None:
         for consumer, last in sorted(self.consumers.items()):
@@ -314,54 +334,129 @@ class _Work:
                 loads[e.next] += 1
         return loads
 
+    def quotas(self, loads: dict[str, int], free: list[int]) -> dict[str, int]:
+        """Rule 6's quotas: with m balanced shards and n consumers, the m % n ceil quotas go
+        to the most loaded consumers (ties by name). Rule 8: a consumer that may take fewer
+        shards than its share gets that many, and the others share the rest the same way."""
+        pending = sorted(loads, key=lambda c: (-loads[c], c))
+        remaining = sum(loads.values()) + len(free)  # the balanced shards
+        if not self.allowed:  # the common case, on every heartbeat: keep it cheap
+            q, r = divmod(remaining, len(pending))
+            return {c: q + (i < r) for i, c in enumerate(pending)}
+        quota: dict[str, int] = {}
+        every = frozenset(
+            s for s, e in self.shards.items() if e.state in (NOT_ALLOC, ALLOC, TRANSFER)
+        )
+        capacity = {
+            c: len(self.allowed[c] & every) if c in self.allowed else len(every) for c in pending
+        }
+        while pending:
+            q, r = divmod(remaining, len(pending))
+            share = {c: q + (i < r) for i, c in enumerate(pending)}
+            capped = [c for c in pending if capacity[c] < share[c]]
+            if not capped:
+                quota.update(share)
+                break
+            for c in capped:
+                quota[c] = capacity[c]
+                remaining -= capacity[c]
+                pending.remove(c)
+        return quota
+
     def balance(self, first: str) -> None:
         """Sticky balancing (Rule 6): only the excess of over-quota consumers moves.
 
-        With m balanced shards and n consumers, the m % n ceil quotas go to the most loaded
-        consumers (ties by name), so nobody who already fits its quota gives anything up.
         Over-quota consumers give up incoming promises first, then their own ALLOC shards,
-        highest ids first. Given-up promises return to an under-quota owner (6, cancel);
-        the rest, and the NOT_ALLOC shards, go to under-quota consumers, ``first`` (the
-        heartbeating consumer, who can start at once) before the others.
+        highest ids first (Rule 8: shards they may not hold come before everything, and
+        shards an under-quota consumer may take before the others). Given-up promises
+        return to an under-quota owner (6, cancel); the rest, and the NOT_ALLOC shards, go
+        to under-quota consumers allowed to take them, ``first`` (the heartbeating consumer,
+        who can start at once) before the others.
         """
+        for s, e in sorted(self.shards.items()) if self.allowed else ():
+            # Rule 8: a shard its owner may no longer hold and was never told about can be
+            # handed out again at once (the owner cannot be consuming it).
+            misplaced = e.owner is not None and not self.may_take(e.owner, s)
+            if e.state is ALLOC and misplaced and not e.delivered:
+                self.move(s, 9, ShardEntry(NOT_ALLOC, e.parents))
+            elif e.state is TRANSFER and misplaced and not e.delivered:
+                # Promised on while undelivered: nothing to wait for, the next owner takes it.
+                self.move(s, 6, ShardEntry(ALLOC, e.parents, owner=e.next))
         loads = self.load()
         if not loads:
             return
         free = [s for s, e in sorted(self.shards.items()) if e.state is NOT_ALLOC]
-        q, r = divmod(sum(loads.values()) + len(free), len(loads))
-        by_load = sorted(loads, key=lambda c: (-loads[c], c))
-        quota = {c: q + (i < r) for i, c in enumerate(by_load)}
+        quota = self.quotas(loads, free)
+        deficit = {c: quota[c] - loads[c] for c in loads if quota[c] > loads[c]}
+
+        def wanted(s: int) -> bool:
+            return any(self.may_take(c, s) for c in deficit)
+
         given_up: list[int] = []
         for c, load in loads.items():
-            if load > quota[c]:
-                ids = sorted(self.shards, reverse=True)
-                incoming = [s for s in ids if self.shards[s].next == c]
-                owned = [
-                    s for s in ids if self.shards[s].state is ALLOC and self.shards[s].owner == c
-                ]
-                given_up += (incoming + owned)[: load - quota[c]]
-        deficit = {c: quota[c] - loads[c] for c in loads if quota[c] > loads[c]}
-        rest: list[int] = []
+            if load <= quota[c] and c not in self.allowed:
+                continue  # nothing to give up (only allow-lists make shards misplaced)
+            ids = sorted(self.shards, reverse=True)
+            incoming = [s for s in ids if self.shards[s].next == c]
+            owned = [s for s in ids if self.shards[s].state is ALLOC and self.shards[s].owner == c]
+            misplaced_here = [s for s in incoming + owned if not self.may_take(c, s)]
+            rest = [s for s in incoming if s not in misplaced_here]
+            kept = [s for s in owned if s not in misplaced_here]
+            rest += sorted(kept, key=lambda s: not wanted(s)) if self.allowed else kept
+            given_up += misplaced_here + rest[: max(0, load - quota[c] - len(misplaced_here))]
+        # Under-quota consumers in the order they are served; dropped once at quota.
+        order = list(dict.fromkeys(c for c in [first, *sorted(deficit)] if c in deficit))
+
+        def took(c: str) -> None:
+            deficit[c] -= 1
+            if deficit[c] == 0:
+                order.remove(c)
+
+        rest_shards: list[int] = []
         for s in sorted(given_up):
             e = self.shards[s]
-            if e.state is TRANSFER and e.owner is not None and deficit.get(e.owner, 0) > 0:
+            owner = e.owner
+            if (
+                e.state is TRANSFER
+                and owner is not None
+                and deficit.get(owner, 0) > 0
+                and self.may_take(owner, s)
+            ):
                 self.move(s, 6, replace(e, state=ALLOC, next=None))
-                deficit[e.owner] -= 1
+                took(owner)
             else:
-                rest.append(s)
-        takers = [first] * deficit.pop(first, 0)
-        takers += [c for c in sorted(deficit) for _ in range(deficit[c])]
-        for s, taker in zip(free + sorted(rest), takers, strict=True):
+                rest_shards.append(s)
+        for s in free + sorted(rest_shards):
             e = self.shards[s]
+            taker = next((c for c in order if self.may_take(c, s)), None)
+            if taker is not None:
+                took(taker)
+            elif (
+                e.state is not NOT_ALLOC
+                and e.owner is not None
+                and not (self.may_take(e.owner, s) and (e.next is None or self.may_take(e.next, s)))
+            ):
+                # Misplaced (Rule 8) and nobody short may take it: the least loaded
+                # consumer allowed to, over its quota if need be.
+                now_loads = self.load()
+                able = [c for c in loads if c != e.owner and self.may_take(c, s)]
+                taker = min(able, key=lambda c: (now_loads[c], c), default=None)
+            if taker is None:
+                if e.state is TRANSFER and e.next is not None and not self.may_take(e.next, s):
+                    self.move(s, 6, replace(e, state=ALLOC, next=None))  # cancel the promise
+                continue
             if e.state is NOT_ALLOC:
                 self.move(s, 3, ShardEntry(ALLOC, e.parents, owner=taker))
-            else:  # ALLOC or TRANSFER; a taker is never its owner (owners here are not short)
+            elif taker != e.next:  # ALLOC or TRANSFER; a taker is never its owner
                 self.move(s, 5, replace(e, state=TRANSFER, next=taker))
 
     def answer(self, consumer: str) -> tuple[int, ...]:
-        """The heartbeat answer (Rule 4); the shards in it are now delivered."""
+        """The heartbeat answer (Rule 4); the shards in it are now delivered. A shard outside
+        the consumer's allow-list is left out (Rule 8), so it lets go of it."""
         mine = [
-            s for s, e in sorted(self.shards.items()) if e.state is ALLOC and e.owner == consumer
+            s
+            for s, e in sorted(self.shards.items())
+            if e.state is ALLOC and e.owner == consumer and self.may_take(consumer, s)
         ]
         for s in mine:
             self.shards[s] = replace(self.shards[s], delivered=True)
@@ -373,7 +468,13 @@ class _Work:
 
 def step(group: Group, event: Event) -> Outcome:
     """Apply one event to a group and return the new group; ``group`` itself is never changed."""
-    w = _Work(group.timeout, group.order, dict(group.consumers), dict(group.shards))
+    w = _Work(
+        group.timeout,
+        group.order,
+        dict(group.consumers),
+        dict(group.shards),
+        dict(group.allowed),
+    )
     answer: tuple[int, ...] = ()
     match event:
         case ShardsAdded(shards=added):
@@ -388,6 +489,10 @@ def step(group: Group, event: Event) -> Outcome:
             if c not in w.consumers and held:
                 raise UnknownConsumerWithShards(f"consumer {c!r} is not in group {group.name!r}")
             w.consumers[c] = now
+            if event.allowed is None:
+                w.allowed.pop(c, None)
+            else:
+                w.allowed[c] = event.allowed
             w.expire(now)
             _let_go(w, c, held)
             w.release_waiting()
@@ -409,12 +514,18 @@ def step(group: Group, event: Event) -> Outcome:
         case _:
             assert_never(event)
     new = Group(
-        group.name, w.timeout, w.order, MappingProxyType(w.consumers), MappingProxyType(w.shards)
+        group.name,
+        w.timeout,
+        w.order,
+        MappingProxyType(w.consumers),
+        MappingProxyType(w.shards),
+        MappingProxyType(w.allowed),
     )
     changed = (
         (new.timeout, new.order) != (group.timeout, group.order)
         or new.consumers.keys() != group.consumers.keys()
         or new.shards != group.shards
+        or dict(new.allowed) != dict(group.allowed)
     )
     return Outcome(new, answer, tuple(w.transitions), changed)
 
@@ -453,7 +564,13 @@ def _checkpoint(w: _Work, event: CheckpointCommitted) -> None:
 
 def counts(group: Group) -> dict[str, int]:
     """Per live consumer: ALLOC shards it owns + TRANSFER shards promised to it."""
-    return _Work(group.timeout, group.order, dict(group.consumers), dict(group.shards)).load()
+    return _Work(
+        group.timeout,
+        group.order,
+        dict(group.consumers),
+        dict(group.shards),
+        dict(group.allowed),
+    ).load()
 
 
 def to_dict(group: Group) -> dict[str, Any]:
@@ -474,6 +591,7 @@ def to_dict(group: Group) -> dict[str, Any]:
             }
             for shard, e in sorted(group.shards.items())
         ],
+        "allowed": {c: sorted(shards) for c, shards in sorted(group.allowed.items())},
     }
 
 
@@ -490,10 +608,17 @@ def from_dict(d: Mapping[str, Any], now: float) -> Group:
         )
         for s in d["shards"]
     }
+    consumers = dict.fromkeys(d["consumers"], now)
+    allowed = {
+        str(c): frozenset(int(s) for s in shards)
+        for c, shards in d.get("allowed", {}).items()  # absent in data of older versions
+        if c in consumers
+    }
     return Group(
         str(d["name"]),
         float(d["timeout"]),
         bool(d["order"]),
-        MappingProxyType(dict.fromkeys(d["consumers"], now)),
+        MappingProxyType(consumers),
         MappingProxyType(shards),
+        MappingProxyType(allowed),
     )

@@ -327,10 +327,18 @@ class LogService:
         self.storage.delete_group(ls.id, name)
         self._groups.pop((ls.id, name), None)
 
-    def heartbeat(self, ls: Logstore, name: str, consumer: str, held: list[int]) -> list[int]:
+    def heartbeat(
+        self,
+        ls: Logstore,
+        name: str,
+        consumer: str,
+        held: list[int],
+        allowed: frozenset[int] | None = None,
+    ) -> list[int]:
+        """`allowed`: loghubd's allow-list extension (the consumer's `consumer.shards`)."""
         group = self._group(ls, name)
         outcome = self._step(
-            ls, group, co.HeartbeatReceived(consumer, frozenset(held), self.clock())
+            ls, group, co.HeartbeatReceived(consumer, frozenset(held), self.clock(), allowed)
         )
         return list(outcome.answer)
 

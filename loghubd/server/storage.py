@@ -83,6 +83,18 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 """
 
 
+SQLITE_MIN_INT, SQLITE_MAX_INT = -(2**63), 2**63 - 1
+
+
+def _storable(text: str) -> bool:
+    """Whether SQLite can take this string (lone surrogates from undecodable bytes cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class StorageError(Exception):
     """A request that the stored state does not allow (the API maps it to an SLS code)."""
 
@@ -193,6 +205,8 @@ class Storage:
             raise AlreadyExists(name) from exc
 
     def get_project(self, name: str) -> Project | None:
+        if not _storable(name):  # e.g. from a Host header that is not UTF-8: no such project
+            return None
         row = self._db.execute("SELECT * FROM projects WHERE name = ?", (name,)).fetchone()
         return Project(*row) if row else None
 
@@ -236,6 +250,8 @@ class Storage:
             raise AlreadyExists(name) from exc
 
     def get_logstore(self, project: str, name: str) -> Logstore | None:
+        if not (_storable(project) and _storable(name)):
+            return None
         row = self._db.execute(
             "SELECT id, project, name, ttl, create_time, last_modify_time FROM logstores"
             " WHERE project = ? AND name = ?",
@@ -305,6 +321,8 @@ class Storage:
         return [self._shard(r) for r in rows]
 
     def get_shard(self, ls: int, shard_id: int) -> Shard | None:
+        if not SQLITE_MIN_INT <= shard_id <= SQLITE_MAX_INT:  # a client's number: no such shard
+            return None
         row = self._db.execute(
             f"SELECT {self._SHARD_COLS} FROM shards WHERE logstore_id = ? AND shard_id = ?",
             (ls, shard_id),
@@ -435,6 +453,7 @@ class Storage:
 
     def seq_at_time(self, ls: int, shard_id: int, when: float) -> int | None:
         """First retained position received at or after `when` (None: none is)."""
+        when = float(max(-1e18, min(when, 1e18)))  # any client number: SQLite holds 64 bits
         row = self._db.execute(
             "SELECT min(seq) FROM log_groups WHERE logstore_id = ? AND shard_id = ?"
             " AND recv_time >= ?",

@@ -234,8 +234,9 @@ def build_table(cur: dict[str, str]) -> list[Row]:
         pull("count above 1000", cur["0.begin"], "ParameterInvalid", count="1001"),
         pull("negative count", cur["0.begin"], "ParameterInvalid", count="-1"),
         pull("count not a number", cur["0.begin"], "ParameterInvalid", count="ten"),
-        pull("SPL query", cur["0.begin"], "NotSupported", query="* | where a = 1",
-             pullMode="scan_on_stream"),
+        pull("consume processor", cur["0.begin"], "NotSupported", processor="cp-1"),
+        pull("SPL outside the subset", cur["0.begin"], "ParameterInvalid",
+             query="* | parse-json a", pullMode="scan_on_stream"),
         Row("cursor_time of garbage", "GET", shard0, 400, "InvalidCursor",
             {"type": "cursor_time", "cursor": "@@@"}),
         # -- methods, paths, names ----------------------------------------------------------
@@ -384,3 +385,27 @@ def test_bad_requests_get_sls_errors_and_change_nothing(
     assert [ids_in_group(g) for g in groups] == [["after"]]
     log = server.log_path.read_text(errors="replace")
     assert "request_failed" not in log, "the server logged an unhandled exception"
+
+
+def test_group_timeout_may_be_an_integral_float(
+    loghubd_server_factory: Callable[..., ServerProcess], raw_client: Callable[..., RawClient]
+) -> None:
+    # The Python SDK's ConsumerWorker sends `heartbeat_interval * 2`, a float when the user
+    # passed one (4.0): refusing it kept the worker from starting.
+    client = raw_client(loghubd_server_factory("floats"))
+    client.create_project()
+    client.create_logstore("ls")
+    base = "/logstores/ls/consumergroups"
+    ok = client.request(
+        "POST", base, body=_j({"consumerGroup": "g1", "timeout": 4.0, "order": False})
+    )
+    assert ok.status == 200, ok.body
+    assert client.ok("GET", base).json() == [{"name": "g1", "timeout": 4, "order": False}]
+    assert client.request("PUT", f"{base}/g1", body=_j({"timeout": 6.0})).status == 200
+    bad = client.request("PUT", f"{base}/g1", body=_j({"timeout": 6.5}))
+    assert (bad.status, bad.error_code) == (400, "JsonInfoInvalid")
+    assert client.ok("GET", base).json() == [{"name": "g1", "timeout": 6, "order": False}]
+
+
+def _j(value: object) -> bytes:
+    return json.dumps(value).encode()
