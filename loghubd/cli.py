@@ -131,8 +131,13 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
     try:
         cfg = _load_config(args.file, {})
-        # The processor validates its own table: build it the way `run` would (no I/O).
-        Plugins().processor(cfg.processor.name).create(cfg.processor.selected_options)
+        # Each processor validates its own table: build it the way `run` would (no I/O).
+        plugins = Plugins()
+        for spec in cfg.sources:
+            try:
+                plugins.processor(spec.processor.name).create(spec.processor.selected_options)
+            except ValueError as exc:
+                raise ValueError(f"sources.{spec.name}: {exc}" if cfg.multi else exc) from exc
     except config_mod.ConfigError as exc:
         print(f"{args.file}: invalid configuration:", file=sys.stderr)
         for problem in exc.problems:

@@ -19,6 +19,16 @@ Rules:
   TOML literals when they parse as one (`true`, `3`, `[1, 2]`), strings otherwise, and stay
   strings where the file already has a string. `LOGHUBD_*` names without `__` are not config
   keys and are ignored (the CLI may use them).
+
+Several sources: `[[sources]]` tables replace `[source]` (a file with both is refused). Each
+entry has a `name` and the keys of `[source]`, plus optional `[sources.consumer]` and
+`[sources.processor]` (with `[sources.processor.<name>]` option tables); the top-level
+`[consumer]` and `[processor]` are then defaults shared by all entries (an entry's own key
+wins; option tables merge key by key). The consumer name is the daemon's: refused in
+`[sources.consumer]`. Env vars: `LOGHUBD_SOURCES_<NAME>__<KEY>`,
+`LOGHUBD_SOURCES_<NAME>__CONSUMER__<KEY>`, `LOGHUBD_SOURCES_<NAME>__PROCESSOR__[<TABLE>__]<KEY>`
+(the name upper-cased, `-` as `_`), for entries the file declares; overrides:
+`sources.<name>.<key>`. The single form is one source named "default".
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import math
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -96,6 +107,50 @@ def _parse_start(value: object) -> str | float:
     if isinstance(value, date):
         raise _Invalid("a date needs a time and a time zone")
     raise _Invalid("expected 'begin', 'end', unix seconds or an ISO-8601 timestamp")
+
+
+def _parse_end(value: object) -> float | None:
+    """`consumer.end`: unix seconds or an ISO-8601 timestamp with a zone ("" = not bounded)."""
+    if isinstance(value, str) and value.strip() in ("begin", "end"):
+        raise _Invalid("expected unix seconds or an ISO-8601 timestamp with a time zone")
+    if isinstance(value, str) and not value.strip():
+        return None
+    parsed = _parse_start(value)
+    assert not isinstance(parsed, str)
+    return parsed
+
+
+def _parse_shards(value: object) -> tuple[int, ...] | None:
+    """`consumer.shards`: a list of shard ids, or a string of ids and inclusive ranges such
+    as "0-3,8" ("" = every shard)."""
+    ids: list[int] = []
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        for part in value.split(","):
+            low, dash, high = part.strip().partition("-")
+            try:
+                first, last = int(low), int(high if dash else low)
+            except ValueError:
+                raise _Invalid(
+                    'expected shard ids and ranges such as "0-3,8", or a list of shard ids'
+                ) from None
+            if first < 0 or last < first:
+                raise _Invalid(f"bad range {part.strip()!r}: expected low-high with low <= high")
+            ids.extend(range(first, last + 1))
+    elif isinstance(value, list | tuple):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise _Invalid("expected a list of shard ids (integers)")
+        ids = list(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        ids = [value]
+    else:
+        raise _Invalid('expected a list of shard ids or a string such as "0-3,8"')
+    if not ids:
+        raise _Invalid("must name at least one shard (leave it out to take every shard)")
+    if any(i < 0 for i in ids):
+        raise _Invalid("shard ids are >= 0")
+    return tuple(sorted(set(ids)))
 
 
 def _seconds(value: float) -> float:
@@ -171,6 +226,11 @@ class ConsumerConfig:
     retry_max_backoff: float = 30.0
     request_timeout: float = 5.0  # below timeout, so a slow call cannot cost us the shards
     query: str = ""  # SPL query applied by the server when pulling; "" = none
+    # A bounded run: read each shard up to the cursor of this time (unix seconds), commit
+    # it, and stop once every shard of the group got there. None: run until stopped.
+    end: float | None = field(default=None, metadata={"parse": _parse_end})
+    # Only these shards are taken (never started nor heartbeated); None: every shard.
+    shards: tuple[int, ...] | None = field(default=None, metadata={"parse": _parse_shards})
 
     def __post_init__(self) -> None:
         hb, policy = self.heartbeat_interval, self.on_failure
@@ -198,6 +258,10 @@ class ConsumerConfig:
              f"must be >= consumer.retry_initial_backoff ({self.retry_initial_backoff})"),
             (0 < self.request_timeout < self.timeout, "request_timeout",
              f"must be > 0 and < consumer.timeout ({self.timeout})"),
+            (self.end is None or self.start != "end", "end",
+             "a bounded run cannot start at 'end' (there would be nothing to read)"),
+            (self.end is None or isinstance(self.start, str) or self.start < self.end, "end",
+             f"must be after consumer.start ({self.start})"),
         ])
         # fmt: on
 
@@ -276,29 +340,93 @@ class LogConfig:
     format: Literal["auto", "json", "console"] = "auto"
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
-    """The whole configuration, one frozen section per concern; built by `load` / `loads`."""
+_SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """One logstore to consume: a `[[sources]]` entry, or the single `[source]` form (named
+    "default"). Its `consumer` and `processor` are the shared `[consumer]` / `[processor]`
+    tables with the entry's own `[sources.consumer]` / `[sources.processor]` keys on top."""
+
+    name: str  # in metrics (`source` label), logs, /readyz and /status
     source: SourceConfig
     consumer: ConsumerConfig
     processor: ProcessorConfig = field(default_factory=ProcessorConfig)
+
+    def __post_init__(self) -> None:
+        ok = bool(_SOURCE_NAME.fullmatch(self.name))
+        _validate(
+            "sources", [(ok, "name", f"expected letters, digits, _ and -, got {self.name!r}")]
+        )
+
+
+def _section_table(obj: Any) -> dict[str, Any]:
+    """One section as a plain TOML-shaped dict, non-empty secrets as "***"."""
+    table: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "options":
+            table.update(_thaw(value, redact=True))
+        else:
+            table[f.name] = "***" if f.metadata.get("secret") and value else value
+    return table
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole configuration, one frozen section per concern; built by `load` / `loads`.
+
+    `sources` has one entry per consumed logstore (one, named "default", for the single
+    `[source]` form; `multi` tells which form the file used). `source`, `consumer` and
+    `processor` are the first source's, for code that only knows one.
+    """
+
+    sources: tuple[SourceSpec, ...]
     ops: OpsConfig = field(default_factory=OpsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    multi: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ConfigError(["sources: at least one source is needed"])
+
+    @property
+    def source(self) -> SourceConfig:
+        return self.sources[0].source
+
+    @property
+    def consumer(self) -> ConsumerConfig:
+        return self.sources[0].consumer
+
+    @property
+    def processor(self) -> ProcessorConfig:
+        return self.sources[0].processor
 
     def redacted(self) -> dict[str, Any]:
-        """The effective config as plain TOML-shaped dicts, non-empty secrets as "***"."""
+        """The effective config as plain TOML-shaped dicts, non-empty secrets as "***".
+
+        The single form gives `source`, `consumer`, `processor`, `ops`, `log`; the
+        `[[sources]]` form gives `sources` (each entry with its effective `consumer` and
+        `processor`), `ops`, `log`.
+        """
         out: dict[str, Any] = {}
-        for section in fields(self):
-            obj = getattr(self, section.name)
-            table: dict[str, Any] = {}
-            for f in fields(obj):
-                value = getattr(obj, f.name)
-                if f.name == "options":
-                    table.update(_thaw(value, redact=True))
-                else:
-                    table[f.name] = "***" if f.metadata.get("secret") and value else value
-            out[section.name] = table
+        if self.multi:
+            out["sources"] = [
+                {
+                    "name": spec.name,
+                    **_section_table(spec.source),
+                    "consumer": _section_table(spec.consumer),
+                    "processor": _section_table(spec.processor),
+                }
+                for spec in self.sources
+            ]
+        else:
+            spec = self.sources[0]
+            for name in ("source", "consumer", "processor"):
+                out[name] = _section_table(getattr(spec, name))
+        out["ops"] = _section_table(self.ops)
+        out["log"] = _section_table(self.log)
         return out
 
 
@@ -383,34 +511,101 @@ def _guess(text: str) -> Any:
     return value if scalar else text
 
 
-class _Layers:
-    """The raw values of all layers, merged: later layers replace earlier values key by key."""
+_PER_SOURCE = ("source", "consumer", "processor")
+
+
+def _env_name(source: str) -> str:
+    """How a source's name appears in env var names: `my-app` → `my_app` (then upper case)."""
+    return source.lower().replace("-", "_")
+
+
+class _Tables:
+    """The raw core values and processor option tables of one scope (the top level, or one
+    `[[sources]]` entry), merged over the layers."""
 
     def __init__(self) -> None:
         self.core: dict[str, dict[str, _Value]] = {}
         self.options: dict[str, Any] = {}  # processor name → its (nested) table
+
+
+class _Layers:
+    """The raw values of all layers, merged: later layers replace earlier values key by key."""
+
+    def __init__(self) -> None:
+        self.top = _Tables()
+        # `[[sources]]` entries in file order, by their env name: (name, tables).
+        self.sources: dict[str, tuple[str, _Tables]] = {}
+        self.multi = False  # the file has `[[sources]]`
         self.problems: list[str] = []
 
     def set(self, path: Sequence[str], value: Any, origin: str, textual: bool) -> None:
         section, key = path[0], ".".join(path)
-        if section not in _SECTIONS:
+        if section == "sources" and len(path) >= 3:
+            self._set_source(path[1], path[2:], value, origin, textual)
+        elif section == "sources":
+            self.problems.append(f"{key}: expected sources.<name>.<key> [{origin}]")
+        elif section not in _SECTIONS:
+            known = [*_SECTIONS, "sources"]
             self.problems.append(
-                f"{key}: unknown section {section!r}{_suggest(section, list(_SECTIONS))} [{origin}]"
+                f"{key}: unknown section {section!r}{_suggest(section, known)} [{origin}]"
             )
-        elif section == "processor" and len(path) >= 3:
-            self._set_option(path[1:], value, origin, textual)
-        elif len(path) != 2:
-            self.problems.append(f"{key}: unknown key [{origin}]")
         else:
-            self.core.setdefault(section, {})[path[1]] = _Value(value, origin, textual)
+            self._put(self.top, section, path[1:], value, origin, textual, section)
 
-    def _set_option(self, path: Sequence[str], value: Any, origin: str, textual: bool) -> None:
-        table = self.options
+    def _set_source(
+        self, name: str, path: Sequence[str], value: Any, origin: str, textual: bool
+    ) -> None:
+        found = self.sources.get(_env_name(name))
+        if found is None:
+            names = [n for n, _t in self.sources.values()]
+            self.problems.append(
+                f"sources.{name}: no [[sources]] entry is named {name!r}"
+                f"{_suggest(name, names, 'sources.')} [{origin}]"
+            )
+            return
+        name, tables = found
+        if path[0] in ("consumer", "processor"):
+            section, rest = path[0], path[1:]
+            label = f"sources.{name}.{section}"
+        else:
+            section, rest, label = "source", path, f"sources.{name}"
+        if not rest:
+            self.problems.append(f"{label}: expected a key [{origin}]")
+            return
+        self._put(tables, section, rest, value, origin, textual, label)
+
+    def _put(
+        self,
+        tables: _Tables,
+        section: str,
+        rest: Sequence[str],
+        value: Any,
+        origin: str,
+        textual: bool,
+        label: str,
+    ) -> None:
+        if section == "processor" and len(rest) >= 2:
+            self._set_option(tables, rest, value, origin, textual, label)
+        elif len(rest) != 1:
+            self.problems.append(f"{label}.{'.'.join(rest)}: unknown key [{origin}]")
+        else:
+            tables.core.setdefault(section, {})[rest[0]] = _Value(value, origin, textual)
+
+    def _set_option(
+        self,
+        tables: _Tables,
+        path: Sequence[str],
+        value: Any,
+        origin: str,
+        textual: bool,
+        label: str,
+    ) -> None:
+        table = tables.options
         for part in path[:-1]:
             table = table.setdefault(part, {})
             if not isinstance(table, dict):
                 self.problems.append(
-                    f"processor.{'.'.join(path)}: {part!r} is not a table [{origin}]"
+                    f"{label}.{'.'.join(path)}: {part!r} is not a table [{origin}]"
                 )
                 return
         if textual and not isinstance(table.get(path[-1]), str):
@@ -419,28 +614,76 @@ class _Layers:
 
     def add_toml(self, data: Mapping[str, Any], origin: str) -> None:
         for section, table in data.items():
+            if section == "sources":
+                self._add_sources(table, origin)
+                continue
             if section not in _SECTIONS:
+                known = [*_SECTIONS, "sources"]
                 self.problems.append(
-                    f"{section}: unknown section{_suggest(section, list(_SECTIONS))} [{origin}]"
+                    f"{section}: unknown section{_suggest(section, known)} [{origin}]"
                 )
                 continue
             if not isinstance(table, dict):
                 self.problems.append(f"{section}: expected a table [{section}] [{origin}]")
                 continue
-            for key, value in table.items():
-                is_table = section == "processor" and isinstance(value, dict)
-                if is_table and key not in _field_names(ProcessorConfig):
-                    for name, option in value.items():
-                        self.set([section, key, name], option, origin, False)
-                    self.options.setdefault(key, {})  # keep empty tables too
+            self._add_table(self.top, section, table, origin, section)
+
+    def _add_table(
+        self, tables: _Tables, section: str, table: Mapping[str, Any], origin: str, label: str
+    ) -> None:
+        for key, value in table.items():
+            is_table = section == "processor" and isinstance(value, dict)
+            if is_table and key not in _field_names(ProcessorConfig):
+                for name, option in value.items():
+                    self._put(tables, section, [key, name], option, origin, False, label)
+                tables.options.setdefault(key, {})  # keep empty tables too
+            else:
+                self._put(tables, section, [key], value, origin, False, label)
+
+    def _add_sources(self, entries: Any, origin: str) -> None:
+        self.multi = True
+        if not isinstance(entries, list) or not entries:
+            self.problems.append(f"sources: expected one or more [[sources]] tables [{origin}]")
+            return
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                self.problems.append(f"sources[{i}]: expected a [[sources]] table [{origin}]")
+                continue
+            name = entry.get("name")
+            if not isinstance(name, str) or not _SOURCE_NAME.fullmatch(name):
+                self.problems.append(
+                    f"sources[{i}].name: required, letters, digits, _ and - (it names the "
+                    f"source in metrics, logs and env vars), got {name!r} [{origin}]"
+                )
+                continue
+            if _env_name(name) in self.sources:
+                self.problems.append(
+                    f"sources.{name}: a source of that name (or env name "
+                    f"{ENV_PREFIX}SOURCES_{_env_name(name).upper()}) is already defined [{origin}]"
+                )
+                continue
+            tables = _Tables()
+            self.sources[_env_name(name)] = (name, tables)
+            for key, value in entry.items():
+                if key == "name":
+                    continue
+                if key in ("consumer", "processor"):
+                    label = f"sources.{name}.{key}"
+                    if isinstance(value, dict):
+                        self._add_table(tables, key, value, origin, label)
+                    else:
+                        self.problems.append(f"{label}: expected a table [{origin}]")
                 else:
-                    self.set([section, key], value, origin, False)
+                    self._put(tables, "source", [key], value, origin, False, f"sources.{name}")
 
     def add_env(self, environ: Mapping[str, str]) -> None:
         for var, text in sorted(environ.items()):
             if not var.startswith(ENV_PREFIX) or "__" not in var:
                 continue
             head, *rest = var[len(ENV_PREFIX) :].lower().split("__")
+            if head.startswith("sources_") and head != "sources_":
+                self.set(["sources", head.removeprefix("sources_"), *rest], text, var, True)
+                continue
             if head.startswith("processor_") and head != "processor_":
                 head, rest = "processor", [head.removeprefix("processor_"), *rest]
             self.set([head, *rest], text, var, True)
@@ -457,16 +700,25 @@ def _field_names(cls: type[Any]) -> list[str]:
     return [f.name for f in fields(cls) if f.name != "options"]
 
 
-def _section_kwargs(name: str, layers: _Layers) -> dict[str, Any]:
+def _section_kwargs(
+    name: str,
+    given: Mapping[str, _Value],
+    problems: list[str],
+    label: Callable[[str], str],
+    missing_hint: Callable[[str], str],
+) -> dict[str, Any]:
+    """Typed keyword arguments for section `name` from the raw `given` values; type problems
+    go to `problems`, each key named by `label(key)`."""
     cls = _SECTIONS[name]
     hints = typing.get_type_hints(cls)
     by_name = {f.name: f for f in fields(cls) if f.name != "options"}
     kwargs: dict[str, Any] = {}
-    for key, (value, origin, textual) in layers.core.get(name, {}).items():
+    for key, (value, origin, textual) in given.items():
         f = by_name.get(key)
         if f is None:
-            layers.problems.append(
-                f"{name}.{key}: unknown key{_suggest(key, list(by_name), name + '.')} [{origin}]"
+            prefix = label(key).removesuffix(key)
+            problems.append(
+                f"{label(key)}: unknown key{_suggest(key, list(by_name), prefix)} [{origin}]"
             )
             continue
         parse: Callable[[Any], Any] | None = f.metadata.get("parse")
@@ -475,20 +727,153 @@ def _section_kwargs(name: str, layers: _Layers) -> dict[str, Any]:
         except _Invalid as exc:
             # Never echo a secret, not even a mistyped one.
             got = "" if f.metadata.get("secret") else f", got {_show(value)}"
-            layers.problems.append(f"{name}.{key}: {exc}{got} [{origin}]")
-    given = layers.core.get(name, {})
+            problems.append(f"{label(key)}: {exc}{got} [{origin}]")
     for f in by_name.values():
         if f.default is MISSING and f.default_factory is MISSING and f.name not in given:
-            env = f"{ENV_PREFIX}{name.upper()}__{f.name.upper()}"
-            layers.problems.append(
-                f"{name}.{f.name}: required key is missing (set it in [{name}] or {env})"
-            )
+            problems.append(f"{label(f.name)}: required key is missing ({missing_hint(f.name)})")
     return kwargs
 
 
 def _show(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def _derive(consumer: dict[str, Any]) -> None:
+    """Derived defaults: only when the key was not given, so an explicit value is validated."""
+    heartbeat = consumer.get("heartbeat_interval", _DEFAULT_HEARTBEAT)
+    consumer.setdefault("timeout", 3 * heartbeat)
+    consumer.setdefault("request_timeout", min(10.0, consumer["timeout"] / 3))
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested tables merged key by key; `over` wins."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        both = isinstance(value, Mapping) and isinstance(old, Mapping)
+        out[key] = _merged(old, value) if both else value  # type: ignore[arg-type]
+    return out
+
+
+def _construct(cls: type[Any], kwargs: dict[str, Any], problems: list[str], rename: str) -> Any:
+    """`cls(**kwargs)`, its range problems added to `problems` with the section's name
+    replaced by `rename` (e.g. `consumer.timeout` → `sources.app.consumer.timeout`)."""
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:  # range checks: gather every section's before raising
+        for problem in exc.problems:
+            section, dot, rest = problem.partition(".")
+            problems.append(f"{rename}.{rest}" if dot and rename != section else problem)
+    return None
+
+
+def _top_label(section: str) -> Callable[[str], str]:
+    return lambda key: f"{section}.{key}"
+
+
+def _top_hint(section: str) -> Callable[[str], str]:
+    return lambda key: f"set it in [{section}] or {ENV_PREFIX}{section.upper()}__{key.upper()}"
+
+
+def _build_single(layers: _Layers) -> tuple[SourceSpec, ...]:
+    top, problems = layers.top, layers.problems
+    kwargs = {
+        name: _section_kwargs(
+            name, top.core.get(name, {}), problems, _top_label(name), _top_hint(name)
+        )
+        for name in _PER_SOURCE
+    }
+    _derive(kwargs["consumer"])
+    kwargs["processor"]["options"] = top.options
+    _raise_if(problems)
+    sections = {name: _construct(_SECTIONS[name], kwargs[name], problems, name) for name in kwargs}
+    if any(section is None for section in sections.values()):
+        return ()
+    return (SourceSpec("default", **sections),)
+
+
+def _source_label(
+    name: str, section: str, mine: Mapping[str, _Value], shared: Mapping[str, _Value]
+) -> Callable[[str], str]:
+    """A key's name in messages: the shared table's (`consumer.timeout`) when the value came
+    from there, else the entry's own (`sources.app.consumer.group`)."""
+    if section == "source":
+        return lambda key: f"sources.{name}.{key}"
+    return lambda key: (
+        f"{section}.{key}"
+        if key in shared and key not in mine
+        else f"sources.{name}.{section}.{key}"
+    )
+
+
+def _source_hint(name: str, section: str) -> Callable[[str], str]:
+    if section == "source":
+        env = f"{ENV_PREFIX}SOURCES_{_env_name(name).upper()}"
+        return lambda key: f"set it in the [[sources]] entry named {name!r} or {env}__{key.upper()}"
+    return lambda key: f"set it in [{section}] or in this entry's [sources.{section}]"
+
+
+def _build_multi(layers: _Layers) -> tuple[SourceSpec, ...]:
+    """`[[sources]]`: each entry's own keys over the shared `[consumer]` / `[processor]`."""
+    top, problems = layers.top, layers.problems
+    for key, (_v, origin, _t) in top.core.get("source", {}).items():
+        problems.append(
+            f"source.{key}: [source] cannot be combined with [[sources]]; give each "
+            f"[[sources]] entry its own {key} (env: {ENV_PREFIX}SOURCES_<NAME>__{key.upper()}) "
+            f"[{origin}]"
+        )
+    staged: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    for name, tables in layers.sources.values():
+        own = tables.core
+        if "name" in own.get("consumer", {}):
+            problems.append(
+                f"sources.{name}.consumer.name: the consumer name is the daemon's, the same in "
+                f"every group: set it in [consumer] (or with --name) "
+                f"[{own['consumer']['name'].origin}]"
+            )
+        kwargs: dict[str, dict[str, Any]] = {}
+        for section in _PER_SOURCE:
+            mine = own.get(section, {})
+            shared = {} if section == "source" else top.core.get(section, {})
+            given = {**shared, **mine}
+            kwargs[section] = _section_kwargs(
+                section,
+                given,
+                problems,
+                _source_label(name, section, mine, shared),
+                _source_hint(name, section),
+            )
+        _derive(kwargs["consumer"])
+        kwargs["processor"]["options"] = _merged(top.options, tables.options)
+        staged.append((name, kwargs))
+    # A problem of a shared [consumer] key shows once, not once per source.
+    problems[:] = list(dict.fromkeys(problems))
+    _raise_if(problems)
+    specs: list[SourceSpec] = []
+    for name, kwargs in staged:
+        sections = {
+            section: _construct(
+                _SECTIONS[section],
+                kwargs[section],
+                problems,
+                f"sources.{name}" if section == "source" else f"sources.{name}.{section}",
+            )
+            for section in _PER_SOURCE
+        }
+        if all(section is not None for section in sections.values()):
+            specs.append(SourceSpec(name, **sections))
+    seen: dict[tuple[str, str, str, str], str] = {}
+    for spec in specs:
+        s = spec.source
+        where = (s.endpoint.rstrip("/"), s.project, s.logstore, spec.consumer.group)
+        if where in seen:
+            problems.append(
+                f"sources.{spec.name}: consumes {s.project}/{s.logstore} with group "
+                f"{spec.consumer.group!r}, like sources.{seen[where]}: one consumer per group"
+            )
+        seen.setdefault(where, spec.name)
+    return tuple(specs)
 
 
 def _build(
@@ -498,23 +883,18 @@ def _build(
     layers.add_toml(data, origin)
     layers.add_env(environ)
     layers.add_overrides(overrides)
-    kwargs = {name: _section_kwargs(name, layers) for name in _SECTIONS}
-    consumer = kwargs["consumer"]
-    # Derived defaults: only when the key was not given, so an explicit value is validated.
-    heartbeat = consumer.get("heartbeat_interval", _DEFAULT_HEARTBEAT)
-    consumer.setdefault("timeout", 3 * heartbeat)
-    consumer.setdefault("request_timeout", min(10.0, consumer["timeout"] / 3))
-    kwargs["processor"]["options"] = layers.options
-    _raise_if(layers.problems)
-    sections: dict[str, Any] = {}
-    problems: list[str] = []
-    for name, cls in _SECTIONS.items():
-        try:
-            sections[name] = cls(**kwargs[name])
-        except ConfigError as exc:  # range checks: gather every section's before raising
-            problems.extend(exc.problems)
+    problems = layers.problems
+    top = {
+        name: _section_kwargs(
+            name, layers.top.core.get(name, {}), problems, _top_label(name), _top_hint(name)
+        )
+        for name in ("ops", "log")
+    }
+    specs = _build_multi(layers) if layers.multi else _build_single(layers)
+    ops = _construct(OpsConfig, top["ops"], problems, "ops")
+    log = _construct(LogConfig, top["log"], problems, "log")
     _raise_if(problems)
-    return Config(**sections)
+    return Config(specs, ops, log, multi=layers.multi)
 
 
 def loads(

@@ -1,9 +1,10 @@
 """`loghubd run --workers N`: N consumer processes of one group on this host.
 
 Each child is `loghubd run` with the same arguments, a suffixed consumer name (`<name>-<i>`)
-and its own ops listener (`ops.listen` port + i, so /metrics of each is scraped separately). A child that dies is restarted (with a short backoff so a crash loop does not
-spin); SIGTERM/SIGINT are forwarded to every child and we wait for them to finish their
-graceful shutdown. The exit code is the worst of the children's.
+and its own ops listener (`ops.listen` port + i, so /metrics of each is scraped separately).
+A child that dies is restarted (with a short backoff so a crash loop does not spin);
+SIGTERM/SIGINT are forwarded to every child and we wait for them to finish their graceful
+shutdown. The exit code is the worst of the children's.
 """
 
 from __future__ import annotations

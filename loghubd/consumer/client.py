@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +43,10 @@ class Pulled:
     end_of_cursor: bool
     raw_count: int  # groups before server-side filtering (== count without a query)
     raw_data_size: int
+    # Logs before / after the server's SPL query (x-log-rawdatalines / x-log-resultlines);
+    # None when the server does not say (no query, or a server that omits them).
+    raw_lines: int | None = None
+    result_lines: int | None = None
 
 
 class Unreachable(E.SlsError):
@@ -160,6 +164,9 @@ class SlsClient:
             params=params or None,
             data=body or None,
             headers=headers,
+            # No Content-Type of aiohttp's own (octet-stream on a body-less POST): it would
+            # be a header the signature did not cover (SignatureNotMatch on `leave`, split).
+            skip_auto_headers=("Content-Type",),
             auto_decompress=False,
             allow_redirects=False,
         ) as resp:
@@ -292,6 +299,8 @@ class SlsClient:
             end_of_cursor=h.get("x-log-end-of-cursor") == "1",
             raw_count=_int_header(h, "x-log-rawdatacount", count_got),
             raw_data_size=_int_header(h, "x-log-rawdatasize", raw_size),
+            raw_lines=_optional_int_header(h, "x-log-rawdatalines"),
+            result_lines=_optional_int_header(h, "x-log-resultlines"),
         )
 
     # -- consumer groups ---------------------------------------------------------------------
@@ -316,11 +325,17 @@ class SlsClient:
         consumer: str,
         held: list[int],
         timeout: float | None = None,
+        allowed: Sequence[int] | None = None,
     ) -> list[int]:
+        """`allowed` (loghubd's extension, `consumer.shards`): the only shards this consumer
+        may be given, as `&shards=0,1,5`. A service without the extension ignores it."""
+        params = {"type": "heartbeat", "consumer": consumer}
+        if allowed is not None:
+            params["shards"] = ",".join(str(s) for s in allowed)
         data = await self._json(
             "POST",
             f"/logstores/{logstore}/consumergroups/{group}",
-            {"type": "heartbeat", "consumer": consumer},
+            params,
             payload=held,
             timeout=timeout,
         )
@@ -384,6 +399,14 @@ def _is_local(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _optional_int_header(h: Mapping[str, str], name: str) -> int | None:
+    try:
+        value = int(h.get(name, ""))
+    except ValueError:
+        return None
+    return None if value < 0 else value
 
 
 def _int_header(h: Mapping[str, str], name: str, default: int) -> int:

@@ -5,6 +5,11 @@ starts at once; a partial one sleeps the unfilled fraction of `fetch_interval`; 
 sleeps all of it. The end of a read-only shard is reported as `EndOfShard` so its end cursor
 can be committed at once, also when it never held data. An expired cursor (InvalidCursor)
 restarts from the configured start position, loudly.
+
+Bounded runs (`consumer.end`): `window_end` resolves the end of the window to a cursor (None
+while the end time is still ahead); pulls then stop there (`end_cursor`) and reaching it is
+reported as `EndOfWindow`. A position already past it (an older checkpoint of the group)
+counts as reached: the window is never read backwards.
 """
 
 from __future__ import annotations
@@ -42,7 +47,34 @@ class CursorReset:
     reason: str
 
 
-Item = Batch | EndOfShard | CursorReset
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Log groups the server scanned but its SPL query filtered to nothing: nothing to
+    process, but the checkpoint may move past them (a selective query never stalls it)."""
+
+    cursor: str
+    next_cursor: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfWindow:
+    """A bounded run reached the end of its window at `cursor` (see `consumer.end`)."""
+
+    cursor: str
+
+
+Item = Batch | EndOfShard | CursorReset | Skipped | EndOfWindow
+
+
+def reached(cursor: str, end: str) -> bool:
+    """Whether `cursor` is at or past `end` (same shard). SLS cursors are base64 decimal
+    positions (PROTOCOL.md §7); an undecodable one only counts when it is equal."""
+    if cursor == end:
+        return True
+    try:
+        return cursors.decode(cursor) >= cursors.decode(end)
+    except cursors.InvalidCursorString:
+        return False
 
 
 class ByteBudget:
@@ -128,13 +160,31 @@ async def run_fetcher(
     status: FetchStatus,
     start_position: Callable[[], Awaitable[str]],
     bind: dict[str, object],
+    window_end: Callable[[], Awaitable[str | None]] | None = None,
 ) -> None:
     cursor = start
     failures = 0
     next_lag_probe = 0.0
     label = str(shard)
+    stop_at: str | None = None  # the end of a bounded run's window, once resolved
     async with send:
         while True:
+            if window_end is not None and stop_at is None:
+                try:
+                    stop_at = await window_end()
+                except E.SlsError as exc:
+                    failures += 1
+                    wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
+                    log.warning("window_end_failed", **bind, error=str(exc), wait_s=wait)
+                    await anyio.sleep(wait)
+                    continue
+            if stop_at is not None and reached(cursor, stop_at):
+                status.cursor, status.caught_up = cursor, True
+                status.lag_log_groups, status.lag_seconds = 0, 0.0
+                for gauge in (metrics.lag_log_groups, metrics.lag_logs, metrics.lag_seconds):
+                    gauge.labels(label).set(0)
+                await send.send(EndOfWindow(cursor))
+                return
             await budget.wait_for_room()
             started = time.perf_counter()
             try:
@@ -143,6 +193,7 @@ async def run_fetcher(
                     shard,
                     cursor,
                     settings.max_log_groups,
+                    end_cursor=stop_at,
                     query=settings.query,
                 )
             except E.InvalidCursor as exc:
@@ -171,6 +222,10 @@ async def run_fetcher(
             now = time.monotonic()
             metrics.fetch_seconds.labels(label).observe(time.perf_counter() - started)
             status.last_pull = now
+            if pulled.raw_lines is not None and pulled.result_lines is not None:
+                dropped = pulled.raw_lines - pulled.result_lines
+                if dropped > 0:
+                    metrics.filtered_logs.labels(label).inc(dropped)
             if pulled.count:
                 budget.take(len(pulled.data))
                 batch = Batch(
@@ -181,8 +236,12 @@ async def run_fetcher(
                 except BaseException:
                     budget.give_back(len(pulled.data))
                     raise
+            elif pulled.next_cursor != cursor:
+                await send.send(Skipped(cursor, pulled.next_cursor))
             cursor = pulled.next_cursor
             status.cursor = cursor
+            if stop_at is not None and reached(cursor, stop_at):
+                continue  # the window is done: reported at the top of the loop
             full = pulled.raw_count >= settings.max_log_groups or (
                 pulled.raw_data_size >= FULL_PULL_BYTES
             )

@@ -5,6 +5,14 @@ Heartbeats have their own deadline below the group timeout and never wait on pro
 once. When heartbeats keep failing for longer than the group timeout the server has surely
 given our shards away, so they are dropped too (without committing: fenced commits would be
 refused anyway).
+
+Shard filter (`consumer.shards`): the assignment never starts nor reports a shard outside it,
+and every heartbeat sends the filter as loghubd's `shards` allow-list extension, so a service
+that honours it never hands us other shards. A service without it may still answer such
+shards: they stay unconsumed while the balancer counts them as ours, so this is logged
+(`shards_outside_filter_assigned`), shown in /status and counted in the
+`loghubd_shards_outside_filter` gauge. A service that refuses the parameter
+(ParameterInvalid) gets heartbeats without it from then on.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ class HeartbeatState:
     joined: bool = False
     last_ok: float = 0.0  # monotonic
     last_error: str = ""
+    # Shards the last answer gave us outside `consumer.shards` (never started nor reported).
+    unwanted: frozenset[int] = frozenset()
 
     def lease_valid(self, timeout: float) -> bool:
         """Whether the server can still consider us alive (our last heartbeat is fresh)."""
@@ -44,6 +54,7 @@ class HeartbeatSettings:
     consumer: str
     interval: float
     timeout: float
+    allowed: tuple[int, ...] | None = None  # consumer.shards, sent as the `shards` extension
 
 
 async def run_heartbeat(
@@ -63,6 +74,7 @@ async def run_heartbeat(
     deadline = max(1.0, min(settings.interval, settings.timeout / 3))
     scheduled = time.monotonic()
     worst_delay = 0.0
+    allowed = settings.allowed
     while stop is None or not stop.is_set():
         started = time.monotonic()
         delay = max(0.0, started - scheduled)
@@ -73,7 +85,12 @@ async def run_heartbeat(
         held = assignment.report()
         try:
             answer = await client.heartbeat(
-                settings.logstore, settings.group, settings.consumer, held, timeout=deadline
+                settings.logstore,
+                settings.group,
+                settings.consumer,
+                held,
+                timeout=deadline,
+                allowed=allowed,
             )
         except E.NotExistConsumerWithBody:
             log.warning("heartbeat_rejoin", **bind, held=held)
@@ -82,6 +99,10 @@ async def run_heartbeat(
             scheduled = time.monotonic()
             continue  # rejoin with [] now
         except E.SlsError as exc:
+            if isinstance(exc, E.ParameterInvalid) and allowed is not None:
+                log.warning("shard_allow_list_refused", **bind, error=str(exc)[:300])
+                allowed = None  # the filter still applies here; the service just is not told
+                continue
             metrics.heartbeat_failures.inc()
             state.last_error = str(exc)
             log.warning("heartbeat_failed", **bind, error=str(exc)[:300])
@@ -96,6 +117,8 @@ async def run_heartbeat(
                 # Shutting down: keep the lease while shards drain, take nothing new. Shards
                 # answered now are let go by our next report (or by the leave).
                 answer = [s for s in answer if s in assignment.held]
+            _note_unwanted(answer, assignment, state, bind)
+            metrics.shards_outside_filter.set(len(state.unwanted))
             diff = assignment.apply_answer(answer)
             if diff.to_start or diff.to_stop:
                 log.info(
@@ -107,3 +130,20 @@ async def run_heartbeat(
             supervisor.apply(diff)
         scheduled = started + settings.interval
         await waker.sleep(max(MIN_GAP_S, scheduled - time.monotonic()))
+
+
+def _note_unwanted(
+    answer: list[int], assignment: Assignment, state: HeartbeatState, bind: dict[str, str]
+) -> None:
+    wanted = assignment.shard_filter
+    unwanted = frozenset() if wanted is None else frozenset(answer) - wanted
+    if unwanted and unwanted != state.unwanted:
+        log.warning(
+            "shards_outside_filter_assigned",
+            **bind,
+            shards=sorted(unwanted),
+            filter=sorted(wanted or ()),
+            why="the service does not honour the shard allow-list: these shards are not "
+            "consumed while the group counts them as ours",
+        )
+    state.unwanted = unwanted

@@ -26,10 +26,12 @@ from loghubd.consumer.fetcher import (
     ByteBudget,
     CursorReset,
     EndOfShard,
+    EndOfWindow,
     FetchSettings,
     FetchStatus,
     Item,
     ShardCatalog,
+    Skipped,
     run_fetcher,
 )
 from loghubd.consumer.tracking import ShardTracker
@@ -66,6 +68,16 @@ class ShardContext:
     # False once our last successful heartbeat is older than the group timeout: the server
     # may have given our shards away, so no batch is processed until the heartbeat decides.
     lease_valid: Callable[[], bool]
+    # A bounded run (`consumer.end`, unix seconds): read up to the cursor of that time.
+    end: float | None = None
+    # Called when a shard reached the end of its window (or of its data) and committed it.
+    on_finished: Callable[[], None] = lambda: None
+
+
+# Bounded runs: within this many seconds of `consumer.end` nothing is pulled until the end
+# is this long past; then it is resolved to a cursor. Covers clock skew between us and the
+# service, and logs received just before the end but stored a moment later.
+WINDOW_SETTLE_S = 1.0
 
 
 @dataclass
@@ -242,6 +254,11 @@ class ShardTask:
                             self.ctx.budget.give_back(len(item.raw))
                     elif isinstance(item, EndOfShard):
                         await self._end_of_shard(item.cursor)
+                    elif isinstance(item, EndOfWindow):
+                        await self._end_of_window(item.cursor)
+                    elif isinstance(item, Skipped):  # filtered out by the server's query
+                        tracker.done(tracker.fetched(item.cursor, item.next_cursor))
+                        self.status.last_progress = time.monotonic()
                     else:
                         assert isinstance(item, CursorReset)
                         tracker.rollback(item.cursor)
@@ -268,7 +285,27 @@ class ShardTask:
             status=self.status.fetch,
             start_position=self._start_position,
             bind=self._bind,
+            window_end=self._window_end if c.end is not None else None,
         )
+
+    async def _window_end(self) -> str | None:
+        """The cursor of `consumer.end`, or None while that time is still well ahead: the
+        window is still being written, and everything stored so far is inside it, so pulls
+        need no bound. Close to the end nothing is pulled until it has surely passed (by
+        `WINDOW_SETTLE_S`, for clock skew and logs received just before it), then the cursor
+        is looked up. SLS looks times up to the second: the window is [start, end) in whole
+        seconds, like `consumer.start`."""
+        end = self.ctx.end
+        assert end is not None
+        now = time.time()
+        if now < end - WINDOW_SETTLE_S:
+            return None
+        await anyio.sleep(max(0.0, end + WINDOW_SETTLE_S - now))
+        cursor = await self.ctx.client.get_cursor(
+            self.ctx.settings.logstore, self.shard, str(int(end))
+        )
+        log.info("shard_window_end_resolved", **self._bind, end=end, cursor=cursor)
+        return cursor
 
     async def _handle(self, batch: Batch) -> str | None:
         assert self.tracker is not None and self.processor is not None
@@ -316,7 +353,18 @@ class ShardTask:
         log.info("shard_end_reached", **self._bind, cursor=cursor)
         self.status.state = "finished"
         self.status.fetch.caught_up = True
-        await self.commit()
+        if await self.commit():
+            self.ctx.on_finished()
+
+    async def _end_of_window(self, cursor: str) -> None:
+        """A bounded run read the shard up to its window's end: commit it (fenced) and hold
+        the shard, idle, until the daemon stops (the whole group may not be done yet)."""
+        assert self.tracker is not None
+        log.info("shard_window_end_reached", **self._bind, cursor=cursor)
+        self.status.state = "finished"
+        self.status.fetch.caught_up = True
+        if await self.commit():
+            self.ctx.on_finished()
 
     def checkpoint_age(self) -> float:
         return max(0.0, time.monotonic() - self.status.last_commit)

@@ -1,7 +1,14 @@
-"""Liveness and readiness from a status snapshot. Pure: no I/O, time is an argument."""
+"""Liveness and readiness from status snapshots. Pure: no I/O, time is an argument.
+
+`readiness` judges one source (one consumer of one logstore); `readiness_of_sources` judges
+the daemon: ready when every source is, each reason prefixed with its source's name. A source
+that failed to start permanently keeps the daemon not ready (with the error); a bounded source
+that finished its window is done, not failing.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -61,4 +68,24 @@ def readiness(snap: Snapshot) -> Verdict:
             reasons.append(f"shard {s.shard} made no progress for {s.seconds_since_progress:.0f}s")
         elif s.state == "consuming" and s.seconds_since_pull > max(STALL_AFTER_S, snap.timeout):
             reasons.append(f"shard {s.shard} has not pulled for {s.seconds_since_pull:.0f}s")
+    return Verdict(not reasons, tuple(reasons))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """One source as readiness sees it."""
+
+    name: str
+    snapshot: Snapshot
+    failed: str = ""  # a permanent start-up error: the source does not run
+    done: bool = False  # a bounded run that reached its end: stopped on purpose
+
+
+def readiness_of_sources(sources: Sequence[SourceState]) -> Verdict:
+    reasons: list[str] = []
+    for s in sources:
+        if s.failed:
+            reasons.append(f"source {s.name}: cannot start: {s.failed}")
+        elif not s.done:
+            reasons.extend(f"source {s.name}: {r}" for r in readiness(s.snapshot).reasons)
     return Verdict(not reasons, tuple(reasons))

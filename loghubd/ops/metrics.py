@@ -1,14 +1,18 @@
 """The daemon's Prometheus instruments, on a registry of their own (no global registry).
 
 Names: prefix `loghubd_`, units in the name, `_total` for counters; per-shard series carry a
-`shard` label.
+`shard` label. Each source (consumed logstore) has its own `Metrics`; `/metrics` serves them
+all through `labelled_by_source`, which adds a `source` label to every series, so the code
+that counts never needs to know which source it counts for.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -28,6 +32,12 @@ class Metrics:
         )
         self.consumed_batches = Counter(
             "loghubd_consumed_batches_total", "Batches finished", shard, registry=r
+        )
+        self.filtered_logs = Counter(
+            "loghubd_filtered_logs_total",
+            "Logs the server's SPL query (consumer.query) filtered out before sending",
+            shard,
+            registry=r,
         )
         self.fetch_seconds = Histogram(
             "loghubd_fetch_duration_seconds",
@@ -121,6 +131,11 @@ class Metrics:
         self.bytes_in_flight = Gauge(
             "loghubd_bytes_in_flight", "Fetched bytes not yet finished", registry=r
         )
+        self.shards_outside_filter = Gauge(
+            "loghubd_shards_outside_filter",
+            "Shards the service assigns this consumer outside consumer.shards (not consumed)",
+            registry=r,
+        )
         for direction in ("gained", "lost"):
             self.rebalances.labels(direction)
 
@@ -129,3 +144,33 @@ class Metrics:
         for gauge in (self.lag_log_groups, self.lag_logs, self.lag_seconds, self.checkpoint_age):
             with contextlib.suppress(KeyError):
                 gauge.remove(str(shard))
+
+
+class _BySource:
+    """A collector serving several sources' registries as one: every sample gets a `source`
+    label, and families of the same name are merged (one HELP/TYPE header each)."""
+
+    def __init__(self, sources: Sequence[tuple[str, CollectorRegistry]]) -> None:
+        self._sources = list(sources)
+
+    def collect(self) -> Iterable[Metric]:
+        merged: dict[str, Metric] = {}
+        for source, registry in self._sources:
+            for family in registry.collect():
+                out = merged.get(family.name)
+                if out is None:
+                    out = Metric(family.name, family.documentation, family.type, family.unit)
+                    merged[family.name] = out
+                out.samples.extend(
+                    sample._replace(labels={"source": source, **sample.labels})
+                    for sample in family.samples
+                )
+        return list(merged.values())
+
+
+def labelled_by_source(sources: Sequence[tuple[str, CollectorRegistry]]) -> CollectorRegistry:
+    """A registry for `/metrics`: the (name, registry) pairs, each series labelled
+    `source=<name>`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_BySource(sources))
+    return registry

@@ -9,13 +9,12 @@ from typing import Any
 import anyio
 from aiohttp import web
 from anyio.abc import TaskStatus
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from loghubd.ops.health import Snapshot, readiness
-from loghubd.ops.metrics import Metrics
+from loghubd.ops.health import Verdict
 
-METRICS = web.AppKey("metrics", Metrics)
-SNAPSHOT = web.AppKey[Callable[[], Snapshot]]("snapshot")
+METRICS = web.AppKey("metrics", CollectorRegistry)
+READINESS = web.AppKey[Callable[[], Verdict]]("readiness")
 STATUS = web.AppKey[Callable[[], dict[str, Any]]]("status")
 TOKEN = web.AppKey("status_token", str)
 
@@ -27,7 +26,7 @@ def _json(value: object, status: int = 200) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[METRICS].registry)
+    body = generate_latest(request.app[METRICS])
     return web.Response(body=body, headers={"content-type": CONTENT_TYPE_LATEST})
 
 
@@ -37,7 +36,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    verdict = readiness(request.app[SNAPSHOT]())
+    verdict = request.app[READINESS]()
     if verdict.ready:
         return _json({"status": "ready"})
     return _json({"status": "not ready", "reasons": list(verdict.reasons)}, status=503)
@@ -51,14 +50,16 @@ async def status(request: web.Request) -> web.Response:
 
 
 def make_app(
-    m: Metrics,
-    snapshot: Callable[[], Snapshot],
+    registry: CollectorRegistry,
+    verdict: Callable[[], Verdict],
     status_view: Callable[[], dict[str, Any]],
     status_token: str = "",
 ) -> web.Application:
+    """`registry` is what /metrics serves, `verdict` what /readyz answers (computed per
+    request from live state), `status_view` what /status shows."""
     app = web.Application()
-    app[METRICS] = m
-    app[SNAPSHOT] = snapshot
+    app[METRICS] = registry
+    app[READINESS] = verdict
     app[STATUS] = status_view
     app[TOKEN] = status_token
     app.router.add_get("/metrics", metrics)

@@ -3,7 +3,8 @@
 - `Daemon`: writes a TOML config under its own directory and runs
   `python -m loghubd run -c FILE` (JSON logs to `daemon.log`), with short heartbeat, timeout
   and checkpoint intervals; `/status` and `/metrics` come from its ops listener on a port
-  picked with `free_port` (the daemon cannot tell us a port it chose itself).
+  picked with `free_port` (the daemon cannot tell us a port it chose itself). With
+  `sources=[...]` it writes the `[[sources]]` form instead of `[source]` (see `source_entry`).
 - `Producer`: `loghubd produce` as a background process (unique ids `<prefix><n>`).
 - `Admin`: a small synchronous face of `SlsClient` for set-up and inspection (logstores,
   split/merge, group status, checkpoints, cursors).
@@ -254,17 +255,50 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML for {value!r}")
 
 
-def dump_toml(doc: Mapping[str, Mapping[str, Any]]) -> str:
-    """Sections of scalars, plus one level of sub-tables (`[processor.jsonl]`)."""
+def _dump_table(lines: list[str], header: str, table: Mapping[str, Any], array: bool) -> None:
+    lines.append(f"[[{header}]]" if array else f"[{header}]")
+    subs = {k: v for k, v in table.items() if isinstance(v, Mapping)}
+    lines += [f"{k} = {_toml_value(v)}" for k, v in table.items() if k not in subs]
+    for name, sub in subs.items():
+        _dump_table(lines, f"{header}.{name}", sub, False)
+
+
+def dump_toml(doc: Mapping[str, Mapping[str, Any] | list[Mapping[str, Any]]]) -> str:
+    """Sections of scalars and nested sub-tables (`[processor.jsonl]`); a list of tables is
+    an array of tables (`[[sources]]`, with `[sources.consumer]` etc. after each entry)."""
     lines: list[str] = []
     for section, table in doc.items():
-        lines.append(f"[{section}]")
-        subs = {k: v for k, v in table.items() if isinstance(v, Mapping)}
-        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items() if k not in subs]
-        for name, sub in subs.items():
-            lines.append(f"[{section}.{name}]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in sub.items()]
+        if isinstance(table, list):
+            for entry in table:
+                _dump_table(lines, section, entry, True)
+        else:
+            _dump_table(lines, section, table, False)
     return "\n".join(lines) + "\n"
+
+
+def source_entry(
+    name: str,
+    endpoint: str,
+    logstore: str,
+    *,
+    project: str = PROJECT,
+    consumer: Mapping[str, Any] | None = None,
+    processor: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One `[[sources]]` entry for `Daemon(sources=...)`: `consumer` keys go to its
+    `[sources.consumer]`, `processor` (e.g. `{"name": "jsonl", "jsonl": {"path": ...}}`) to
+    its `[sources.processor]`; without one, the daemon writes jsonl to `out-<name>`."""
+    entry: dict[str, Any] = {
+        "name": name,
+        "endpoint": endpoint,
+        "project": project,
+        "logstore": logstore,
+    }
+    if consumer:
+        entry["consumer"] = dict(consumer)
+    if processor is not None:
+        entry["processor"] = dict(processor)
+    return entry
 
 
 def plugin_env(site: Path) -> dict[str, str]:
@@ -297,6 +331,7 @@ class Daemon:
         processor_options: Mapping[str, Any] | None = None,
         consumer: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
+        sources: list[dict[str, Any]] | None = None,
     ) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -326,13 +361,29 @@ class Daemon:
             "dead_letter_dir": str(self.dead_letter),
         }
         consumer_table.update(consumer or {})
-        self.config = {
+        self.config: dict[str, Any] = {
             "source": {"endpoint": endpoint, "project": project, "logstore": logstore},
             "consumer": consumer_table,
             "processor": {"name": processor, processor: options},
             "ops": {"listen": f"127.0.0.1:{self.ops_port}"},
             "log": {"level": "info", "format": "json"},
         }
+        # [[sources]]: [consumer] and [processor] above are the shared defaults; each entry
+        # without a processor of its own writes jsonl to `out-<name>` (see `outputs`).
+        self.outputs: dict[str, Path] = {}
+        if sources is not None:
+            del self.config["source"]
+            entries = []
+            for entry in sources:
+                entry = dict(entry)
+                if "processor" not in entry:
+                    out = self.dir / f"out-{entry['name']}"
+                    entry["processor"] = {"name": "jsonl", "jsonl": {"path": str(out)}}
+                proc = entry["processor"]
+                if proc.get("name") == "jsonl" and "path" in proc.get("jsonl", {}):
+                    self.outputs[entry["name"]] = Path(proc["jsonl"]["path"])
+                entries.append(entry)
+            self.config = {"sources": entries, **self.config}
 
     # -- process control ---------------------------------------------------------------------
 
@@ -397,6 +448,21 @@ class Daemon:
 
     def held(self) -> frozenset[int]:
         return frozenset(self.status()["held"])
+
+    def source_status(self, name: str) -> dict[str, Any]:
+        """One source's entry of `/status` (`sources` list)."""
+        for entry in self.status()["sources"]:
+            if entry["name"] == name:
+                result: dict[str, Any] = entry
+                return result
+        raise KeyError(name)
+
+    def readiness(self) -> tuple[int, dict[str, Any]]:
+        """GET /readyz: (HTTP status, body)."""
+        try:
+            return 200, json.loads(self._get("/readyz"))
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
 
     def metrics(self) -> str:
         """GET /metrics (Prometheus text)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from loghubd.config import (
     ConsumerConfig,
     OpsConfig,
     ProcessorConfig,
+    SourceSpec,
     _coerce,
     load,
     loads,
@@ -65,6 +67,8 @@ VALID: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
             "consumer.retry_max_backoff": 30.0,
             "consumer.request_timeout": 5.0,
             "consumer.query": "",
+            "consumer.end": None,
+            "consumer.shards": None,
             "processor.name": "jsonl",
             "ops.listen": "127.0.0.1:9464",
             "ops.host": "127.0.0.1",
@@ -215,6 +219,32 @@ VALID: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
         {"consumer.shutdown_grace": "3"},
         {"consumer.shutdown_grace": 3.0},
     ),
+    (
+        "bounded run",
+        "start = 1714521600\nend = 2024-05-01T01:00:00Z",
+        {},
+        {},
+        {"consumer.start": 1714521600.0, "consumer.end": 1714525200.0},
+    ),
+    ("end from begin", 'end = "1714525200"', {}, {}, {"consumer.end": 1714525200.0}),
+    (
+        "end from env, empty env clears it",
+        "end = 1714525200",
+        {"LOGHUBD_CONSUMER__END": ""},
+        {},
+        {"consumer.end": None},
+    ),
+    ("shards as a list", "shards = [3, 1, 1]", {}, {}, {"consumer.shards": (1, 3)}),
+    ("shards as ranges", 'shards = "0-2, 8,5-5"', {}, {}, {"consumer.shards": (0, 1, 2, 5, 8)}),
+    ("one shard", "shards = 4", {}, {}, {"consumer.shards": (4,)}),
+    (
+        "shards from env",
+        "",
+        {"LOGHUBD_CONSUMER__SHARDS": "2-3"},
+        {},
+        {"consumer.shards": (2, 3)},
+    ),
+    ("single form is source 'default'", "", {}, {}, {"multi": False}),
 ]
 
 
@@ -539,6 +569,33 @@ INVALID: list[tuple[str, str, dict[str, str], dict[str, Any], list[str]]] = [
         ["processor.jsonl.path.sub"],
     ),
     ("invalid TOML", "[source\n", {}, {}, ["<string>: invalid TOML"]),
+    ("end is a word", toml_with("end = 'end'"), {}, {}, ["consumer.end: expected unix seconds"]),
+    (
+        "end without zone",
+        toml_with("end = 2024-05-01T00:00:00"),
+        {},
+        {},
+        ["consumer.end: the timestamp needs a time zone"],
+    ),
+    (
+        "bounded run from the end",
+        toml_with("start = 'end'\nend = 1714525200"),
+        {},
+        {},
+        ["consumer.end: a bounded run cannot start at 'end'"],
+    ),
+    (
+        "end before start",
+        toml_with("start = 1714525200\nend = 1714521600"),
+        {},
+        {},
+        ["consumer.end: must be after consumer.start"],
+    ),
+    ("empty shard list", toml_with("shards = []"), {}, {}, ["consumer.shards: must name at"]),
+    ("inverted range", toml_with("shards = '3-1'"), {}, {}, ["consumer.shards: bad range '3-1'"]),
+    ("shard words", toml_with("shards = 'a-b'"), {}, {}, ["consumer.shards: expected shard ids"]),
+    ("negative shard", toml_with("shards = [-1]"), {}, {}, ["consumer.shards: shard ids are >= 0"]),
+    ("bool shards", toml_with("shards = [true]"), {}, {}, ["consumer.shards: expected a list"]),
 ]
 
 
@@ -738,3 +795,279 @@ def test_list_values(value: Any, textual: bool, expected: tuple[str, ...]) -> No
 
 def test_none_overrides_are_skipped() -> None:
     assert loads(BASE, {}, {"consumer.group": None, "consumer.name": None}).consumer.group == "g"
+
+
+# -- several sources: [[sources]] ----------------------------------------------------------
+
+MULTI = """
+[consumer]
+heartbeat_interval = 2
+checkpoint_interval = 3
+
+[processor.jsonl]
+fsync = true
+
+[[sources]]
+name = "app"
+endpoint = "http://127.0.0.1:7100"
+project = "p"
+logstore = "app"
+
+[sources.consumer]
+group = "g-app"
+shards = "0-1"
+
+[sources.processor]
+name = "jsonl"
+
+[sources.processor.jsonl]
+path = "/out/app"
+
+[[sources]]
+name = "audit-log"
+endpoint = "https://cn-hangzhou.log.aliyuncs.com"
+project = "q"
+logstore = "audit"
+access_key_id = "AK"
+access_key_secret = "SK"
+
+[sources.consumer]
+group = "g-audit"
+heartbeat_interval = 4
+end = 1714525200
+
+[sources.processor]
+name = "stdout"
+"""
+
+
+def source(cfg: Config, name: str) -> SourceSpec:
+    [spec] = [s for s in cfg.sources if s.name == name]
+    return spec
+
+
+def test_single_form_is_one_source_named_default() -> None:
+    cfg = loads(BASE, {})
+    [spec] = cfg.sources
+    assert (spec.name, cfg.multi) == ("default", False)
+    assert (cfg.source, cfg.consumer, cfg.processor) == (
+        spec.source,
+        spec.consumer,
+        spec.processor,
+    )
+
+
+def test_multi_sources() -> None:
+    cfg = loads(MULTI, {})
+    assert cfg.multi
+    assert [s.name for s in cfg.sources] == ["app", "audit-log"]
+    app, audit = source(cfg, "app"), source(cfg, "audit-log")
+    assert (app.source.project, app.source.logstore, app.consumer.group) == ("p", "app", "g-app")
+    assert app.consumer.shards == (0, 1)
+    assert app.consumer.end is None
+    # Shared [consumer] keys apply unless the entry has its own; derived defaults per source.
+    assert (app.consumer.heartbeat_interval, app.consumer.timeout) == (2.0, 6.0)
+    assert (audit.consumer.heartbeat_interval, audit.consumer.timeout) == (4.0, 12.0)
+    assert app.consumer.checkpoint_interval == audit.consumer.checkpoint_interval == 3.0
+    assert audit.consumer.end == 1714525200.0
+    assert audit.source.access_key_secret == "SK"
+    # Processor tables: the entry's keys merged over the shared ones.
+    assert app.processor.name == "jsonl"
+    assert app.processor.selected_options == {"fsync": True, "path": "/out/app"}
+    assert audit.processor.name == "stdout"
+    assert cfg.source is app.source  # the first source, for code that knows only one
+
+
+MULTI_VALID: list[tuple[str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
+    # name, environ, overrides, expected {(source, dotted attribute): value}
+    (
+        "env per source",
+        {
+            "LOGHUBD_SOURCES_AUDIT_LOG__ACCESS_KEY_SECRET": "from-env",
+            "LOGHUBD_SOURCES_APP__CONSUMER__GROUP": "env-group",
+            "LOGHUBD_SOURCES_APP__PROCESSOR__JSONL__PATH": "/env/app",
+            "LOGHUBD_SOURCES_APP__LOGSTORE": "app2",
+        },
+        {},
+        {
+            ("audit-log", "source.access_key_secret"): "from-env",
+            ("app", "consumer.group"): "env-group",
+            ("app", "processor.selected_options.path"): "/env/app",
+            ("app", "source.logstore"): "app2",
+        },
+    ),
+    (
+        "shared env is a default: an entry's own key wins",
+        {"LOGHUBD_CONSUMER__HEARTBEAT_INTERVAL": "1"},
+        {},
+        {
+            ("app", "consumer.heartbeat_interval"): 1.0,
+            ("app", "consumer.timeout"): 3.0,
+            ("audit-log", "consumer.heartbeat_interval"): 4.0,
+        },
+    ),
+    (
+        "--name applies to every source",
+        {},
+        {"consumer.name": "worker-1"},
+        {("app", "consumer.name"): "worker-1", ("audit-log", "consumer.name"): "worker-1"},
+    ),
+    (
+        "overrides per source",
+        {},
+        {"sources.app.consumer.shards": "3", "sources": {"audit-log": {"region": "r"}}},
+        {("app", "consumer.shards"): (3,), ("audit-log", "source.region"): "r"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("environ", "overrides", "expected"),
+    [pytest.param(*case[1:], id=case[0]) for case in MULTI_VALID],
+)
+def test_multi_valid(
+    environ: dict[str, str], overrides: dict[str, Any], expected: dict[tuple[str, str], Any]
+) -> None:
+    cfg = loads(MULTI, environ, overrides)
+    for (name, dotted), value in expected.items():
+        obj: Any = source(cfg, name)
+        for part in dotted.split("."):
+            obj = obj[part] if isinstance(obj, Mapping) else getattr(obj, part)
+        assert obj == value, (name, dotted)
+
+
+ONE_SOURCE = """
+[[sources]]
+name = "app"
+endpoint = "http://127.0.0.1:7100"
+project = "p"
+logstore = "ls"
+[sources.consumer]
+group = "g"
+"""
+
+MULTI_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
+    # name, TOML, environ, fragments that must all appear in the message
+    (
+        "both forms",
+        BASE + ONE_SOURCE,
+        {},
+        [
+            "source.endpoint: [source] cannot be combined with [[sources]]",
+            "LOGHUBD_SOURCES_<NAME>__ENDPOINT",
+            "source.project: [source] cannot be combined",
+        ],
+    ),
+    (
+        "[source] env with [[sources]]",
+        ONE_SOURCE,
+        {"LOGHUBD_SOURCE__ENDPOINT": "http://h"},
+        ["source.endpoint: [source] cannot be combined with [[sources]]", "LOGHUBD_SOURCE__END"],
+    ),
+    ("sources not tables", "sources = 3", {}, ["sources: expected one or more [[sources]]"]),
+    ("no name", ONE_SOURCE.replace('name = "app"', ""), {}, ["sources[0].name: required"]),
+    ("bad name", ONE_SOURCE.replace('"app"', '"a b"'), {}, ["sources[0].name", "'a b'"]),
+    (
+        "same name twice",
+        ONE_SOURCE + ONE_SOURCE.replace('"ls"', '"other"'),
+        {},
+        ["sources.app: a source of that name"],
+    ),
+    (
+        "same env name twice",
+        ONE_SOURCE.replace('"app"', '"a-b"') + ONE_SOURCE.replace('"app"', '"a_b"'),
+        {},
+        ["sources.a_b: a source of that name (or env name LOGHUBD_SOURCES_A_B)"],
+    ),
+    (
+        "env names an unknown source",
+        ONE_SOURCE,
+        {"LOGHUBD_SOURCES_APQ__PROJECT": "x"},
+        ["sources.apq: no [[sources]] entry is named 'apq'", "LOGHUBD_SOURCES_APQ__PROJECT"],
+    ),
+    (
+        "missing source key",
+        ONE_SOURCE.replace('project = "p"', ""),
+        {},
+        [
+            "sources.app.project: required key is missing",
+            "[[sources]] entry named 'app' or LOGHUBD_SOURCES_APP__PROJECT",
+        ],
+    ),
+    (
+        "no group anywhere",
+        ONE_SOURCE.replace('group = "g"', ""),
+        {},
+        ["sources.app.consumer.group: required key is missing", "[consumer]"],
+    ),
+    (
+        "misspelt entry key",
+        ONE_SOURCE.replace("endpoint", "endpont"),
+        {},
+        ["sources.app.endpont: unknown key (did you mean sources.app.endpoint?)"],
+    ),
+    (
+        "misspelt consumer key",
+        ONE_SOURCE + "grup = 'x'",
+        {},
+        ["sources.app.consumer.grup: unknown key (did you mean sources.app.consumer.group?)"],
+    ),
+    (
+        "misspelt shared consumer key",
+        "[consumer]\nheartbeat = 3\n" + ONE_SOURCE,
+        {},
+        ["consumer.heartbeat: unknown key"],
+    ),
+    (
+        "a consumer name per source",
+        ONE_SOURCE + "name = 'n'",
+        {},
+        ["sources.app.consumer.name: the consumer name is the daemon's"],
+    ),
+    (
+        "same logstore and group twice",
+        ONE_SOURCE + ONE_SOURCE.replace('"app"', '"again"'),
+        {},
+        ["sources.again: consumes p/ls with group 'g', like sources.app"],
+    ),
+    (
+        "range problems name the source",
+        ONE_SOURCE + "timeout = 1",
+        {},
+        ["sources.app.consumer.timeout: must be > consumer.heartbeat_interval"],
+    ),
+    (
+        "typed problems name the source",
+        ONE_SOURCE.replace('endpoint = "http://', 'endpoint = "ftp://'),
+        {},
+        ["sources.app.endpoint: expected an http:// or https:// URL"],
+    ),
+    (
+        "consumer is not a table",
+        ONE_SOURCE.replace("[sources.consumer]", 'consumer = "x"\n[sources.x]'),
+        {},
+        ["sources.app.consumer: expected a table"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "fragments"),
+    [pytest.param(*case[1:], id=case[0]) for case in MULTI_INVALID],
+)
+def test_multi_invalid(text: str, environ: dict[str, str], fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        loads(text, environ)
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_multi_redacted() -> None:
+    out = loads(MULTI, {}).redacted()
+    assert set(out) == {"sources", "ops", "log"}
+    app, audit = out["sources"]
+    assert app["name"] == "app" and app["logstore"] == "app"
+    assert app["consumer"]["group"] == "g-app" and app["consumer"]["shards"] == (0, 1)
+    assert app["processor"] == {"name": "jsonl", "jsonl": {"fsync": True, "path": "/out/app"}}
+    assert audit["access_key_id"] == "AK" and audit["access_key_secret"] == "***"
+    assert "SK" not in json.dumps(out)

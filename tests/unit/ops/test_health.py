@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from loghubd.ops.health import ShardView, Snapshot, readiness
+from loghubd.ops.health import (
+    ShardView,
+    Snapshot,
+    SourceState,
+    readiness,
+    readiness_of_sources,
+)
 
 
 def snap(**kw: object) -> Snapshot:
@@ -61,3 +67,36 @@ def test_readiness(snapshot: Snapshot, ready: bool, reason_part: str | None) -> 
         assert verdict.reasons == ()
     else:
         assert any(reason_part in r for r in verdict.reasons), verdict.reasons
+
+
+@pytest.mark.parametrize(
+    ("sources", "ready", "reasons"),
+    [
+        ([SourceState("a", snap()), SourceState("b", snap())], True, ()),
+        (
+            [SourceState("a", snap()), SourceState("b", snap(joined=False))],
+            False,
+            ("source b: not joined to the consumer group",),
+        ),
+        (
+            [SourceState("a", snap(), failed="ensure_group: LogStoreNotExist: x")],
+            False,
+            ("source a: cannot start: ensure_group: LogStoreNotExist: x",),
+        ),
+        # A bounded source that finished its window is done, not failing.
+        ([SourceState("a", snap(joined=False), done=True), SourceState("b", snap())], True, ()),
+        (
+            [
+                SourceState("a", snap(starting=True)),
+                SourceState("b", snap(seconds_since_heartbeat=30.0)),
+            ],
+            False,
+            ("source a: processor is starting", "source b: last successful heartbeat 30.0s ago"),
+        ),
+    ],
+)
+def test_readiness_of_sources(
+    sources: list[SourceState], ready: bool, reasons: tuple[str, ...]
+) -> None:
+    verdict = readiness_of_sources(sources)
+    assert (verdict.ready, verdict.reasons) == (ready, reasons)

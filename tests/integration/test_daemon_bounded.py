@@ -1,0 +1,123 @@
+"""Bounded runs (`consumer.end`): re-process a past window and exit 0 by themselves.
+
+Logs are written in phases a, b, c with pauses between them, so their receive times fall on
+either side of whole seconds t1 and t2. A daemon with `start = t1`, `end = t2` delivers
+exactly phase b, commits each shard's checkpoint at the cursor of t2, and exits 0 without
+being signalled; so do two such daemons sharing the work in one group, and a run over a
+window with nothing in it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from loghubd.protocol import cursor as cursors
+from tests.integration.daemon_harness import (
+    Daemon,
+    Pool,
+    delivery_report,
+    expected_ids,
+    read_ids,
+    short,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+N = 2_000  # logs per phase
+SHARDS = 3
+
+
+def next_second() -> int:
+    """A whole second after every log written so far; returns once it has begun."""
+    boundary = int(time.time()) + 1
+    time.sleep(max(0.0, boundary - time.time()) + 0.05)
+    return boundary
+
+
+def write_phases(pool: Pool, logstore: str) -> tuple[int, int]:
+    """Phases a, b, c; returns (t1, t2): b was received within [t1, t2), a before, c after."""
+    pool.admin.create_logstore(logstore, SHARDS)
+    pool.produce(logstore, count=N, group_size=50, prefix="a").wait()
+    t1 = next_second()
+    pool.produce(logstore, count=N, group_size=50, prefix="b").wait()
+    t2 = next_second()
+    pool.produce(logstore, count=N, group_size=50, prefix="c").wait()
+    return t1, t2
+
+
+def assert_exactly(dirs: list[Daemon], written: list[str]) -> None:
+    report = delivery_report(written, read_ids([d.output for d in dirs]))
+    assert report == {"missing": [], "duplicated": {}, "unexpected": []}, {
+        k: short(v) for k, v in report.items()
+    }
+
+
+def assert_checkpoints_at(pool: Pool, logstore: str, group: str, when: int) -> None:
+    checkpoints = pool.admin.checkpoints(logstore, group)
+    assert sorted(checkpoints) == list(range(SHARDS)), checkpoints
+    for shard, cp in checkpoints.items():
+        want = pool.admin.cursor(logstore, shard, str(when))
+        assert cursors.decode(cp["checkpoint"]) == cursors.decode(want), (shard, cp, want)
+
+
+def test_a_bounded_run_delivers_exactly_its_window_and_exits_0(daemon_pool: Pool) -> None:
+    pool = daemon_pool
+    t1, t2 = write_phases(pool, "window")
+    started = time.monotonic()
+    daemon = pool.daemon("window", "replay", "bounded", consumer={"start": t1, "end": t2})
+    assert daemon.wait(60) == 0, daemon.log_tail()
+    took = time.monotonic() - started
+    assert_exactly([daemon], expected_ids("b", N))
+    assert_checkpoints_at(pool, "window", "replay", t2)
+    assert {e["shard"] for e in daemon.events("shard_window_end_reached")} == set(range(SHARDS))
+    assert daemon.events("window_complete") and daemon.events("left_group")
+    assert took < 30, took
+
+    # Once more with the same group: every checkpoint is already at the end: nothing to do.
+    again = pool.daemon("window", "replay", "bounded-again", consumer={"start": t1, "end": t2})
+    assert again.wait(60) == 0, again.log_tail()
+    assert read_ids([again.output]) == []
+
+
+def test_two_bounded_daemons_share_the_window_and_both_exit_0(daemon_pool: Pool) -> None:
+    pool = daemon_pool
+    t1, t2 = write_phases(pool, "shared-window")
+    bounds = {"start": t1, "end": t2}
+    daemons = [pool.daemon("shared-window", "pair", name, consumer=bounds) for name in ("p1", "p2")]
+    for d in daemons:
+        assert d.wait(60) == 0, d.log_tail()
+    assert_exactly(daemons, expected_ids("b", N))
+    assert_checkpoints_at(pool, "shared-window", "pair", t2)
+
+
+def test_a_bounded_run_over_an_empty_window_exits_0(daemon_pool: Pool) -> None:
+    pool = daemon_pool
+    pool.admin.create_logstore("quiet", SHARDS)
+    pool.produce("quiet", count=N, group_size=50, prefix="a").wait()
+    t1 = next_second()
+    t2 = next_second()  # nothing written in [t1, t2)
+    pool.produce("quiet", count=N, group_size=50, prefix="c").wait()
+    daemon = pool.daemon("quiet", "nothing", "empty", consumer={"start": t1, "end": t2})
+    assert daemon.wait(60) == 0, daemon.log_tail()
+    assert read_ids([daemon.output]) == []
+    assert_checkpoints_at(pool, "quiet", "nothing", t2)
+
+
+def test_a_window_ending_in_the_future_is_consumed_until_then(daemon_pool: Pool) -> None:
+    """`end` still ahead: shards consume as usual, and the run stops once it has passed."""
+    pool = daemon_pool
+    pool.admin.create_logstore("live", SHARDS)
+    pool.produce("live", count=N, group_size=50, prefix="a").wait()
+    end = int(time.time()) + 4
+    daemon = pool.daemon("live", "until", "until", consumer={"end": end})
+    daemon.wait_ready()
+    pool.produce("live", count=N, group_size=50, prefix="b").wait()
+    wait_until(lambda: len(read_ids([daemon.output])) >= 2 * N, 20, daemon.log_tail)
+    assert daemon.alive()
+    time.sleep(max(0.0, end - time.time()) + 0.2)
+    pool.produce("live", count=N, group_size=50, prefix="c").wait()
+    assert daemon.wait(60) == 0, daemon.log_tail()
+    assert_exactly([daemon], expected_ids("a", N) + expected_ids("b", N))
