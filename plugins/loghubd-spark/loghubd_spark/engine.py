@@ -1,0 +1,604 @@
+"""Micro-batching across shards, written exactly once.
+
+`add` converts a daemon batch to Arrow (in the calling worker thread, outside every lock) and
+buffers it with its `Ack` (from `tracker.defer()`), keyed by (shard, cursor): a batch the daemon
+retries is never buffered twice. A flush is due when the buffer reaches `max_rows` or
+`max_bytes` (checked in `add`'s caller, `process`, which then writes synchronously and raises if
+the write fails, so the daemon retries with its backoff) or when its oldest batch is
+`max_delay` old (the timer thread, which retries with its own backoff).
+
+One flush = one Spark write covering every buffered shard:
+
+1. settle: re-read the write-ahead log; drop the log groups committed writes already hold
+   (the daemon re-delivers what it had not checkpointed before a crash); a pending entry of a
+   crashed writer that overlaps is recovered first, one of a live writer makes us wait;
+2. record the write-ahead entry (pending) with the exact ranges;
+3. Spark: Arrow → DataFrame → pipeline → sink, partitions (`dt`, `batch`), dynamic overwrite;
+4. mark the entry committed;
+5. ack every included batch (`ack.done(persist=True)`): only now can checkpoints pass them.
+
+A write that fails stays the *pending write*: it is retried as it is (same batch id, same
+batches, same entry) before anything else is written, so its partitions are only ever
+replaced by a complete rewrite.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import structlog
+
+from loghubd.models import Batch
+from loghubd.plugins.api import Ack, ProcessorContext
+from loghubd.protocol import cursor as cursors
+from loghubd.protocol import pb
+from loghubd_spark import faults, jobs
+from loghubd_spark.arrow import (
+    SCHEMA,
+    Converted,
+    Span,
+    convert,
+    split_log_groups,
+    steps_per_group,
+)
+from loghubd_spark.convert_worker import ConvertPool
+from loghubd_spark.options import SparkOptions
+from loghubd_spark.runner import SparkError, SparkRunner
+from loghubd_spark.source import committed_checkpoints, pull_ranges
+from loghubd_spark.wal import COMMITTED, Entry, Lease, Range, Wal, new_batch_id
+
+log = structlog.get_logger("loghubd.spark")
+
+# The last flush at shard shutdown must end before the daemon's 30 s processor-shutdown limit.
+SHUTDOWN_BUDGET_S = 25.0
+MAX_RETRY_BACKOFF_S = 30.0
+GC_INTERVAL_S = 300.0  # write-ahead entries below the committed checkpoints are deleted
+
+
+class WaitForWriter(SparkError):
+    """Another live process is writing (or recovering) the same source range: retry later."""
+
+
+@dataclass(eq=False)
+class Item:
+    """One daemon batch in the buffer (possibly trimmed to the log groups not yet written)."""
+
+    shard: int
+    cursor: str
+    next_cursor: str
+    start: int | None  # position of `cursor` when positions step by one per log group
+    group_count: int
+    data: Converted
+    acks: list[Ack]
+    added: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.shard, self.cursor)
+
+    @property
+    def rows(self) -> int:
+        return self.data.rows
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.table.nbytes)
+
+    def ranges(self) -> list[Range]:
+        """The source ranges this item holds: runs of consecutive converted groups."""
+        if self.start is None:
+            return [Range(self.shard, self.cursor, self.next_cursor)]
+        out: list[Range] = []
+        groups = self.data.groups
+        i = 0
+        while i < len(groups):
+            j = i
+            while j + 1 < len(groups) and groups[j + 1] == groups[j] + 1:
+                j += 1
+            a, b = self.start + groups[i], self.start + groups[j] + 1
+            out.append(Range(self.shard, cursors.encode(a), cursors.encode(b)))
+            i = j + 1
+        return out
+
+
+@dataclass(eq=False)
+class PendingWrite:
+    entry: Entry
+    items: list[Item]
+    lease: Lease | None = None
+    attempts: int = 0
+
+    def find(self, key: tuple[int, str]) -> Item | None:
+        return next((it for it in self.items if it.key == key), None)
+
+    def table(self) -> pa.Table:
+        return pa.concat_tables([it.data.table for it in self.items])
+
+
+def _ack(items: list[Item], lock: threading.Lock) -> None:
+    with lock:
+        acks = [ack for it in items for ack in it.acks]
+        for it in items:
+            it.acks = []
+    for ack in acks:
+        ack.done(persist=True)
+
+
+def _log_skip(batch: Batch, groups: int) -> None:
+    log.info(
+        "spark_already_written",
+        shard=batch.shard,
+        cursor=batch.cursor,
+        log_groups=groups,
+        of=batch.group_count,
+    )
+
+
+def synthetic_batch(rows: int = 16) -> Batch:
+    """A small batch for the warm-up (never written anywhere)."""
+    lgl = pb.LogGroupList()
+    group = lgl.LogGroups.add(Topic="warm-up", Source="loghubd-spark")
+    group.LogTags.add(Key="host", Value="warm-up")
+    now = int(time.time())
+    for n in range(rows):
+        entry = group.Logs.add(Time=now, Time_ns=n)
+        for key, value in (("id", str(n)), ("level", "INFO"), ("msg", f"warm-up {n}")):
+            entry.Contents.add(Key=key, Value=value)
+    return Batch(0, cursors.encode(1), cursors.encode(2), lgl.SerializeToString(), 1)
+
+
+class Engine:
+    def __init__(
+        self,
+        options: SparkOptions,
+        runner: SparkRunner,
+        *,
+        context: ProcessorContext | None = None,
+        pipeline: jobs.Pipeline | None = None,
+    ) -> None:
+        self.options = options
+        self.runner = runner
+        self.context = context
+        self.pipeline = pipeline or jobs.Pipeline.from_options(options)
+        self.path = Path(options.path).absolute()
+        project, logstore = (context.project, context.logstore) if context else ("", "")
+        self.wal = Wal(self.path, project, logstore)
+        self._lock = threading.Lock()  # the buffer and the acks lists
+        self._flush_lock = threading.Lock()  # one flush at a time; guards `_pending`
+        self._items: dict[tuple[int, str], Item] = {}
+        self._rows = self._bytes = 0
+        self._pending: PendingWrite | None = None
+        self._failed = False  # `_pending` is a write that failed and awaits its retry
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        n = options.convert_processes
+        self._pool = ConvertPool(n) if n > 0 else None
+        self.writes = 0  # committed writes (tests, benchmarks)
+        self.written_rows = 0
+        self.last_write_s = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, *, timer: bool = True) -> None:
+        """Session up, warm-up, recovery of crashed writes, housekeeping, then the timer."""
+        self.runner.start()
+        if self._pool is not None:
+            self._pool.start()
+        warm = convert(0, "", synthetic_batch().raw, per_group=False).table
+        started = time.monotonic()
+        try:
+            self.runner.run(
+                lambda spark: jobs.warm_up(spark, warm, self.pipeline),
+                tag="loghubd-spark-warm-up",
+                timeout=self.options.write_timeout,
+            )
+        except SparkError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, jobs.PipelineError):
+                raise cause from None
+            raise
+        log.info(
+            "spark_ready",
+            master=self.options.master,
+            session_s=round(self.runner.started_s, 2),
+            warm_up_s=round(time.monotonic() - started, 2),
+        )
+        self.wal.ensure()
+        self.wal.refresh(force=True)
+        self.recover_all()
+        self.collect_garbage()
+        if timer:
+            self._timer = threading.Thread(
+                target=self._run_timer, name="loghubd-spark-timer", daemon=True
+            )
+            self._timer.start()
+
+    def close(self) -> None:
+        """Stop the timer, write what is left (bounded), stop Spark. A write that still fails
+        keeps its entry pending: the next start recovers it."""
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join(SHUTDOWN_BUDGET_S)
+        try:
+            if self.buffered_rows or self._pending is not None:
+                self.flush("close", timeout=SHUTDOWN_BUDGET_S)
+        except Exception as exc:
+            log.error("spark_final_write_failed", error=str(exc)[:1000])
+        with self._flush_lock:
+            if self._pending is not None and self._pending.lease is not None:
+                self._pending.lease.release()
+            self._pending = None
+        if self._pool is not None:
+            self._pool.close()
+        self.runner.stop()
+
+    # -- the buffer ------------------------------------------------------------------------------
+
+    @property
+    def buffered_rows(self) -> int:
+        return self._rows
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._bytes
+
+    def add(self, batch: Batch, ack: Ack) -> None:
+        """Buffer `batch` (idempotent per (shard, cursor)); `ack` is completed after the write
+        that holds it commits, or at once if earlier writes already hold all of it."""
+        key = (batch.shard, batch.cursor)
+        if self._merge_retry(key, batch.next_cursor, ack):
+            return
+        start = steps_per_group(batch.cursor, batch.next_cursor, batch.group_count)
+        keep = None
+        self.wal.refresh()
+        if start is not None:
+            spans = self.wal.uncovered(batch.shard, start, start + batch.group_count)
+            if not spans:
+                ack.done(persist=False)  # written before a crash, re-delivered: skip it
+                _log_skip(batch, batch.group_count)
+                return
+            if spans != [(0, batch.group_count)]:
+                keep = spans
+                _log_skip(batch, batch.group_count - sum(b - a for a, b in spans))
+        data = self._convert(batch.shard, batch.cursor, batch.raw, keep, start is not None)
+        if data.rows == 0:
+            ack.done(persist=False)
+            return
+        item = Item(
+            batch.shard, batch.cursor, batch.next_cursor, start, batch.group_count, data, [ack]
+        )
+        with self._lock:
+            if key in self._items:  # raced with itself? keep the first, finish both
+                self._items[key].acks.append(ack)
+                return
+            self._items[key] = item
+            self._rows += item.rows
+            self._bytes += item.nbytes
+
+    def _merge_retry(self, key: tuple[int, str], next_cursor: str, ack: Ack) -> bool:
+        with self._lock:
+            item = self._items.get(key)
+            pending = self._pending
+            in_pending = item is None and pending is not None and pending.find(key) is not None
+            if in_pending:
+                assert pending is not None
+                item = pending.find(key)
+            if item is None:
+                return False
+            if item.next_cursor == next_cursor:
+                item.acks.append(ack)
+                return True
+            if in_pending:
+                raise WaitForWriter(
+                    f"shard {key[0]} batch {key[1]} was fetched again with other bounds while "
+                    "a write holding it is being retried"
+                )
+            # Same start, other end (re-fetched after a rollback): replace it.
+            del self._items[key]
+            self._rows -= item.rows
+            self._bytes -= item.nbytes
+            acks = item.acks
+        for old in acks:
+            old.done(persist=False)  # tokens forgotten by the rollback: ignored by the tracker
+        return False
+
+    def _convert(
+        self, shard: int, cursor: str, raw: bytes, keep: list[Span] | None, per_group: bool
+    ) -> Converted:
+        if self._pool is not None:
+            return self._pool.convert(shard, cursor, raw, keep, per_group=per_group)
+        return convert(shard, cursor, raw, keep, per_group=per_group)
+
+    def due(self) -> bool:
+        o = self.options
+        with self._lock:
+            return self._failed or self._rows >= o.max_rows or self._bytes >= o.max_bytes
+
+    def oldest_age(self) -> float | None:
+        with self._lock:
+            if not self._items:
+                return None
+            return time.monotonic() - min(it.added for it in self._items.values())
+
+    def _take(self) -> list[Item]:
+        with self._lock:
+            items = list(self._items.values())
+            self._items.clear()
+            self._rows = self._bytes = 0
+            return items
+
+    def _restore(self, items: list[Item]) -> None:
+        with self._lock:
+            for it in items:
+                current = self._items.get(it.key)
+                if current is not None:
+                    current.acks.extend(it.acks)
+                    continue
+                self._items[it.key] = it
+                self._rows += it.rows
+                self._bytes += it.nbytes
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def flush(self, reason: str, *, timeout: float | None = None) -> None:
+        """Write everything buffered (after the pending write, if one failed before)."""
+        with self._flush_lock:
+            if self._pending is not None:
+                self._write(self._pending, reason, timeout)
+            items = self._take()
+            if not items:
+                return
+            try:
+                pending = self._prepare(items)
+            except BaseException:
+                self._restore(items)
+                raise
+            if pending is None:
+                return
+            self._pending = pending
+            self._write(pending, reason, timeout)
+
+    def _prepare(self, items: list[Item]) -> PendingWrite | None:
+        self.wal.refresh(force=True)
+        self._settle_overlaps(items)
+        kept: list[Item] = []
+        done: list[Item] = []
+        for it in items:
+            if it.start is not None:
+                spans = self.wal.uncovered(it.shard, it.start, it.start + it.group_count)
+                if spans != [(0, it.group_count)]:
+                    it.data = it.data.keep(spans)
+            (kept if it.rows else done).append(it)
+        _ack(done, self._lock)
+        if not kept:
+            return None
+        entry = Entry(
+            batch=new_batch_id(),
+            project=self.wal.project,
+            logstore=self.wal.logstore,
+            ranges=[r for it in kept for r in it.ranges()],
+            sink=self.options.sink,
+            rows=sum(it.rows for it in kept),
+            arrow_bytes=sum(it.nbytes for it in kept),
+        )
+        return PendingWrite(entry, kept)
+
+    def _settle_overlaps(self, items: list[Item]) -> None:
+        """Pending entries of other writers that hold some of our ranges: recover those of
+        crashed writers now; wait for live ones."""
+        seen: set[str] = set()
+        for it in items:
+            if it.start is None:
+                continue
+            for entry in self.wal.overlaps_pending(it.shard, it.start, it.start + it.group_count):
+                if entry.batch in seen:
+                    continue
+                seen.add(entry.batch)
+                lease = self.wal.try_lock(entry)
+                if lease is None:
+                    raise WaitForWriter(
+                        f"write-ahead entry {entry.batch} of a live writer holds shard "
+                        f"{it.shard} from {it.cursor}: waiting for it to commit"
+                    )
+                self._recover_locked(lease)
+        if seen:
+            self.wal.refresh(force=True)
+
+    def _write(self, pw: PendingWrite, reason: str, timeout: float | None) -> None:
+        try:
+            self._attempt(pw, reason, timeout)
+        except BaseException:
+            self._failed = True  # retried as it is: by process(), the timer, or shutdown
+            raise
+        self._failed = False
+
+    def _attempt(self, pw: PendingWrite, reason: str, timeout: float | None) -> None:
+        entry = pw.entry
+        if pw.lease is None:
+            pw.lease = self.wal.begin(entry)
+            faults.reached("wal_written")
+        table = pw.table()
+        started = time.monotonic()
+        pw.attempts += 1
+        try:
+            self._spark_write(table, entry.batch, timeout)
+        except Exception as exc:
+            log.warning(
+                "spark_write_failed",
+                batch=entry.batch,
+                attempt=pw.attempts,
+                rows=entry.rows,
+                reason=reason,
+                error=str(exc)[:2000],
+            )
+            raise
+        faults.reached("sink_written")
+        self.wal.commit(pw.lease)
+        faults.reached("wal_committed")
+        self._pending = None
+        _ack(pw.items, self._lock)
+        elapsed = time.monotonic() - started
+        self.writes += 1
+        self.written_rows += entry.rows
+        self.last_write_s = elapsed
+        log.info(
+            "spark_batch_written",
+            batch=entry.batch,
+            reason=reason,
+            rows=entry.rows,
+            arrow_mib=round(entry.arrow_bytes / 2**20, 2),
+            shards=sorted(entry.shards()),
+            daemon_batches=len(pw.items),
+            seconds=round(elapsed, 3),
+        )
+
+    def _spark_write(self, table: pa.Table, batch: str, timeout: float | None) -> None:
+        o = self.options
+        self.runner.run(
+            lambda spark: jobs.write(spark, table, batch, self.pipeline, o.sink, str(self.path)),
+            tag=f"loghubd-spark-{batch}",
+            timeout=min(o.write_timeout, timeout) if timeout else o.write_timeout,
+            arrow_bytes=int(table.nbytes),
+        )
+
+    # -- shard shutdown --------------------------------------------------------------------------
+
+    def shutdown_shard(self, shard: int) -> None:
+        """Write what is buffered (every shard's: one write), within SHUTDOWN_BUDGET_S. What
+        of `shard` could not be written is forgotten, so it never reaches the sink after the
+        shard may have gone to another consumer (it was never acked: it will be read again)."""
+        deadline = time.monotonic() + SHUTDOWN_BUDGET_S
+        backoff = 0.5
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self.flush("shutdown", timeout=max(1.0, remaining))
+                break
+            except Exception as exc:
+                if remaining < backoff + 1.0:
+                    log.error("spark_shutdown_write_failed", shard=shard, error=str(exc)[:1000])
+                    break
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+        self._forget_shard(shard)
+
+    def _forget_shard(self, shard: int) -> None:
+        with self._flush_lock:
+            with self._lock:
+                for key in [k for k in self._items if k[0] == shard]:
+                    it = self._items.pop(key)
+                    self._rows -= it.rows
+                    self._bytes -= it.nbytes
+            pw = self._pending
+            if pw is None or all(it.shard != shard for it in pw.items):
+                return
+            if self.runner.busy:
+                # A cancelled job may still be writing this batch's partitions: deleting them
+                # now could race with it. Keep the write pending (a restart recovers it).
+                log.error("spark_write_still_running", batch=pw.entry.batch, shard=shard)
+                return
+            if pw.lease is not None:
+                try:
+                    self.wal.abandon(pw.lease)
+                except Exception as exc:
+                    log.error("spark_abandon_failed", batch=pw.entry.batch, error=repr(exc))
+                    return
+            self._pending = None
+            self._failed = False
+            self._restore([it for it in pw.items if it.shard != shard])
+            log.warning("spark_write_abandoned", batch=pw.entry.batch, shard=shard)
+
+    # -- the timer (max_delay, and retries of a failed write) ------------------------------------
+
+    def _run_timer(self) -> None:
+        tick = min(0.2, self.options.max_delay / 4)
+        retry_at = 0.0
+        backoff = 0.0
+        gc_at = time.monotonic() + GC_INTERVAL_S
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            if now >= gc_at:
+                gc_at = now + GC_INTERVAL_S
+                self.collect_garbage()
+            age = self.oldest_age()
+            failed = self._failed
+            if now < retry_at or not (
+                failed or (age is not None and age >= self.options.max_delay)
+            ):
+                continue
+            try:
+                self.flush("max_delay" if not failed else "retry")
+                backoff, retry_at = 0.0, 0.0
+            except Exception as exc:
+                backoff = min(MAX_RETRY_BACKOFF_S, max(0.5, backoff * 2))
+                retry_at = time.monotonic() + backoff / 2 + random.uniform(0, backoff / 2)
+                log.warning(
+                    "spark_timer_write_failed", retry_in_s=round(backoff, 2), error=str(exc)[:500]
+                )
+
+    # -- recovery and housekeeping ---------------------------------------------------------------
+
+    def recover_all(self) -> int:
+        """Rewrite every pending entry whose writer is gone, over exactly its ranges."""
+        recovered = 0
+        for entry in self.wal.pending():
+            lease = self.wal.try_lock(entry)
+            if lease is None:
+                log.info("spark_wal_entry_in_use", batch=entry.batch)
+                continue
+            try:
+                if self._recover_locked(lease):
+                    recovered += 1
+            except Exception as exc:
+                # Left pending: a flush that meets these ranges tries again (or waits).
+                log.error("spark_recovery_failed", batch=entry.batch, error=str(exc)[:1000])
+                lease.release()
+        return recovered
+
+    def _recover_locked(self, lease: Lease) -> bool:
+        entry = self.wal.read(lease.entry.batch)
+        if entry is None or entry.state == COMMITTED:
+            lease.release(remove_lock_file=entry is None)
+            return False
+        lease.entry = entry
+        if self.context is None:
+            raise SparkError(
+                f"write-ahead entry {entry.batch} needs recovery but the daemon gave no "
+                "ProcessorContext (factory.bind): upgrade loghubd"
+            )
+        started = time.monotonic()
+        pieces = pull_ranges(self.context, entry.ranges)
+        tables = []
+        for p in pieces:
+            count = len(split_log_groups(p.raw))
+            start = steps_per_group(p.cursor, p.next_cursor, count)
+            tables.append(self._convert(p.shard, p.cursor, p.raw, None, start is not None).table)
+        table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+        self._spark_write(table, entry.batch, None)
+        self.wal.commit(lease)
+        log.warning(
+            "spark_batch_recovered",
+            batch=entry.batch,
+            rows=table.num_rows,
+            ranges=len(entry.ranges),
+            seconds=round(time.monotonic() - started, 3),
+        )
+        return True
+
+    def collect_garbage(self) -> int:
+        """Drop committed entries below the group's committed checkpoints (best effort)."""
+        if self.context is None:
+            return 0
+        try:
+            removed = self.wal.gc(committed_checkpoints(self.context))
+        except Exception as exc:
+            log.warning("spark_wal_gc_failed", error=repr(exc)[:300])
+            return 0
+        if removed:
+            log.info("spark_wal_gc", removed=removed)
+        return removed

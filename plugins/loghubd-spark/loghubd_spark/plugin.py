@@ -1,0 +1,82 @@
+"""The `spark` processor: registration, the per-daemon factory and the per-shard processor.
+
+The factory owns the engine (one SparkSession, one buffer, one write-ahead log per daemon):
+`bind(context)` receives where the daemon consumes from (needed to re-read a crashed write's
+ranges), `start()` brings Spark up, warms it up and recovers, `close()` stops it. Processors
+are thin: `process` buffers the batch with a deferred ack and writes when a threshold is
+reached; `shutdown` writes what is buffered before the shard is let go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from loghubd import Batch, ProcessorContext, ProcessorSpec, Tracker, hookimpl
+from loghubd_spark.options import NAME, SparkOptions
+
+
+class SparkProcessor:
+    def __init__(self, factory: SparkFactory, shard: int) -> None:
+        self.factory = factory
+        self.shard = shard
+
+    def initialize(self, shard: int) -> None:
+        self.factory.engine  # noqa: B018 - fails clearly if the factory was never started
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        engine = self.factory.engine
+        engine.add(batch, tracker.defer())
+        if engine.due():
+            engine.flush("size")
+
+    def shutdown(self, tracker: Tracker) -> None:
+        self.factory.engine.shutdown_shard(self.shard)
+
+
+class SparkFactory:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = SparkOptions.parse(options)
+        self.context: ProcessorContext | None = None
+        self._engine: Any = None
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            raise RuntimeError("the spark processor's factory was not started")
+        return self._engine
+
+    def bind(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def start(self) -> None:
+        # Heavy imports (pyspark, pyarrow) only when the processor really runs.
+        from loghubd_spark.engine import Engine
+        from loghubd_spark.runner import SparkRunner
+
+        runner = SparkRunner(self.options.master, self.options.conf)
+        engine = Engine(self.options, runner, context=self.context)
+        try:
+            engine.start()
+        except BaseException:
+            engine.close()  # conversion children, the session
+            raise
+        self._engine = engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+    def __call__(self, shard: int) -> SparkProcessor:
+        return SparkProcessor(self, shard)
+
+
+@hookimpl
+def loghubd_register_processors() -> Iterable[ProcessorSpec]:
+    return [
+        ProcessorSpec(
+            NAME,
+            SparkFactory,
+            "Arrow micro-batches through a PySpark pipeline to Parquet/JSON lines, exactly once",
+        )
+    ]

@@ -1,0 +1,366 @@
+"""The write-ahead log that makes the sink's output exactly-once across crashes.
+
+One JSON file per Spark write, `<path>/_loghubd_wal/<batch>.json`, written before the write
+(`pending`) and rewritten after it committed (`committed`); both atomically (tmp file, fsync,
+rename, fsync of the directory). An entry records the exact source ranges its write holds:
+every daemon batch included, as (shard, start cursor, next cursor), plus per shard the first
+start and the last end. The output partition `batch=<batch>` belongs to that entry alone, so
+rewriting it with dynamic partition overwrite is idempotent.
+
+- A `pending` entry whose writer is gone (crashed) is re-read over exactly its ranges and
+  rewritten under the same batch id, then committed (see `recovery`).
+- `committed` entries form the *coverage*: per shard, the union of the position intervals
+  already in the sink. A batch the daemon delivers again (the crash came after the commit but
+  before the checkpoint) is compared against it and only its uncovered log groups are written.
+
+While a write is in progress its writer holds an exclusive `flock` on `<batch>.lock`; the kernel
+drops it when the process dies (even on `kill -9`), so "pending and unlocked" means "crashed".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loghubd_spark.arrow import Span, position
+
+WAL_DIR = "_loghubd_wal"
+PENDING, COMMITTED = "pending", "committed"
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Log groups [start, end) of one shard, as SLS cursors."""
+
+    shard: int
+    start: str
+    end: str
+
+    def positions(self) -> tuple[int, int] | None:
+        a, b = position(self.start), position(self.end)
+        return None if a is None or b is None else (a, b)
+
+
+@dataclass(slots=True)
+class Entry:
+    batch: str
+    project: str
+    logstore: str
+    ranges: list[Range]
+    state: str = PENDING
+    sink: str = "parquet"
+    rows: int = 0
+    arrow_bytes: int = 0
+    dates: list[str] = field(default_factory=list)  # dt partitions written (known after commit)
+    created: float = field(default_factory=time.time)
+    committed: float | None = None
+
+    def shards(self) -> dict[int, dict[str, str]]:
+        """Per shard: the first start and the last end cursor (ranges are in stream order)."""
+        out: dict[int, dict[str, str]] = {}
+        for r in self.ranges:
+            span = out.setdefault(r.shard, {"start": r.start, "end": r.end})
+            span["end"] = r.end
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "batch": self.batch,
+            "state": self.state,
+            "project": self.project,
+            "logstore": self.logstore,
+            "sink": self.sink,
+            "rows": self.rows,
+            "arrow_bytes": self.arrow_bytes,
+            "dates": self.dates,
+            "created": self.created,
+            "committed": self.committed,
+            "shards": {str(k): v for k, v in sorted(self.shards().items())},
+            "batches": [[r.shard, r.start, r.end] for r in self.ranges],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Entry:
+        return cls(
+            batch=str(data["batch"]),
+            project=str(data["project"]),
+            logstore=str(data["logstore"]),
+            ranges=[Range(int(s), str(a), str(b)) for s, a, b in data["batches"]],
+            state=str(data["state"]),
+            sink=str(data.get("sink", "parquet")),
+            rows=int(data.get("rows", 0)),
+            arrow_bytes=int(data.get("arrow_bytes", 0)),
+            dates=[str(d) for d in data.get("dates", [])],
+            created=float(data.get("created", 0.0)),
+            committed=data.get("committed"),
+        )
+
+
+def new_batch_id() -> str:
+    """Unique, sortable by creation time, and a plain partition value (no escaping)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(6)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """tmp file + fsync + rename + fsync of the directory: the file is old or new, never torn."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Lease:
+    """An exclusive hold on one entry (its lock file), while it is written or recovered."""
+
+    def __init__(self, entry: Entry, fd: int, lock_path: Path) -> None:
+        self.entry = entry
+        self._fd = fd
+        self._lock_path = lock_path
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
+
+    def release(self, *, remove_lock_file: bool = False) -> None:
+        if self._fd < 0:
+            return
+        if remove_lock_file:
+            with contextlib.suppress(FileNotFoundError):
+                self._lock_path.unlink()
+        os.close(self._fd)  # drops the flock
+        self._fd = -1
+
+
+def merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(i for i in intervals if i[0] < i[1]):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def uncovered(start: int, end: int, covered: Sequence[tuple[int, int]]) -> list[Span]:
+    """The parts of [start, end) outside the merged `covered` intervals, relative to start."""
+    spans: list[Span] = []
+    at = start
+    for a, b in covered:
+        if b <= at:
+            continue
+        if a >= end:
+            break
+        if a > at:
+            spans.append((at - start, a - start))
+        at = max(at, b)
+        if at >= end:
+            break
+    if at < end:
+        spans.append((at - start, end - start))
+    return spans
+
+
+class Wal:
+    """The entries of one sink directory that belong to one project/logstore."""
+
+    def __init__(self, sink_path: Path, project: str, logstore: str) -> None:
+        self.sink_path = sink_path
+        self.dir = sink_path / WAL_DIR
+        self.project, self.logstore = project, logstore
+        self._loaded: set[str] = set()  # committed entry files already in the coverage
+        self._coverage: dict[int, list[tuple[int, int]]] = {}
+        self._pending: dict[str, Entry] = {}  # pending entries seen at the last refresh
+        self._mtime_ns = -1
+
+    def ensure(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _entry_path(self, batch: str) -> Path:
+        return self.dir / f"{batch}.json"
+
+    def _lock_path(self, batch: str) -> Path:
+        return self.dir / f"{batch}.lock"
+
+    def _mine(self, entry: Entry) -> bool:
+        return entry.project == self.project and entry.logstore == self.logstore
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def try_lock(self, entry: Entry) -> Lease | None:
+        """Hold `entry` exclusively, or None if a live process holds it."""
+        path = self._lock_path(entry.batch)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return Lease(entry, fd, path)
+
+    def begin(self, entry: Entry) -> Lease:
+        """Lock, then record `entry` as pending (the lock comes first, so a pending entry with a
+        free lock always means a dead writer)."""
+        self.ensure()
+        lease = self.try_lock(entry)
+        if lease is None:
+            raise RuntimeError(f"write-ahead entry {entry.batch} is locked by another process")
+        try:
+            entry.state = PENDING
+            atomic_write(self._entry_path(entry.batch), _dump(entry))
+        except BaseException:
+            lease.release(remove_lock_file=True)
+            raise
+        return lease
+
+    def rewrite(self, lease: Lease) -> None:
+        """Record a changed pending entry (e.g. more ranges before a retried write)."""
+        atomic_write(self._entry_path(lease.entry.batch), _dump(lease.entry))
+
+    def commit(self, lease: Lease, dates: Sequence[str] = ()) -> None:
+        """The write is in the sink: mark the entry committed, add it to the coverage."""
+        entry = lease.entry
+        entry.state, entry.committed, entry.dates = COMMITTED, time.time(), sorted(dates)
+        atomic_write(self._entry_path(entry.batch), _dump(entry))
+        self._pending.pop(entry.batch, None)
+        self._add_coverage(entry)
+        self._loaded.add(entry.batch)
+        lease.release(remove_lock_file=True)
+
+    def abandon(self, lease: Lease) -> None:
+        """Forget a pending write entirely: its partitions (if any were written) and its entry."""
+        batch = lease.entry.batch
+        for part in self.sink_path.glob(f"dt=*/batch={batch}"):
+            shutil.rmtree(part, ignore_errors=False)
+        with contextlib.suppress(FileNotFoundError):
+            self._entry_path(batch).unlink()
+        fsync_dir(self.dir)
+        self._pending.pop(batch, None)
+        lease.release(remove_lock_file=True)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Load entries written or committed since the last refresh (by any process)."""
+        try:
+            mtime = self.dir.stat().st_mtime_ns
+        except FileNotFoundError:
+            return
+        if not force and mtime == self._mtime_ns and not self._pending:
+            return
+        self._mtime_ns = mtime
+        seen: set[str] = set()
+        for item in os.scandir(self.dir):
+            name = item.name
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            batch = name[: -len(".json")]
+            seen.add(batch)
+            if batch in self._loaded:
+                continue
+            entry = self.read(batch)
+            if entry is None or not self._mine(entry):
+                continue
+            if entry.state == COMMITTED:
+                self._pending.pop(batch, None)
+                self._add_coverage(entry)
+                self._loaded.add(batch)
+            else:
+                self._pending[batch] = entry
+        for batch in list(self._pending):
+            if batch not in seen:
+                del self._pending[batch]  # abandoned by its writer
+
+    def read(self, batch: str) -> Entry | None:
+        try:
+            return Entry.from_json(json.loads(self._entry_path(batch).read_bytes()))
+        except FileNotFoundError:
+            return None
+
+    def pending(self) -> list[Entry]:
+        """Pending entries of this logstore (any writer's, live or dead), oldest first."""
+        return sorted(self._pending.values(), key=lambda e: (e.created, e.batch))
+
+    def _add_coverage(self, entry: Entry) -> None:
+        by_shard: dict[int, list[tuple[int, int]]] = {}
+        for r in entry.ranges:
+            pos = r.positions()
+            if pos is not None:
+                by_shard.setdefault(r.shard, []).append(pos)
+        for shard, intervals in by_shard.items():
+            self._coverage[shard] = merge([*self._coverage.get(shard, []), *intervals])
+
+    def coverage(self, shard: int) -> list[tuple[int, int]]:
+        return list(self._coverage.get(shard, []))
+
+    def uncovered(self, shard: int, start: int, end: int) -> list[Span]:
+        """Which log groups of [start, end) (relative indices) no committed write holds yet."""
+        return uncovered(start, end, self._coverage.get(shard, []))
+
+    def overlaps_pending(self, shard: int, start: int, end: int) -> list[Entry]:
+        """Pending entries (of other writers) holding any of [start, end) of `shard`."""
+        out = []
+        for entry in self._pending.values():
+            for r in entry.ranges:
+                pos = r.positions()
+                if r.shard == shard and pos is not None and pos[0] < end and start < pos[1]:
+                    out.append(entry)
+                    break
+        return out
+
+    # -- housekeeping ----------------------------------------------------------------------------
+
+    def gc(self, checkpoints: Mapping[int, int]) -> int:
+        """Delete committed entries entirely below the committed checkpoints (positions per
+        shard): the daemon never delivers those ranges again. Returns how many went."""
+        removed = 0
+        self.refresh(force=True)
+        for batch in sorted(self._loaded):
+            entry = self.read(batch)
+            if entry is None or entry.state != COMMITTED or not self._mine(entry):
+                continue
+            below = True
+            for r in entry.ranges:
+                pos = r.positions()
+                cp = checkpoints.get(r.shard)
+                if pos is None or cp is None or pos[1] > cp:
+                    below = False
+                    break
+            if below:
+                with contextlib.suppress(FileNotFoundError):
+                    self._entry_path(batch).unlink()
+                with contextlib.suppress(FileNotFoundError):
+                    self._lock_path(batch).unlink()
+                removed += 1
+        if removed:
+            fsync_dir(self.dir)
+        return removed
+
+
+def _dump(entry: Entry) -> bytes:
+    return (json.dumps(entry.to_json()) + "\n").encode()

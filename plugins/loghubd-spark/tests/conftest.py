@@ -1,0 +1,40 @@
+"""Fixtures of the spark processor's tests: ONE tuned SparkSession per test session.
+
+local[1], one shuffle partition, no UI, serial GC, small heap: the JVM starts in a few
+seconds and every test uses tiny data (the 200,000-row end-to-end test is the exception).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # spark_harness, spark_pipelines
+    sys.path.insert(0, str(HERE))
+
+SESSION_CONF = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    "spark.driver.memory": "768m",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[1]").appName("loghubd-spark-tests")
+    for key, value in SESSION_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,320 @@
+"""Real processes for the spark processor's end-to-end tests: `loghubd produce`, `loghubd run`
+(with `processor = "spark"`), polling the group's checkpoints, reading the daemon's metrics.
+
+Importable without pytest. Kept separate from tests/integration (the daemon's own harness).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+
+from loghubd.consumer.client import SlsClient
+from loghubd.models import Batch
+from loghubd.protocol import cursor as cursors
+from loghubd.protocol.signing import Credentials
+from loghubd.testing import free_port
+
+HERE = Path(__file__).resolve().parent
+T = TypeVar("T")
+
+# What every test JVM gets: small, quick to start, no UI.
+TEST_SPARK_CONF: dict[str, Any] = {
+    "spark.ui.enabled": False,
+    "spark.sql.shuffle.partitions": 1,
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    "spark.driver.memory": "768m",
+}
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float,
+    message: str | Callable[[], str] = "condition not met",
+    interval: float = 0.1,
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(message() if callable(message) else message)
+        time.sleep(interval)
+
+
+def toml(data: Mapping[str, Any], prefix: str = "") -> str:
+    """A small TOML writer: scalars first, then sub-tables; keys always quoted."""
+    lines: list[str] = []
+    tables: list[tuple[str, Mapping[str, Any]]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            tables.append((key, value))
+        else:
+            lines.append(f"{json.dumps(key)} = {_scalar(value)}")
+    out = ""
+    if prefix and (lines or not tables):
+        out += f"[{prefix}]\n"
+    out += "".join(line + "\n" for line in lines)
+    for key, table in tables:
+        name = f"{prefix}.{json.dumps(key)}" if prefix else json.dumps(key)
+        out += "\n" + toml(table, name)
+    return out
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def produce(
+    endpoint: str,
+    project: str,
+    logstore: str,
+    count: int,
+    *,
+    shards: int = 0,
+    start: int = 0,
+    group_size: int = 100,
+    rate: float = 0.0,
+    wait: bool = True,
+) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "loghubd",
+        "produce",
+        "--endpoint",
+        endpoint,
+        "--project",
+        project,
+        "--logstore",
+        logstore,
+        "--count",
+        str(count),
+        "--start",
+        str(start),
+        "--group-size",
+        str(group_size),
+    ]
+    if shards:
+        cmd += ["--create-shards", str(shards)]
+    if rate:
+        cmd += ["--rate", str(rate)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if wait:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"produce failed: {err.decode()[-2000:]}"
+        _ = out
+    return proc
+
+
+class Source:
+    """Synchronous inspection of a logstore and a group through SlsClient."""
+
+    def __init__(self, endpoint: str, project: str, logstore: str) -> None:
+        self.endpoint, self.project, self.logstore = endpoint, project, logstore
+
+    def _run(self, fn: Callable[[SlsClient], Any]) -> Any:
+        async def go() -> Any:
+            async with aiohttp.ClientSession() as session:
+                client = SlsClient(
+                    session, self.endpoint, self.project, lambda: Credentials("", "")
+                )
+                return await fn(client)
+
+        return asyncio.run(go())
+
+    def shard_ids(self) -> list[int]:
+        shards = self._run(lambda c: c.list_shards(self.logstore))
+        return sorted(int(s["shardID"]) for s in shards)
+
+    def end_positions(self) -> dict[int, int]:
+        async def go(c: SlsClient) -> dict[int, int]:
+            out = {}
+            for s in await c.list_shards(self.logstore):
+                sid = int(s["shardID"])
+                out[sid] = cursors.decode(await c.get_cursor(self.logstore, sid, "end"))
+            return out
+
+        result: dict[int, int] = self._run(go)
+        return result
+
+    def batches(self, shard: int, groups_per_pull: int) -> list[Batch]:
+        """Everything in `shard`, as the daemon would receive it in pulls of that size."""
+
+        async def go(c: SlsClient) -> list[Batch]:
+            out: list[Batch] = []
+            at = await c.get_cursor(self.logstore, shard, "begin")
+            end = await c.get_cursor(self.logstore, shard, "end")
+            while at != end:
+                p = await c.pull(self.logstore, shard, at, groups_per_pull)
+                out.append(Batch(shard, at, p.next_cursor, p.data, p.count))
+                at = p.next_cursor
+            return out
+
+        result: list[Batch] = self._run(go)
+        return result
+
+    def checkpoints(self, group: str) -> dict[int, int]:
+        try:
+            rows = self._run(lambda c: c.checkpoints(self.logstore, group))
+        except Exception:
+            return {}
+        return {
+            int(r["shard"]): cursors.decode(r["checkpoint"]) for r in rows if r.get("checkpoint")
+        }
+
+    def caught_up(self, group: str) -> bool:
+        ends = self.end_positions()
+        cps = self.checkpoints(group)
+        return all(cps.get(s) == e for s, e in ends.items())
+
+
+class SparkDaemon:
+    """`loghubd run` with the spark processor, in its own directory."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        endpoint: str,
+        project: str,
+        logstore: str,
+        spark: Mapping[str, Any],
+        *,
+        group: str = "spark-test",
+        consumer: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.config_path = workdir / "loghubd.toml"
+        self.log_path = workdir / "daemon.log"
+        self.group = group
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.runs = 0
+        cfg = {
+            "source": {"endpoint": endpoint, "project": project, "logstore": logstore},
+            "consumer": {
+                "group": group,
+                "heartbeat_interval": 0.5,
+                "timeout": 10.0,
+                "checkpoint_interval": 1.0,
+                "fetch_interval": 0.05,
+                "shutdown_grace": 40.0,
+                "retry_initial_backoff": 0.2,
+                "retry_max_backoff": 2.0,
+                **(consumer or {}),
+            },
+            "processor": {
+                "name": "spark",
+                "spark": {"master": "local[2]", **spark, "conf": {**TEST_SPARK_CONF}},
+            },
+            "ops": {"listen": f"127.0.0.1:{self.port}"},
+            "log": {"level": "info", "format": "json"},
+        }
+        cfg["processor"]["spark"]["conf"].update(spark.get("conf", {}))  # type: ignore[index]
+        self.config_path.write_text(toml(cfg))
+
+    def start(self, env: Mapping[str, str] | None = None) -> SparkDaemon:
+        self.runs += 1
+        environ = dict(os.environ)
+        environ["PYTHONPATH"] = os.pathsep.join(
+            [str(HERE), *filter(None, [environ.get("PYTHONPATH")])]
+        )
+        environ.update(env or {})
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        log.write(f"--- run {self.runs} env={dict(env or {})}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loghubd", "run", "-c", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            cwd=self.workdir,
+        )
+        log.close()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError:
+            return 0, ""
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        def ready() -> bool:
+            if not self.alive:
+                raise AssertionError(f"daemon exited early: {self.log_tail()}")
+            return self._get("/readyz")[0] == 200
+
+        wait_until(ready, timeout, lambda: f"daemon not ready: {self.log_tail()}", 0.25)
+
+    def metric(self, name: str) -> float | None:
+        status, text = self._get("/metrics")
+        if status != 200:
+            return None
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def events(self, name: str | None = None) -> Iterator[dict[str, Any]]:
+        if not self.log_path.exists():
+            return
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if name is None or event.get("event") == name:
+                    yield event
+
+    def count(self, name: str) -> int:
+        return sum(1 for _ in self.events(name))
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 90.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def wait_exit(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)

@@ -1,0 +1,396 @@
+"""The engine in-process, on the shared SparkSession: buffering, acks after commit, failures,
+replays (exactly once), recovery of a crashed write, cancellation, the sinks."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from loghubd_spark import jobs
+from loghubd_spark.arrow import convert
+from loghubd_spark.engine import Engine
+from loghubd_spark.options import SparkOptions
+from loghubd_spark.plugin import SparkFactory, SparkProcessor
+from loghubd_spark.runner import SparkError, SparkRunner, SparkTimeout, explain
+from loghubd_spark.wal import COMMITTED, PENDING
+from spark_harness import Source, produce, wait_until
+from spark_pipelines import FAIL_FLAG
+
+from loghubd.models import Batch
+from loghubd.plugins.api import ProcessorContext
+from loghubd.protocol import cursor as cursors
+from loghubd.protocol import pb
+from loghubd.protocol.signing import Credentials
+from loghubd.testing import ServerProcess
+
+pytestmark = pytest.mark.spark
+
+LEVELS = ("INFO", "INFO", "INFO", "WARN", "ERROR")
+
+
+class FakeAck:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.persist = False
+
+    def done(self, persist: bool = False) -> None:
+        self.calls += 1
+        self.persist = self.persist or persist
+
+
+class FakeTracker:
+    """What a processor sees: `defer()` hands out acks (all recorded)."""
+
+    def __init__(self) -> None:
+        self.acks: list[FakeAck] = []
+
+    def defer(self) -> FakeAck:
+        ack = FakeAck()
+        self.acks.append(ack)
+        return ack
+
+    def save_checkpoint(self, persist: bool = True) -> None:
+        raise AssertionError("the spark processor acks through defer(), never save_checkpoint")
+
+    def get_checkpoint(self) -> str:
+        return ""
+
+
+def make_batch(shard: int, seq: int, groups: int, per_group: int, first_id: int) -> Batch:
+    lgl = pb.LogGroupList()
+    n = first_id
+    for _ in range(groups):
+        group = lgl.LogGroups.add(Topic="t", Source="s")
+        for _ in range(per_group):
+            log = group.Logs.add(Time=1_700_000_000 + n % 100_000)
+            log.Contents.add(Key="id", Value=str(n))
+            log.Contents.add(Key="level", Value=LEVELS[n % 5])
+            log.Contents.add(Key="msg", Value=f"synthetic log {n}")
+            n += 1
+    return Batch(
+        shard,
+        cursors.from_seq(shard, seq),
+        cursors.from_seq(shard, seq + groups),
+        lgl.SerializeToString(),
+        groups,
+    )
+
+
+@pytest.fixture
+def engines(spark: Any, tmp_path: Path) -> Iterator[Callable[..., Engine]]:
+    made: list[Engine] = []
+
+    def make(
+        *, context: ProcessorContext | None = None, timer: bool = False, **options: Any
+    ) -> Engine:
+        opts = SparkOptions.parse({"path": str(tmp_path / "out"), "master": "local[1]", **options})
+        engine = Engine(opts, SparkRunner(opts.master, opts.conf, session=spark), context=context)
+        engine.start(timer=timer)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.close()
+
+
+def ids_in(spark: Any, path: Path, fmt: str = "parquet") -> list[int]:
+    df = spark.read.format(fmt).load(str(path))
+    return sorted(int(r[0]) for r in df.selectExpr("contents['id']").collect())
+
+
+def entries(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((path / "_loghubd_wal").glob("*.json"))]
+
+
+def test_buffer_is_idempotent_and_acks_follow_the_commit(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    engine = engines()
+    first, retried, batches = [], [], []
+    for k in range(3):
+        for shard in (0, 1):
+            b = make_batch(shard, k * 4, 4, 5, first_id=1000 * shard + 20 * k)
+            batches.append(b)
+            first.append(FakeAck())
+            engine.add(b, first[-1])
+            retried.append(FakeAck())
+            engine.add(b, retried[-1])  # the daemon retrying process(): buffered once
+    assert engine.buffered_rows == 6 * 20
+    assert all(a.calls == 0 for a in first + retried)  # nothing is acked before the write
+    engine.flush("test")
+    assert all(a.calls == 1 and a.persist for a in first + retried)
+    expected = sorted(1000 * s + i for s in (0, 1) for i in range(60))
+    assert ids_in(spark, tmp_path / "out") == expected
+    [entry] = entries(tmp_path / "out")
+    assert entry["state"] == COMMITTED
+    assert entry["shards"] == {
+        "0": {"start": cursors.from_seq(0, 0), "end": cursors.from_seq(0, 12)},
+        "1": {"start": cursors.from_seq(1, 0), "end": cursors.from_seq(1, 12)},
+    }
+    assert sorted(map(tuple, entry["batches"])) == sorted(
+        (b.shard, b.cursor, b.next_cursor) for b in batches
+    )
+    # One Spark write for both shards: partitioned by (dt, batch).
+    parts = sorted(
+        p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").glob("dt=*/batch=*")
+    )
+    assert parts == [f"dt=2023-11-14/batch={entry['batch']}"]
+
+
+def test_redelivered_data_is_acked_without_writing_it_again(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """After a crash between the WAL commit and the checkpoint, the daemon delivers the same
+    batches again: fully covered ones are acked at once, partly covered ones lose their
+    first (end - start) log groups."""
+    engine = engines()
+    engine.add(make_batch(0, 0, 10, 3, first_id=0), FakeAck())
+    engine.flush("test")
+    again = FakeAck()
+    engine.add(make_batch(0, 0, 10, 3, first_id=0), again)  # [0, 10) exactly
+    assert again.calls == 1 and engine.buffered_rows == 0
+    inside = FakeAck()
+    engine.add(make_batch(0, 2, 5, 3, first_id=6), inside)  # [2, 7): inside
+    assert inside.calls == 1 and engine.buffered_rows == 0
+    partial = FakeAck()
+    engine.add(make_batch(0, 8, 6, 3, first_id=24), partial)  # [8, 14): 2 groups covered
+    assert partial.calls == 0 and engine.buffered_rows == 4 * 3
+    engine.flush("test")
+    assert partial.calls == 1
+    assert ids_in(spark, tmp_path / "out") == list(range(14 * 3))  # no duplicate, no gap
+    # A restarted daemon (a new engine on the same directory) knows it too.
+    fresh = engines()
+    ack = FakeAck()
+    fresh.add(make_batch(0, 5, 9, 3, first_id=15), ack)
+    assert ack.calls == 1 and fresh.buffered_rows == 0
+
+
+def test_a_failing_write_fails_process_and_the_retry_writes_once(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag = tmp_path / "fail"
+    monkeypatch.setenv(FAIL_FLAG, str(flag))
+    engine = engines(function="spark_pipelines:fail_while_flagged", max_rows=40)
+    flag.touch()  # after the warm-up
+    factory = SparkFactory({"path": str(tmp_path / "out")})
+    factory._engine = engine
+    processor = SparkProcessor(factory, 0)
+    tracker = FakeTracker()
+    small = make_batch(0, 0, 2, 10, first_id=0)
+    processor.process(small, tracker)  # below max_rows: buffered
+    big = make_batch(0, 2, 3, 10, first_id=20)
+    with pytest.raises(SparkError, match="injected pipeline failure"):
+        processor.process(big, tracker)
+    assert all(a.calls == 0 for a in tracker.acks)
+    [entry] = entries(tmp_path / "out")
+    assert entry["state"] == PENDING  # recorded before the write, kept for the retry
+    with pytest.raises(SparkError):
+        processor.process(big, tracker)  # the daemon's retry: same batch, still failing
+    flag.unlink()
+    processor.process(big, tracker)  # succeeds: the pending write, same batch id
+    assert [a.calls for a in tracker.acks] == [1, 1, 1, 1]
+    [after] = entries(tmp_path / "out")
+    assert after["batch"] == entry["batch"] and after["state"] == COMMITTED
+    assert ids_in(spark, tmp_path / "out") == list(range(50))
+
+
+def test_max_delay_timer_writes_and_retries_with_backoff(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag = tmp_path / "fail"
+    monkeypatch.setenv(FAIL_FLAG, str(flag))
+    engine = engines(function="spark_pipelines:fail_while_flagged", max_delay=0.3, timer=True)
+    flag.touch()  # after the warm-up
+    ack = FakeAck()
+    engine.add(make_batch(1, 0, 2, 5, first_id=0), ack)
+    wait_until(
+        lambda: (tmp_path / "out" / "_loghubd_wal").exists() and entries(tmp_path / "out"), 10
+    )
+    time.sleep(0.5)
+    assert ack.calls == 0
+    flag.unlink()
+    wait_until(lambda: ack.calls == 1, 30, "the timer never retried the failed write")
+    assert ids_in(spark, tmp_path / "out") == list(range(10))
+    assert [e["state"] for e in entries(tmp_path / "out")] == [COMMITTED]
+
+
+def test_shutdown_of_a_shard_writes_everything_buffered(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    engine = engines()
+    acks = [FakeAck(), FakeAck()]
+    engine.add(make_batch(0, 0, 1, 5, first_id=0), acks[0])
+    engine.add(make_batch(3, 0, 1, 5, first_id=5), acks[1])
+    engine.shutdown_shard(3)
+    assert [a.calls for a in acks] == [1, 1]
+    assert ids_in(spark, tmp_path / "out") == list(range(10))
+
+
+def test_rewriting_a_batch_replaces_only_its_own_partitions(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """Dynamic partition overwrite by (dt, batch): a replay of batch A leaves batch B alone
+    and does not duplicate A; the same holds for the JSON-lines sink."""
+    for sink in ("parquet", "jsonl"):
+        out = tmp_path / sink
+        engine = engines(sink=sink, path=str(out))
+        a = convert(0, cursors.from_seq(0, 0), make_batch(0, 0, 3, 4, 0).raw).table
+        b = convert(1, cursors.from_seq(1, 0), make_batch(1, 0, 2, 4, 100).raw).table
+        engine._spark_write(a, "batch-a", None)
+        engine._spark_write(b, "batch-b", None)
+        engine._spark_write(a, "batch-a", None)  # the replay
+        fmt = "json" if sink == "jsonl" else "parquet"
+        assert ids_in(spark, out, fmt) == [*range(12), *range(100, 108)]
+        layout = sorted(p.relative_to(out).as_posix() for p in out.glob("dt=*/batch=*"))
+        assert layout == ["dt=2023-11-14/batch=batch-a", "dt=2023-11-14/batch=batch-b"]
+        if sink == "jsonl":
+            sample = next(out.glob("dt=*/batch=batch-b/part-*"))
+            record = json.loads(sample.read_text().splitlines()[0])
+            assert record["contents"]["id"] == "100"
+
+
+def test_function_pipeline_and_jsonl_sink(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    engine = engines(function="spark_pipelines:tag_levels", sink="jsonl")
+    engine.add(make_batch(0, 0, 4, 25, first_id=0), FakeAck())
+    engine.flush("test")
+    df = spark.read.json(str(tmp_path / "out"))
+    got = sorted((r["id"], r["msg_len"]) for r in df.select("id", "msg_len").collect())
+    assert got == [(n, len(f"synthetic log {n}")) for n in range(100) if n % 5 in (3, 4)]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"sql": "SELECT nope FROM {logs}"}, r"processor\.spark\.sql: .*nope"),
+        ({"sql": "SELECT contents FROM {logs}"}, r"needs 'dt' or __time__"),
+        ({"sql": "SELECT __time__, 'x' AS batch FROM {logs}"}, r"changes the 'batch' column"),
+        ({"function": "spark_pipelines:not_a_dataframe"}, r"must return a DataFrame, got int"),
+    ],
+)
+def test_a_broken_pipeline_fails_start(
+    spark: Any, tmp_path: Path, options: dict[str, Any], message: str
+) -> None:
+    opts = SparkOptions.parse({"path": str(tmp_path), **options})
+    engine = Engine(opts, SparkRunner(opts.master, opts.conf, session=spark))
+    with pytest.raises(jobs.PipelineError, match=message):
+        engine.start(timer=False)
+    engine.close()
+
+
+def test_timeouts_cancel_the_jvm_job_by_tag(spark: Any) -> None:
+    runner = SparkRunner("local[1]", {}, session=spark)
+    runner.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(SparkTimeout, match="write_timeout"):
+            runner.run(
+                lambda s: s.range(0, 10**13, numPartitions=1).selectExpr("sum(id)").collect(),
+                tag="endless",
+                timeout=1.0,
+            )
+        assert time.monotonic() - started < 30  # cancelled, not run to its end
+        assert runner.run(lambda s: s.range(5).count(), tag="after") == 5  # thread is free
+    finally:
+        runner.stop()
+    assert not spark.sparkContext._jsc.sc().isStopped()  # a borrowed session stays up
+
+
+def test_jobs_run_on_one_thread_with_their_tags(spark: Any) -> None:
+    runner = SparkRunner("local[1]", {}, session=spark)
+    runner.start()
+    seen: list[tuple[str, set[str]]] = []
+
+    def job(s: Any) -> None:
+        seen.append((threading.current_thread().name, set(s.sparkContext.getJobTags())))
+
+    try:
+        for tag in ("a", "b"):
+            runner.run(job, tag=tag)
+    finally:
+        runner.stop()
+    assert [name for name, _ in seen] == [seen[0][0]] * 2
+    assert seen[0][0].startswith("loghubd-spark")
+    assert seen[0][1] == {"loghubd-spark", "a"} and seen[1][1] == {"loghubd-spark", "b"}
+
+
+def test_out_of_memory_errors_say_what_to_do() -> None:
+    text = explain(RuntimeError("java.lang.OutOfMemoryError: Java heap space"), 300 * 2**20)
+    assert "spark.driver.memory" in text and "[processor.spark.conf]" in text
+    assert "4x the Arrow bytes" in text and "~1200 MiB" in text
+    assert "spark.driver.memory" not in explain(RuntimeError("other"))
+
+
+def test_recovery_rewrites_crashed_writes_over_exactly_their_ranges(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """Two writes crashed: one after its WAL entry (nothing in the sink), one in the middle
+    of writing the sink (some files only). A restarted engine re-reads exactly their ranges
+    from the service, rewrites them under the same batch ids and commits them; the daemon's
+    re-delivery of those batches is then acked without writing."""
+    server = ServerProcess(tmp_path / "server").start()
+    try:
+        produce(server.endpoint, "sparkrec", "app", 2400, shards=2, group_size=40)
+        source = Source(server.endpoint, "sparkrec", "app")
+        per_shard = {s: source.batches(s, 10) for s in (0, 1)}
+        ctx = ProcessorContext(
+            server.endpoint, "sparkrec", "app", lambda: Credentials("", ""), "g", "c"
+        )
+        crashed = engines(context=ctx)
+        leases = []
+        for k in (0, 1):  # two crashed writes, each with the k-th batch of both shards
+            items = []
+            for shard in (0, 1):
+                b = per_shard[shard][k]
+                crashed.add(b, FakeAck())
+            items = crashed._take()
+            pw = crashed._prepare(items)
+            assert pw is not None
+            pw.lease = crashed.wal.begin(pw.entry)
+            if k == 1:
+                crashed._spark_write(pw.table(), pw.entry.batch, None)
+                files = sorted((tmp_path / "out").glob(f"dt=*/batch={pw.entry.batch}/*.parquet"))
+                for f in files[1:]:
+                    f.unlink()  # as if killed while Spark was moving files into place
+            leases.append(pw.lease)
+        for lease in leases:
+            lease.release()  # the process "dies": its locks go
+        restarted = engines(context=ctx)  # start(): recovery
+        states = {e["batch"]: e["state"] for e in entries(tmp_path / "out")}
+        assert sorted(states.values()) == [COMMITTED, COMMITTED]
+        expected = sorted(int(r["id"]) for s in (0, 1) for b in per_shard[s][:2] for r in b.logs())
+        assert ids_in(spark, tmp_path / "out") == expected
+        # The daemon re-delivers what it never checkpointed: nothing is written twice.
+        acks = []
+        for s in (0, 1):
+            for b in per_shard[s][:3]:
+                acks.append(FakeAck())
+                restarted.add(b, acks[-1])
+        assert [a.calls for a in acks] == [1, 1, 0, 1, 1, 0]
+        restarted.flush("test")
+        expected += sorted(int(r["id"]) for s in (0, 1) for r in per_shard[s][2].logs())
+        assert ids_in(spark, tmp_path / "out") == sorted(expected)
+        # Housekeeping keeps entries above the (absent) checkpoints.
+        assert restarted.collect_garbage() == 0
+    finally:
+        server.kill()
+
+
+def test_arrow_table_goes_to_spark_without_pandas(spark: Any) -> None:
+    import sys
+
+    table = convert(0, cursors.from_seq(0, 0), make_batch(0, 0, 2, 3, 0).raw).table
+    df = jobs.to_dataframe(spark, table)
+    assert df.count() == 6
+    assert dict(df.dtypes)["contents"] == "map<string,string>"
+    assert dict(df.dtypes)["__time__"] == "timestamp"
+    assert "pandas" not in sys.modules
+    assert isinstance(table, pa.Table)

@@ -1,0 +1,120 @@
+"""`[processor.spark]` validation: every refusal names `processor.spark.<key>`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from loghubd_spark.options import DEFAULT_MAX_ROWS, SparkOptions
+
+
+def parse(**options: Any) -> SparkOptions:
+    return SparkOptions.parse({"path": "/tmp/out", **options})
+
+
+def test_defaults() -> None:
+    o = parse()
+    assert o.master == "local[*]"
+    assert o.sink == "parquet"
+    assert o.max_rows == DEFAULT_MAX_ROWS == 100_000
+    assert o.max_delay == 10.0
+    assert o.sql is None and o.function is None
+    assert dict(o.conf) == {}
+    assert 1 <= o.convert_processes <= 4
+    assert parse(convert_processes=0).convert_processes == 0  # convert in the calling thread
+
+
+def test_everything_given() -> None:
+    o = parse(
+        master="spark://h:7077",
+        conf={"spark.driver.memory": "4g", "spark.sql.shuffle.partitions": 4, "spark.x": True},
+        sql="SELECT * FROM {logs}",
+        sink="jsonl",
+        max_rows=10,
+        max_bytes=1024,
+        max_delay=0.5,
+        write_timeout=30,
+    )
+    assert o.master == "spark://h:7077"
+    assert dict(o.conf) == {
+        "spark.driver.memory": "4g",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.x": "true",
+    }
+    assert (o.sink, o.max_rows, o.max_bytes, o.max_delay, o.write_timeout) == (
+        "jsonl",
+        10,
+        1024,
+        0.5,
+        30.0,
+    )
+
+
+def test_function_is_resolved() -> None:
+    o = parse(function="spark_pipelines:tag_levels")
+    assert o.function == "spark_pipelines:tag_levels"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"pth": "/x"}, "processor.spark.pth: unknown key"),
+        ({"path": 3}, "processor.spark.path: expected a string, got int"),
+        ({"path": ""}, "processor.spark.path: must not be empty"),
+        ({"path": "s3a://bucket/x"}, "processor.spark.path: must be a local"),
+        ({"max_rows": "10"}, "processor.spark.max_rows: expected an integer, got str"),
+        ({"max_rows": True}, "processor.spark.max_rows: expected an integer, got bool"),
+        ({"max_rows": 0}, "processor.spark.max_rows: must be > 0"),
+        ({"max_bytes": -1}, "processor.spark.max_bytes: must be > 0"),
+        ({"max_delay": "1s"}, "processor.spark.max_delay: expected a number of seconds"),
+        ({"convert_processes": -1}, "processor.spark.convert_processes: must be between 0"),
+        ({"convert_processes": 1.5}, "processor.spark.convert_processes: expected an integer"),
+        ({"max_delay": 0}, "processor.spark.max_delay: must be a finite number > 0"),
+        ({"write_timeout": float("inf")}, "processor.spark.write_timeout: must be a finite"),
+        ({"sink": "csv"}, "processor.spark.sink: expected one of parquet, jsonl"),
+        ({"master": ["local"]}, "processor.spark.master: expected a string, got list"),
+        ({"conf": "x"}, "processor.spark.conf: expected a table"),
+        ({"conf": {"driver.memory": "1g"}}, "processor.spark.conf.driver.memory: only spark.*"),
+        ({"conf": {"spark.a": [1]}}, "processor.spark.conf.spark.a: expected a string"),
+        ({"sql": "SELECT * FROM logs"}, "processor.spark.sql: must read the batch as {logs}"),
+        ({"sql": 1}, "processor.spark.sql: expected a string"),
+        (
+            {"sql": "SELECT * FROM {logs}", "function": "spark_pipelines:tag_levels"},
+            "processor.spark.function: give either sql or function",
+        ),
+        ({"function": "nocolon"}, "processor.spark.function: expected 'module:function'"),
+        ({"function": "no_such_module_xyz:f"}, "processor.spark.function: cannot import"),
+        ({"function": "spark_pipelines:nope"}, "processor.spark.function: 'spark_pipelines' has"),
+        ({"function": "spark_pipelines:FAIL_FLAG"}, "processor.spark.function: "),
+    ],
+)
+def test_refusals_name_the_key(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match="^" + _escape(message)):
+        SparkOptions.parse({"path": "/tmp/out", **options})
+
+
+def test_path_is_required() -> None:
+    with pytest.raises(ValueError, match=r"^processor\.spark\.path: required"):
+        SparkOptions.parse({})
+
+
+def test_file_uri_path_is_accepted() -> None:
+    assert parse(path="file:///data/out").path == "/data/out"
+
+
+def test_the_daemon_loads_the_plugin_and_check_config_validates(tmp_path: Any) -> None:
+    """The entry point is installed: the daemon's plugin manager knows `spark`, and
+    `spec.create` (what `loghubd check-config` calls) refuses a bad table with the key."""
+    from loghubd.plugins.manager import Plugins
+
+    spec = Plugins().processor("spark")
+    factory = spec.create({"path": str(tmp_path)})
+    assert callable(factory)
+    with pytest.raises(ValueError, match=r"processor\.spark\.max_rows"):
+        spec.create({"path": str(tmp_path), "max_rows": -5})
+
+
+def _escape(text: str) -> str:
+    import re
+
+    return re.escape(text)

@@ -1,0 +1,137 @@
+"""The write-ahead log: atomic entries, locks that die with their process, coverage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from loghubd_spark.wal import COMMITTED, PENDING, Entry, Range, Wal, merge, uncovered
+
+from loghubd.protocol import cursor as cursors
+
+
+def rng(shard: int, a: int, b: int) -> Range:
+    return Range(shard, cursors.from_seq(shard, a), cursors.from_seq(shard, b))
+
+
+def entry(batch: str, *ranges: Range) -> Entry:
+    return Entry(batch=batch, project="p", logstore="ls", ranges=list(ranges))
+
+
+def test_interval_arithmetic() -> None:
+    assert merge([(5, 7), (0, 2), (2, 3), (6, 9), (4, 4)]) == [(0, 3), (5, 9)]
+    cov = [(0, 3), (5, 9)]
+    assert uncovered(0, 3, cov) == []
+    assert uncovered(2, 6, cov) == [(1, 3)]  # positions 3, 4 relative to 2
+    assert uncovered(8, 12, cov) == [(1, 4)]  # first (9 - 8) groups dropped
+    assert uncovered(10, 12, cov) == [(0, 2)]
+    assert uncovered(-2, 11, cov) == [(0, 2), (5, 7), (11, 13)]
+
+
+def test_entry_lifecycle_and_coverage(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, "p", "ls")
+    e = entry("b1", rng(0, 0, 10), rng(1, 5, 8), rng(0, 10, 12))
+    lease = wal.begin(e)
+    data = json.loads((tmp_path / "_loghubd_wal" / "b1.json").read_text())
+    assert data["state"] == PENDING
+    assert data["shards"] == {
+        "0": {"start": cursors.from_seq(0, 0), "end": cursors.from_seq(0, 12)},
+        "1": {"start": cursors.from_seq(1, 5), "end": cursors.from_seq(1, 8)},
+    }
+    assert data["batches"][1] == [1, cursors.from_seq(1, 5), cursors.from_seq(1, 8)]
+    base0 = cursors.shard_base(0)
+    assert wal.uncovered(0, base0, base0 + 12) == [(0, 12)]  # pending is not coverage
+    wal.commit(lease)
+    assert not lease.held
+    assert json.loads((tmp_path / "_loghubd_wal" / "b1.json").read_text())["state"] == COMMITTED
+    assert not (tmp_path / "_loghubd_wal" / "b1.lock").exists()
+    assert wal.coverage(0) == [(base0, base0 + 12)]
+    # Another reader (a restarted daemon) sees the same coverage from disk.
+    again = Wal(tmp_path, "p", "ls")
+    again.refresh(force=True)
+    assert again.coverage(0) == [(base0, base0 + 12)]
+    assert again.uncovered(0, base0 + 10, base0 + 15) == [(2, 5)]
+    assert again.pending() == []
+    # Another logstore's entries are not ours.
+    other = Wal(tmp_path, "p", "other")
+    other.refresh(force=True)
+    assert other.coverage(0) == []
+    assert not list((tmp_path / "_loghubd_wal").glob(".*"))  # no tmp files left
+
+
+def test_a_pending_entry_is_locked_until_its_writer_dies(tmp_path: Path) -> None:
+    """The lock is an flock: a live writer holds it; `kill -9` releases it."""
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from loghubd.protocol import cursor as c\n"
+        "from loghubd_spark.wal import Wal, Entry, Range\n"
+        f"w = Wal(Path({str(tmp_path)!r}), 'p', 'ls')\n"
+        "w.begin(Entry('b2', 'p', 'ls', [Range(0, c.from_seq(0, 0), c.from_seq(0, 3))]))\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"locked"
+        wal = Wal(tmp_path, "p", "ls")
+        wal.refresh(force=True)
+        [pending] = wal.pending()
+        assert pending.batch == "b2"
+        base = cursors.shard_base(0)
+        assert wal.overlaps_pending(0, base + 2, base + 9) == [pending]
+        assert wal.overlaps_pending(0, base + 3, base + 9) == []
+        assert wal.try_lock(pending) is None  # its writer is alive
+        proc.kill()
+        proc.wait(10)
+        lease = wal.try_lock(pending)  # dead: ours to recover
+        assert lease is not None
+        lease.release()
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_abandon_removes_entry_and_partitions(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, "p", "ls")
+    lease = wal.begin(entry("b3", rng(0, 0, 1)))
+    part = tmp_path / "dt=2025-01-01" / "batch=b3"
+    part.mkdir(parents=True)
+    (part / "part-0.parquet").write_bytes(b"x")
+    keep = tmp_path / "dt=2025-01-01" / "batch=b4"
+    keep.mkdir()
+    wal.abandon(lease)
+    assert not part.exists() and keep.exists()
+    assert not (tmp_path / "_loghubd_wal" / "b3.json").exists()
+
+
+def test_gc_keeps_what_a_redelivery_could_still_need(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, "p", "ls")
+    for name, ranges in {
+        "old": [rng(0, 0, 10), rng(1, 0, 5)],
+        "straddles": [rng(0, 10, 20)],
+        "other-shard-unknown": [rng(2, 0, 5)],
+    }.items():
+        wal.commit(wal.begin(entry(name, *ranges)))
+    pending = wal.begin(entry("pending", rng(0, 0, 3)))
+    removed = wal.gc({0: cursors.shard_base(0) + 15, 1: cursors.shard_base(1) + 5})
+    assert removed == 1
+    names = sorted(p.name for p in (tmp_path / "_loghubd_wal").glob("*.json"))
+    assert names == ["other-shard-unknown.json", "pending.json", "straddles.json"]
+    pending.release()
+
+
+def test_atomic_write_leaves_old_or_new(tmp_path: Path) -> None:
+    from loghubd_spark.wal import atomic_write
+
+    target = tmp_path / "x.json"
+    atomic_write(target, b"old")
+    atomic_write(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert os.listdir(tmp_path) == ["x.json"]
