@@ -210,6 +210,11 @@ async def run_fetcher(
                 continue
             except (E.ShardNotExist, E.LogStoreNotExist):
                 raise
+            except (E.ParameterInvalid, E.NotSupported) as exc:
+                # The service refuses this pull as such (e.g. a query outside what it
+                # supports): retrying cannot help. The shard stops; readiness says why.
+                log.error("pull_refused", **bind, error=str(exc))
+                raise
             except E.SlsError as exc:
                 failures += 1
                 wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))

@@ -9,6 +9,8 @@ The data comes from `loghubd produce` (`level` is INFO, INFO, INFO, WARN, ERROR 
 from __future__ import annotations
 
 import functools
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 
@@ -296,3 +298,33 @@ def test_a_daemon_with_a_query_delivers_only_matching_logs(
     assert {r["level"] for _s, r in records} == {"ERROR"}
     # the whole stream was read once: both shards' ends are committed, nothing failed
     assert not daemon.events("shard_failed"), daemon.log_tail()
+
+
+def test_a_daemon_with_a_refused_query_stops_its_shards_and_says_why(
+    loghubd_server: ServerProcess,
+    daemon_pools: Callable[[ServerProcess], h.Pool],
+) -> None:
+    pool = daemon_pools(loghubd_server)
+    pool.admin.create_logstore("badquery", 2)
+    pool.produce("badquery", count=100, group_size=10).wait()
+    daemon = pool.daemon(
+        "badquery", "bad", "d1", consumer={"query": "* | where level = "}
+    ).wait_ready()
+
+    def refused() -> bool:
+        url = f"http://127.0.0.1:{daemon.ops_port}/readyz"
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+        except urllib.error.HTTPError as exc:
+            body = exc.read().decode()
+            return exc.code == 503 and "shard 0 stopped" in body and "shard 1 stopped" in body
+        return False
+
+    h.wait_until(refused, 20, daemon.log_tail)
+    events = daemon.events("pull_refused")
+    assert events, daemon.log_tail()
+    assert all("position" in e["error"] for e in events), events
+    # refused once per shard, not retried in a loop
+    assert len(events) == 2
+    assert daemon.metric("loghubd_consumed_logs_total") == 0
+    assert daemon.stop() == 0, daemon.log_tail()
