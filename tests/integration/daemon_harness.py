@@ -9,7 +9,8 @@
 - `Admin`: a small synchronous face of `SlsClient` for set-up and inspection (logstores,
   split/merge, group status, checkpoints, cursors).
 - `Pool`: makes daemons and producers for one test and kills whatever is left at teardown.
-- `read_ids`, `read_records`, `LineCounter`, `wait_until`: reading the outputs, polling.
+- `read_ids`, `read_records`, `LineCounter`, `assert_delivered_exactly`: reading the outputs.
+- `wait_until` (from `loghubd.testing`, re-exported here): polling.
 
 Test processors. This module is also a loghubd plugin (see `loghubd_register_processors`
 below): `plugin_env()` writes a `.dist-info` with a `loghubd` entry point naming this module
@@ -52,7 +53,7 @@ from loghubd.plugins.builtin import JsonlProcessor
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
-from loghubd.testing import free_port
+from loghubd.testing import free_port, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "daemontest"
@@ -64,27 +65,6 @@ CHECKPOINT = 1.0
 FETCH_INTERVAL = 0.05
 
 T = TypeVar("T")
-
-
-# -- polling --------------------------------------------------------------------------------
-
-
-def wait_until(
-    predicate: Callable[[], T],
-    timeout: float,
-    message: str | Callable[[], str] = "condition not met",
-    interval: float = 0.05,
-) -> T:
-    """Poll `predicate` until it returns something truthy; returns that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            text = message() if callable(message) else message
-            raise AssertionError(f"after {timeout:.1f}s: {text}")
-        time.sleep(interval)
 
 
 # -- the SLS side ---------------------------------------------------------------------------
@@ -238,6 +218,16 @@ def short(items: Any, n: int = 10) -> str:
     """A short rendering of a long list/dict for assertion messages."""
     seq = list(items.items()) if isinstance(items, Mapping) else list(items)
     return f"{len(seq)} item(s): {seq[:n]}{' ...' if len(seq) > n else ''}"
+
+
+def assert_delivered_exactly(daemons: Iterable[Daemon], written: Iterable[str]) -> None:
+    """The daemons' outputs together hold every id of `written` exactly once, and no other."""
+    ds = list(daemons)
+    report = delivery_report(written, read_ids([d.output for d in ds]))
+    assert report == {"missing": [], "duplicated": {}, "unexpected": []}, (
+        [d.name for d in ds],
+        {k: short(v) for k, v in report.items()},
+    )
 
 
 # -- processes ------------------------------------------------------------------------------

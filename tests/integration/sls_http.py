@@ -10,13 +10,14 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from loghubd.protocol import compress as codec
 from loghubd.protocol import pb
+from loghubd.testing import wait_until as wait_until  # re-exported: tests poll through here
 
 ENDPOINT_HOST = "sls.local"
 
@@ -234,17 +235,3 @@ def ids_in_group(raw: bytes) -> list[str]:
         for c in log.Contents
         if c.Key == "id"
     ]
-
-
-def wait_until(
-    predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05
-) -> Any:
-    """Poll `predicate` until it returns something truthy; fail with `what` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
-        time.sleep(interval)

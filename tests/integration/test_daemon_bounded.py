@@ -15,12 +15,10 @@ import pytest
 
 from loghubd.protocol import cursor as cursors
 from tests.integration.daemon_harness import (
-    Daemon,
     Pool,
-    delivery_report,
+    assert_delivered_exactly,
     expected_ids,
     read_ids,
-    short,
     wait_until,
 )
 
@@ -48,13 +46,6 @@ def write_phases(pool: Pool, logstore: str) -> tuple[int, int]:
     return t1, t2
 
 
-def assert_exactly(dirs: list[Daemon], written: list[str]) -> None:
-    report = delivery_report(written, read_ids([d.output for d in dirs]))
-    assert report == {"missing": [], "duplicated": {}, "unexpected": []}, {
-        k: short(v) for k, v in report.items()
-    }
-
-
 def assert_checkpoints_at(pool: Pool, logstore: str, group: str, when: int) -> None:
     checkpoints = pool.admin.checkpoints(logstore, group)
     assert sorted(checkpoints) == list(range(SHARDS)), checkpoints
@@ -70,7 +61,7 @@ def test_a_bounded_run_delivers_exactly_its_window_and_exits_0(daemon_pool: Pool
     daemon = pool.daemon("window", "replay", "bounded", consumer={"start": t1, "end": t2})
     assert daemon.wait(60) == 0, daemon.log_tail()
     took = time.monotonic() - started
-    assert_exactly([daemon], expected_ids("b", N))
+    assert_delivered_exactly([daemon], expected_ids("b", N))
     assert_checkpoints_at(pool, "window", "replay", t2)
     assert {e["shard"] for e in daemon.events("shard_window_end_reached")} == set(range(SHARDS))
     assert daemon.events("window_complete") and daemon.events("left_group")
@@ -89,7 +80,7 @@ def test_two_bounded_daemons_share_the_window_and_both_exit_0(daemon_pool: Pool)
     daemons = [pool.daemon("shared-window", "pair", name, consumer=bounds) for name in ("p1", "p2")]
     for d in daemons:
         assert d.wait(60) == 0, d.log_tail()
-    assert_exactly(daemons, expected_ids("b", N))
+    assert_delivered_exactly(daemons, expected_ids("b", N))
     assert_checkpoints_at(pool, "shared-window", "pair", t2)
 
 
@@ -120,4 +111,4 @@ def test_a_window_ending_in_the_future_is_consumed_until_then(daemon_pool: Pool)
     time.sleep(max(0.0, end - time.time()) + 0.2)
     pool.produce("live", count=N, group_size=50, prefix="c").wait()
     assert daemon.wait(60) == 0, daemon.log_tail()
-    assert_exactly([daemon], expected_ids("a", N) + expected_ids("b", N))
+    assert_delivered_exactly([daemon], expected_ids("a", N) + expected_ids("b", N))

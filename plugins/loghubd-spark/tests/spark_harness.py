@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from loghubd import testing
 from loghubd.consumer.client import SlsClient
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
@@ -46,14 +46,9 @@ def wait_until(
     message: str | Callable[[], str] = "condition not met",
     interval: float = 0.1,
 ) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(message() if callable(message) else message)
-        time.sleep(interval)
+    """`loghubd.testing.wait_until`, polling every 0.1 s by default: these predicates read
+    logs and ask the server over HTTP while a JVM is busy."""
+    return testing.wait_until(predicate, timeout, message, interval)
 
 
 def toml(data: Mapping[str, Any], prefix: str = "") -> str:

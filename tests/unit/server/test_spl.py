@@ -1,4 +1,4 @@
-"""The SPL subset of `loghubd serve` (loghubd/server/spl.py), table by table: every construct
+"""The SPL subset of `loghubd serve` (loghubd/server/spl/), table by table: every construct
 of the grammar, precedence, the three-valued logic of SQL, every function, every refusal with
 its position, and properties over arbitrary records."""
 
