@@ -51,6 +51,7 @@ from loghubd.consumer.heartbeat import HeartbeatSettings, HeartbeatState, run_he
 from loghubd.consumer.shard import WINDOW_SETTLE_S, ShardContext
 from loghubd.consumer.supervisor import Supervisor, Waker
 from loghubd.consumer.worker import RetryPolicy, call
+from loghubd.credentials import CredentialsProvider, provider_for
 from loghubd.ops import health
 from loghubd.ops.metrics import Metrics, labelled_by_source
 from loghubd.ops.server import make_app, serve_ops
@@ -136,12 +137,13 @@ class SourceRunner:
         self.started_at = time.monotonic()
         self.client: SlsClient | None = None
         self.supervisor: Supervisor | None = None
+        self.provider: CredentialsProvider = provider_for(spec.source)
         c = spec.consumer
         self._bind = {"group": c.group, "consumer": consumer}
 
     def credentials(self) -> Credentials:
-        s = self.spec.source
-        return Credentials(s.access_key_id, s.access_key_secret, s.security_token)
+        """The current credentials (`loghubd.credentials`): a cache read, for every request."""
+        return self.provider.get()
 
     def processor_context(self) -> ProcessorContext:
         s = self.spec.source
@@ -175,6 +177,7 @@ class SourceRunner:
             region=s.region,
             request_timeout=c.request_timeout,
             user_agent=f"loghubd/0.1-consumergroup-{c.group}-{self.consumer}",
+            on_auth_error=self.provider.invalidate,
         )
         start = c.start if isinstance(c.start, str) else str(int(c.start))
         ctx = ShardContext(
@@ -221,7 +224,7 @@ class SourceRunner:
             seconds_since_heartbeat=now - self.heartbeat.last_ok,
             heartbeat_interval=c.heartbeat_interval,
             timeout=c.timeout,
-            last_heartbeat_error=self.heartbeat.last_error,
+            last_heartbeat_error=self.heartbeat.last_error or self.provider.problem,
             shards=tuple(
                 health.ShardView(
                     t.shard,
@@ -251,6 +254,7 @@ class SourceRunner:
             "endpoint": s.endpoint,
             "project": s.project,
             "logstore": s.logstore,
+            "credentials": self.provider.describe(),
             "shard_filter": None if c.shards is None else list(c.shards),
             "end": c.end,
             "joined": self.heartbeat.joined,
@@ -306,6 +310,9 @@ class SourceRunner:
                 with anyio.CancelScope() as startup:
                     tg.start_soon(_cancel_when, stop, startup)
                     try:
+                        # The first load is done before it reports started (a file or a
+                        # command's credentials); it then keeps them fresh until we stop.
+                        await tg.start(self.provider.run_refresh)
                         await _retry_until_ok(
                             "ensure_group", lambda: ensure_group(client, spec.source.logstore, c)
                         )

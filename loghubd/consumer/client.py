@@ -6,6 +6,12 @@ and full jitter; any other SLS error is raised at once as its typed exception
 (`loghubd.protocol.errors`). The project goes into the Host header as SLS expects; for an IP or
 `localhost` endpoint the connection goes to the endpoint itself (this is how `loghubd serve` is
 reached), otherwise to `<project>.<endpoint host>`.
+
+Credentials come from a callable, asked again for every attempt (they may be rotated). An
+auth error that fresh credentials could cure (SecurityTokenExpired, InvalidAccessKeyId,
+SignatureNotMatch, or Unauthorized for an STS key) calls `on_auth_error` with the refused
+credentials before it is raised, so a refreshing provider reloads at once
+(`loghubd.credentials`).
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ class SlsClient:
         max_backoff: float = 2.0,
         accept_compress: str = codec.LZ4,
         user_agent: str = USER_AGENT,
+        on_auth_error: Callable[[signing.Credentials], None] | None = None,
     ) -> None:
         parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
         if not parts.hostname:
@@ -85,6 +92,7 @@ class SlsClient:
         self._max_backoff = max_backoff
         self._accept = accept_compress
         self._user_agent = user_agent
+        self._on_auth_error = on_auth_error
         host = parts.hostname
         port = parts.port
         scheme = parts.scheme or "http"
@@ -115,14 +123,20 @@ class SlsClient:
         with anyio.move_on_after(deadline) as scope:
             while True:
                 attempt += 1
+                creds = self._credentials()
                 try:
-                    status, rheaders, rbody = await self._send(method, path, params, body, headers)
+                    status, rheaders, rbody = await self._send(
+                        method, path, params, body, headers, creds
+                    )
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                     last_error = exc
                 else:
                     if status < 500:
                         if status >= 300:
-                            raise _error(status, rheaders, rbody)
+                            error = _error(status, rheaders, rbody)
+                            if self._on_auth_error is not None and _stale(error, creds):
+                                self._on_auth_error(creds)
+                            raise error
                         return status, rheaders, rbody
                     last_error = _error(status, rheaders, rbody)
                 backoff = min(self._max_backoff, self._initial_backoff * 2 ** (attempt - 1))
@@ -142,6 +156,7 @@ class SlsClient:
         params: dict[str, str],
         body: bytes,
         extra: Mapping[str, str] | None,
+        creds: signing.Credentials,
     ) -> tuple[int, Mapping[str, str], bytes]:
         headers: dict[str, str] = {
             "host": self._host_header,
@@ -151,7 +166,6 @@ class SlsClient:
         }
         if extra:
             headers.update(extra)
-        creds = self._credentials()
         if creds.access_key_id:
             if self._auth_version == "v4":
                 now = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -399,6 +413,14 @@ def _is_local(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _stale(error: E.SlsError, creds: signing.Credentials) -> bool:
+    """Whether other credentials could cure `error`: expired or unknown keys, a signature
+    made with an old secret; a refusal of an STS key (its role may have been re-issued)."""
+    if isinstance(error, E.SecurityTokenExpired | E.InvalidAccessKeyId | E.SignatureNotMatch):
+        return True
+    return isinstance(error, E.Unauthorized) and bool(creds.security_token)
 
 
 def _optional_int_header(h: Mapping[str, str], name: str) -> int | None:

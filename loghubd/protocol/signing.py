@@ -10,7 +10,7 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import formatdate
 from urllib.parse import quote
 
@@ -94,9 +94,12 @@ def v4_signature(
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
+    """Keys to sign with. The secret and the token stay out of `repr`, so a log line or a
+    traceback that shows a Credentials object shows no secret."""
+
     access_key_id: str
-    access_key_secret: str
-    security_token: str = ""
+    access_key_secret: str = field(repr=False)
+    security_token: str = field(default="", repr=False)
 
 
 def sign_v1(

@@ -1071,3 +1071,225 @@ def test_multi_redacted() -> None:
     assert app["processor"] == {"name": "jsonl", "jsonl": {"fsync": True, "path": "/out/app"}}
     assert audit["access_key_id"] == "AK" and audit["access_key_secret"] == "***"
     assert "SK" not in json.dumps(out)
+
+
+# -- credentials: static, env, file, command ----------------------------------------------
+
+ENV_KEYS = {
+    "ALIBABA_CLOUD_ACCESS_KEY_ID": "STS.env",
+    "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "env-secret",
+    "ALIBABA_CLOUD_SECURITY_TOKEN": "env-token",
+}
+
+
+def with_source(lines: str) -> str:
+    """BASE with `lines` added to its [source] table."""
+    return BASE.replace("[consumer]", f"{lines}\n[consumer]")
+
+
+CREDENTIALS_VALID: list[tuple[str, str, dict[str, str], dict[str, Any]]] = [
+    # name, [source] lines, environ, expected attributes of cfg.source
+    (
+        "static by default",
+        "access_key_id = 'AK'\naccess_key_secret = 'SK'",
+        {},
+        {"credentials": "static", "access_key_id": "AK", "credentials_file": ""},
+    ),
+    (
+        "env reads the Alibaba Cloud variables",
+        "credentials = 'env'",
+        ENV_KEYS,
+        {
+            "credentials": "env",
+            "access_key_id": "STS.env",
+            "access_key_secret": "env-secret",
+            "security_token": "env-token",
+        },
+    ),
+    (
+        "env without a token",
+        "credentials = 'env'",
+        {k: v for k, v in ENV_KEYS.items() if "TOKEN" not in k},
+        {"access_key_id": "STS.env", "security_token": ""},
+    ),
+    (
+        "file",
+        "credentials = 'file'\ncredentials_file = '/run/secrets/sls.json'",
+        {},
+        {"credentials": "file", "credentials_file": "/run/secrets/sls.json"},
+    ),
+    (
+        "command with its timeout",
+        "credentials = 'command'\ncredentials_command = 'fetch-sts --role \"a b\"'\n"
+        "credentials_command_timeout = 3",
+        {},
+        {
+            "credentials": "command",
+            "credentials_command": 'fetch-sts --role "a b"',
+            "credentials_command_timeout": 3.0,
+        },
+    ),
+    (
+        "command from env vars",
+        "",
+        {
+            "LOGHUBD_SOURCE__CREDENTIALS": "command",
+            "LOGHUBD_SOURCE__CREDENTIALS_COMMAND": "/usr/bin/fetch --json",
+        },
+        {"credentials": "command", "credentials_command": "/usr/bin/fetch --json"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("lines", "environ", "expected"),
+    [pytest.param(*case[1:], id=case[0]) for case in CREDENTIALS_VALID],
+)
+def test_credentials_valid(lines: str, environ: dict[str, str], expected: dict[str, Any]) -> None:
+    cfg = loads(with_source(lines), environ)
+    for key, value in expected.items():
+        assert getattr(cfg.source, key) == value, key
+
+
+CREDENTIALS_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
+    # name, [source] lines, environ, fragments that must all appear in the message
+    (
+        "file without its path",
+        "credentials = 'file'",
+        {},
+        ['source.credentials_file: required when source.credentials is "file"'],
+    ),
+    (
+        "command without one",
+        "credentials = 'command'",
+        {},
+        ['source.credentials_command: required when source.credentials is "command"'],
+    ),
+    (
+        "command of blanks",
+        "credentials = 'command'\ncredentials_command = '  '",
+        {},
+        ["source.credentials_command: names no program"],
+    ),
+    (
+        "command with an open quote",
+        "credentials = 'command'\ncredentials_command = 'fetch \"a'",
+        {},
+        ["source.credentials_command: cannot be split into words: No closing quotation"],
+    ),
+    (
+        "command timeout",
+        "credentials = 'command'\ncredentials_command = 'x'\ncredentials_command_timeout = 0",
+        {},
+        ["source.credentials_command_timeout: must be > 0"],
+    ),
+    (
+        "unknown provider",
+        "credentials = 'vault'",
+        {},
+        ["source.credentials: expected one of 'static', 'env', 'file', 'command'"],
+    ),
+    (
+        "static keys with a file",
+        "credentials = 'file'\ncredentials_file = 'c.json'\naccess_key_id = 'AK'\n"
+        "access_key_secret = 'SK'",
+        {},
+        [
+            'source.access_key_id: not allowed when source.credentials is "file"',
+            'source.access_key_secret: not allowed when source.credentials is "file"',
+        ],
+    ),
+    (
+        "a token with a command",
+        "credentials = 'command'\ncredentials_command = 'x'\nsecurity_token = 'T'",
+        {},
+        ['source.security_token: not allowed when source.credentials is "command"'],
+    ),
+    (
+        "a file path without the file provider",
+        "credentials_file = 'c.json'",
+        {},
+        ['source.credentials_file: only used when source.credentials is "file"'],
+    ),
+    (
+        "a command without the command provider",
+        "credentials = 'file'\ncredentials_file = 'c.json'\ncredentials_command = 'x'",
+        {},
+        ['source.credentials_command: only used when source.credentials is "command"'],
+    ),
+    (
+        "env without the variables",
+        "credentials = 'env'",
+        {"ALIBABA_CLOUD_ACCESS_KEY_ID": "AK"},
+        [
+            'source.credentials: "env" needs ALIBABA_CLOUD_ACCESS_KEY_ID and '
+            "ALIBABA_CLOUD_ACCESS_KEY_SECRET in the environment"
+        ],
+    ),
+    (
+        "env with keys in the file",
+        "credentials = 'env'\naccess_key_id = 'AK'",
+        ENV_KEYS,
+        ['source.access_key_id: not allowed when source.credentials is "env"'],
+    ),
+    (
+        "env with a secret from LOGHUBD_ variables",
+        "credentials = 'env'",
+        {**ENV_KEYS, "LOGHUBD_SOURCE__ACCESS_KEY_SECRET": "x"},
+        ['source.access_key_secret: not allowed when source.credentials is "env"'],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("lines", "environ", "fragments"),
+    [pytest.param(*case[1:], id=case[0]) for case in CREDENTIALS_INVALID],
+)
+def test_credentials_invalid(lines: str, environ: dict[str, str], fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        loads(with_source(lines), environ)
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_credentials_per_source() -> None:
+    text = MULTI.replace(
+        'logstore = "app"\n',
+        'logstore = "app"\ncredentials = "command"\ncredentials_command = "fetch --app"\n',
+    ).replace('access_key_id = "AK"\naccess_key_secret = "SK"\n', 'credentials = "env"\n')
+    cfg = loads(text, ENV_KEYS)
+    app, audit = source(cfg, "app").source, source(cfg, "audit-log").source
+    assert (app.credentials, app.credentials_command) == ("command", "fetch --app")
+    assert (audit.credentials, audit.access_key_id) == ("env", "STS.env")
+    out = cfg.redacted()["sources"]
+    assert out[1]["access_key_secret"] == "***" and out[1]["security_token"] == "***"
+    assert "env-secret" not in json.dumps(out) and "env-token" not in json.dumps(out)
+
+
+@pytest.mark.parametrize(
+    ("entry", "environ", "fragment"),
+    [
+        (
+            'credentials = "file"\n',
+            {},
+            'sources.app.credentials_file: required when source.credentials is "file"',
+        ),
+        (
+            'credentials = "env"\naccess_key_id = "AK"\n',
+            ENV_KEYS,
+            'sources.app.access_key_id: not allowed when sources.app.credentials is "env"',
+        ),
+        (
+            "",
+            {"LOGHUBD_SOURCES_APP__CREDENTIALS": "command"},
+            'sources.app.credentials_command: required when source.credentials is "command"',
+        ),
+    ],
+)
+def test_credentials_problems_name_the_source(
+    entry: str, environ: dict[str, str], fragment: str
+) -> None:
+    text = MULTI.replace('logstore = "app"\n', f'logstore = "app"\n{entry}')
+    with pytest.raises(ConfigError) as info:
+        loads(text, environ)
+    assert fragment in str(info.value)

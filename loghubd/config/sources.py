@@ -1,0 +1,174 @@
+"""Sources: the merged layers → one `SourceSpec` per consumed logstore.
+
+The single form (`[source]`, `[consumer]`, `[processor]`) gives one source named "default";
+`[[sources]]` gives one per entry, each entry's own keys over the shared `[consumer]` /
+`[processor]` tables (option tables merged key by key). Also here: derived defaults (computed
+per source), `credentials = "env"` (the keys read from the loader's environ), the names keys
+carry in messages (the shared table's or the entry's), and the checks across entries (one
+consumer per group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from loghubd.config.layers import ENV_PREFIX, _env_name, _Layers
+from loghubd.config.sections import (
+    _DEFAULT_HEARTBEAT,
+    _PER_SOURCE,
+    _SECTIONS,
+    ENV_CREDENTIALS,
+    SourceSpec,
+)
+from loghubd.config.values import _construct, _raise_if, _section_kwargs, _Value
+
+
+def _derive(consumer: dict[str, Any]) -> None:
+    """Derived defaults: only when the key was not given, so an explicit value is validated."""
+    heartbeat = consumer.get("heartbeat_interval", _DEFAULT_HEARTBEAT)
+    consumer.setdefault("timeout", 3 * heartbeat)
+    consumer.setdefault("request_timeout", min(10.0, consumer["timeout"] / 3))
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested tables merged key by key; `over` wins."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        both = isinstance(value, Mapping) and isinstance(old, Mapping)
+        out[key] = _merged(old, value) if both else value  # type: ignore[arg-type]
+    return out
+
+
+def _env_keys(
+    source: dict[str, Any],
+    environ: Mapping[str, str],
+    problems: list[str],
+    label: Callable[[str], str],
+) -> None:
+    """`credentials = "env"`: the keys come from the Alibaba Cloud SDKs' variables, so keys
+    given in the file (or `LOGHUBD_*`, or overrides) are refused rather than silently lost.
+    Missing variables are reported by `SourceConfig` itself."""
+    if source.get("credentials") != "env":
+        return
+    keys = ("access_key_id", "access_key_secret", "security_token")
+    for key in keys:
+        if key in source:
+            problems.append(
+                f'{label(key)}: not allowed when {label("credentials")} is "env" (the keys '
+                f"come from {', '.join(ENV_CREDENTIALS)})"
+            )
+    for key, var in zip(keys, ENV_CREDENTIALS, strict=True):
+        if environ.get(var):
+            source[key] = environ[var]
+
+
+def _top_label(section: str) -> Callable[[str], str]:
+    return lambda key: f"{section}.{key}"
+
+
+def _top_hint(section: str) -> Callable[[str], str]:
+    return lambda key: f"set it in [{section}] or {ENV_PREFIX}{section.upper()}__{key.upper()}"
+
+
+def _build_single(layers: _Layers, environ: Mapping[str, str]) -> tuple[SourceSpec, ...]:
+    top, problems = layers.top, layers.problems
+    kwargs = {
+        name: _section_kwargs(
+            _SECTIONS[name], top.core.get(name, {}), problems, _top_label(name), _top_hint(name)
+        )
+        for name in _PER_SOURCE
+    }
+    _derive(kwargs["consumer"])
+    _env_keys(kwargs["source"], environ, problems, _top_label("source"))
+    kwargs["processor"]["options"] = top.options
+    _raise_if(problems)
+    sections = {name: _construct(_SECTIONS[name], kwargs[name], problems, name) for name in kwargs}
+    if any(section is None for section in sections.values()):
+        return ()
+    return (SourceSpec("default", **sections),)
+
+
+def _source_label(
+    name: str, section: str, mine: Mapping[str, _Value], shared: Mapping[str, _Value]
+) -> Callable[[str], str]:
+    """A key's name in messages: the shared table's (`consumer.timeout`) when the value came
+    from there, else the entry's own (`sources.app.consumer.group`)."""
+    if section == "source":
+        return lambda key: f"sources.{name}.{key}"
+    return lambda key: (
+        f"{section}.{key}"
+        if key in shared and key not in mine
+        else f"sources.{name}.{section}.{key}"
+    )
+
+
+def _source_hint(name: str, section: str) -> Callable[[str], str]:
+    if section == "source":
+        env = f"{ENV_PREFIX}SOURCES_{_env_name(name).upper()}"
+        return lambda key: f"set it in the [[sources]] entry named {name!r} or {env}__{key.upper()}"
+    return lambda key: f"set it in [{section}] or in this entry's [sources.{section}]"
+
+
+def _build_multi(layers: _Layers, environ: Mapping[str, str]) -> tuple[SourceSpec, ...]:
+    """`[[sources]]`: each entry's own keys over the shared `[consumer]` / `[processor]`."""
+    top, problems = layers.top, layers.problems
+    for key, (_v, origin, _t) in top.core.get("source", {}).items():
+        problems.append(
+            f"source.{key}: [source] cannot be combined with [[sources]]; give each "
+            f"[[sources]] entry its own {key} (env: {ENV_PREFIX}SOURCES_<NAME>__{key.upper()}) "
+            f"[{origin}]"
+        )
+    staged: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    for name, tables in layers.sources.values():
+        own = tables.core
+        if "name" in own.get("consumer", {}):
+            problems.append(
+                f"sources.{name}.consumer.name: the consumer name is the daemon's, the same in "
+                f"every group: set it in [consumer] (or with --name) "
+                f"[{own['consumer']['name'].origin}]"
+            )
+        kwargs: dict[str, dict[str, Any]] = {}
+        for section in _PER_SOURCE:
+            mine = own.get(section, {})
+            shared = {} if section == "source" else top.core.get(section, {})
+            given = {**shared, **mine}
+            kwargs[section] = _section_kwargs(
+                _SECTIONS[section],
+                given,
+                problems,
+                _source_label(name, section, mine, shared),
+                _source_hint(name, section),
+            )
+        _derive(kwargs["consumer"])
+        _env_keys(kwargs["source"], environ, problems, _source_label(name, "source", {}, {}))
+        kwargs["processor"]["options"] = _merged(top.options, tables.options)
+        staged.append((name, kwargs))
+    # A problem of a shared [consumer] key shows once, not once per source.
+    problems[:] = list(dict.fromkeys(problems))
+    _raise_if(problems)
+    specs: list[SourceSpec] = []
+    for name, kwargs in staged:
+        sections = {
+            section: _construct(
+                _SECTIONS[section],
+                kwargs[section],
+                problems,
+                f"sources.{name}" if section == "source" else f"sources.{name}.{section}",
+            )
+            for section in _PER_SOURCE
+        }
+        if all(section is not None for section in sections.values()):
+            specs.append(SourceSpec(name, **sections))
+    seen: dict[tuple[str, str, str, str], str] = {}
+    for spec in specs:
+        s = spec.source
+        where = (s.endpoint.rstrip("/"), s.project, s.logstore, spec.consumer.group)
+        if where in seen:
+            problems.append(
+                f"sources.{spec.name}: consumes {s.project}/{s.logstore} with group "
+                f"{spec.consumer.group!r}, like sources.{seen[where]}: one consumer per group"
+            )
+        seen.setdefault(where, spec.name)
+    return tuple(specs)
