@@ -161,6 +161,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return run_status(args, cfg)
 
 
+def _cmd_spark_stream(args: argparse.Namespace) -> int:
+    try:  # the plugin brings pyspark: import it only for this command
+        from loghubd_spark.stream_app import run_cli
+    except ImportError as exc:
+        print(
+            "loghubd spark-stream: needs the loghubd-spark plugin (pip install "
+            f"./plugins/loghubd-spark, with pyspark >= 4.2 and Java 17): {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    code: int = run_cli(args.config, check=args.check, available_now=args.available_now)
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loghubd", description=__doc__)
     parser.add_argument(
@@ -263,6 +277,21 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--group")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_cmd_status)
+
+    stream = sub.add_parser(
+        "spark-stream",
+        help="run a Spark Structured Streaming pipeline over a logstore (the loghubd-spark plugin)",
+        description="Reads [source], [consumer] and [spark_stream] (or [processor.spark]) of the "
+        "config file; see plugins/loghubd-spark/README.md.",
+    )
+    stream.add_argument("-c", "--config", required=True, help="TOML config file")
+    stream.add_argument(
+        "--available-now", action="store_true", help="read what is there now, then stop"
+    )
+    stream.add_argument(
+        "--check", action="store_true", help="validate the file, print it (secrets masked)"
+    )
+    stream.set_defaults(func=_cmd_spark_stream)
     return parser
 
 

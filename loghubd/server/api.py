@@ -105,15 +105,18 @@ def _bool(value: object) -> bool | None:
     return None
 
 
+MAX_GROUP_TIMEOUT_S = 2**31 - 1
+
+
 def _seconds(value: object) -> int | None:
     """A group timeout: an integer, or an integral float (the Python SDK sends
     `heartbeat_interval * 2`, e.g. 4.0); anything else is None."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        value = int(value)
+    if isinstance(value, int) and value <= MAX_GROUP_TIMEOUT_S:  # beyond: SQLite cannot hold it
+        return value
     return None
 
 
@@ -124,6 +127,8 @@ def _shard_json(s: Shard) -> dict[str, object]:
         "inclusiveBeginKey": s.begin_key,
         "exclusiveEndKey": s.end_key,
         "createTime": s.create_time,
+        # loghubd extension: the shards this one was split or merged from (SDKs ignore it).
+        "parents": list(s.parents),
     }
 
 
@@ -645,7 +650,10 @@ async def _handle(
     request: web.Request, service: LogService, parts: tuple[str, ...]
 ) -> web.Response:
     route, handler = resolve(request.method, parts)
-    body = await request.read()
+    try:
+        body = await request.read()
+    except ConnectionResetError:  # the client went away mid-body: its error, not ours
+        raise E.PostBodyInvalid("the request body is incomplete: the connection was lost") from None
     headers = {k.lower(): v for k, v in request.headers.items()}
     query = {k: v for k, v in request.query.items()}
     keys = request.app[KEYS]

@@ -279,9 +279,9 @@ class LogService:
             raise E.ConsumerNotExist("consumer does not exist in this consumer group") from None
         except co.NotOwner:
             raise E.ConsumerNotMatch("consumer does not hold this shard") from None
-        self._groups[(ls.id, group.name)] = outcome.group
-        if outcome.changed:
+        if outcome.changed:  # stored first: if that fails, memory stays what storage holds
             self._persist(ls, outcome.group)
+        self._groups[(ls.id, group.name)] = outcome.group
         return outcome
 
     def _persist(self, ls: Logstore, group: co.Group) -> None:

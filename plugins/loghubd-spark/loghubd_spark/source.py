@@ -1,24 +1,32 @@
-"""Reading the source directly (not through the consumer group): exact ranges for recovery,
-and the group's committed checkpoints for housekeeping.
+"""Reading the source directly (not through the consumer group): exact ranges, cursors, shards
+and forced checkpoints, from synchronous code.
 
-These run at start-up and, rarely, when adopting a crashed writer's entry; they use a private
-event loop on the calling thread (a worker thread, never the daemon's loop).
+Users: the processor at start-up and, rarely, when adopting a crashed writer's entry (a worker
+thread, never the daemon's loop), and the Structured Streaming source (`stream.py`): its
+offsets on the driver, its exact-range reads in executors' Python workers. All of them drive
+loghubd's one SLS client (`SlsClient`, async) through `SyncSls`: a private event loop and HTTP
+session owned by the calling thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import TracebackType
+from typing import TypeVar
 
 import aiohttp
 
-from loghubd.consumer.client import SlsClient
+from loghubd.consumer.client import CredentialsSource, Pulled, SlsClient
 from loghubd.plugins.api import ProcessorContext
 from loghubd_spark.arrow import position
 from loghubd_spark.wal import Range
 
-PULL_GROUPS = 1000
+PULL_GROUPS = 1000  # log groups per PullLogs, the service's maximum
+REQUEST_TIMEOUT = 30.0
+
+T = TypeVar("T")
 
 
 class SourceError(RuntimeError):
@@ -33,44 +41,113 @@ class Piece:
     raw: bytes
 
 
-def _client(session: aiohttp.ClientSession, ctx: ProcessorContext) -> SlsClient:
-    return SlsClient(
-        session,
-        ctx.endpoint,
-        ctx.project,
-        ctx.credentials,
-        auth_version=ctx.auth_version,
-        region=ctx.region,
-        request_timeout=30.0,
-        user_agent=f"loghubd-spark/0.1-recovery-{ctx.group}-{ctx.consumer}",
-    )
+class SyncSls:
+    """`SlsClient` from synchronous code: every call runs to completion on a private event
+    loop, with one HTTP session kept across calls. Not thread-safe: one per thread. Close it
+    (or use it as a context manager)."""
 
+    def __init__(
+        self,
+        endpoint: str,
+        project: str,
+        credentials: CredentialsSource,
+        *,
+        auth_version: str = "v1",
+        region: str = "",
+        user_agent: str = "loghubd-spark/0.1",
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
+        self._args = (endpoint, project, credentials)
+        self._kwargs = {"auth_version": auth_version, "region": region, "user_agent": user_agent}
+        self._timeout = request_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._client: SlsClient | None = None
 
-async def _pull(ctx: ProcessorContext, ranges: Sequence[Range]) -> list[Piece]:
-    out: list[Piece] = []
-    async with aiohttp.ClientSession() as session:
-        client = _client(session, ctx)
-        for r in ranges:
-            at = r.start
-            while at != r.end:
-                pulled = await client.pull(ctx.logstore, r.shard, at, PULL_GROUPS, end_cursor=r.end)
-                if pulled.next_cursor == at:
-                    raise SourceError(
-                        f"shard {r.shard}: no data between {r.start} and {r.end} any more"
-                    )
-                out.append(Piece(r.shard, at, pulled.next_cursor, pulled.data))
-                at = pulled.next_cursor
-    return out
+    @classmethod
+    def from_context(cls, ctx: ProcessorContext, purpose: str) -> SyncSls:
+        return cls(
+            ctx.endpoint,
+            ctx.project,
+            ctx.credentials,
+            auth_version=ctx.auth_version,
+            region=ctx.region,
+            user_agent=f"loghubd-spark/0.1-{purpose}-{ctx.group}-{ctx.consumer}",
+        )
+
+    def call(self, fn: Callable[[SlsClient], Awaitable[T]]) -> T:
+        """`await fn(client)`, on this object's loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self._call(fn))
+
+    async def _call(self, fn: Callable[[SlsClient], Awaitable[T]]) -> T:
+        if self._client is None:
+            self._session = aiohttp.ClientSession()
+            endpoint, project, credentials = self._args
+            self._client = SlsClient(
+                self._session,
+                endpoint,
+                project,
+                credentials,
+                auth_version=self._kwargs["auth_version"],
+                region=self._kwargs["region"],
+                user_agent=self._kwargs["user_agent"],
+                request_timeout=self._timeout,
+            )
+        return await fn(self._client)
+
+    def close(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            if self._session is not None:
+                loop.run_until_complete(self._session.close())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            self._session = self._client = None
+            loop.close()
+
+    def __enter__(self) -> SyncSls:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def pull(self, logstore: str, shard: int, cursor: str, groups: int, end: str) -> Pulled:
+        return self.call(lambda c: c.pull(logstore, shard, cursor, groups, end_cursor=end))
+
+    def pieces(self, logstore: str, r: Range, groups: int = PULL_GROUPS) -> Iterator[Piece]:
+        """Exactly the log groups of `r`, pull after pull (each pull is one Piece), lazily."""
+        at = r.start
+        while at != r.end:
+            pulled = self.pull(logstore, r.shard, at, groups, r.end)
+            if pulled.next_cursor == at:
+                raise SourceError(
+                    f"shard {r.shard}: no data between {r.start} and {r.end} any more"
+                )
+            yield Piece(r.shard, at, pulled.next_cursor, pulled.data)
+            at = pulled.next_cursor
 
 
 def pull_ranges(ctx: ProcessorContext, ranges: Sequence[Range]) -> list[Piece]:
     """Exactly the log groups of `ranges`, in order (several pulls per range if needed)."""
-    return asyncio.run(_pull(ctx, ranges))
+    with SyncSls.from_context(ctx, "recovery") as sls:
+        return [p for r in ranges for p in sls.pieces(ctx.logstore, r)]
 
 
-async def _checkpoints(ctx: ProcessorContext) -> dict[int, int]:
-    async with aiohttp.ClientSession() as session:
-        rows = await _client(session, ctx).checkpoints(ctx.logstore, ctx.group)
+def committed_checkpoints(ctx: ProcessorContext) -> dict[int, int]:
+    """The group's committed checkpoint per shard, as positions."""
+    with SyncSls.from_context(ctx, "recovery") as sls:
+        rows = sls.call(lambda c: c.checkpoints(ctx.logstore, ctx.group))
     out: dict[int, int] = {}
     for row in rows:
         pos = position(str(row.get("checkpoint") or ""))
@@ -78,8 +155,3 @@ async def _checkpoints(ctx: ProcessorContext) -> dict[int, int]:
         if isinstance(shard, int) and pos is not None:
             out[shard] = pos
     return out
-
-
-def committed_checkpoints(ctx: ProcessorContext) -> dict[int, int]:
-    """The group's committed checkpoint per shard, as positions."""
-    return asyncio.run(_checkpoints(ctx))

@@ -1,0 +1,358 @@
+"""The `loghub` streaming source without a service: options, lineage, offset planning,
+admission control, partitions, the schema, and `loghubd spark-stream`'s configuration."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import pytest
+from loghubd_spark import LogHubDataSource
+from loghubd_spark.arrow import SCHEMA
+from loghubd_spark.stream import (
+    LogHubStreamReader,
+    OptionError,
+    ShardInfo,
+    StreamOptions,
+    admit,
+    lineage,
+    partitions,
+    plan,
+)
+from loghubd_spark.stream_app import StreamConfigError, parse
+
+from loghubd.protocol import cursor as cursors
+
+pytestmark = pytest.mark.spark
+
+BASE = {"endpoint": "http://127.0.0.1:7100", "project": "p", "logstore": "app"}
+HALF = 2**127
+
+
+def cur(shard: int, seq: int) -> str:
+    return cursors.from_seq(shard, seq)
+
+
+def shard(
+    sid: int,
+    begin: int,
+    end: int,
+    *,
+    readonly: bool = False,
+    parents: tuple[int, ...] | None = None,
+) -> ShardInfo:
+    return ShardInfo(sid, readonly, begin, end, parents)
+
+
+# -- options -------------------------------------------------------------------------------------
+
+
+def test_options_parse_case_insensitively_and_keep_secrets_out_of_repr() -> None:
+    opts = StreamOptions.parse(
+        {
+            **BASE,
+            "accesskeyid": "AKID-123",
+            "ACCESSKEYSECRET": "s3cr3t-value",
+            "consumerGroup": "g",
+            "startingPosition": "1700000000",
+            "maxLogGroupsPerTrigger": "500",
+            "order": "TRUE",
+        }
+    )
+    assert opts.access_key_secret == "s3cr3t-value"
+    assert opts.starting_position == "1700000000"
+    assert opts.max_log_groups_per_trigger == 500
+    assert opts.order is True
+    text = repr(opts)
+    assert "s3cr3t-value" not in text and "AKID-123" not in text
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"project": "p", "logstore": "a"}, "'endpoint': required"),
+        ({**BASE, "startingPosition": "yesterday"}, "'startingPosition': expected begin, end"),
+        ({**BASE, "maxLogGroupsPerTrigger": "0"}, "'maxLogGroupsPerTrigger': must be > 0"),
+        ({**BASE, "maxLogGroupsPerTrigger": "many"}, "expected an integer"),
+        ({**BASE, "order": "maybe"}, "'order': expected true or false"),
+        ({**BASE, "accessKeyId": "x"}, "'accessKeySecret': give both or neither"),
+        ({**BASE, "authVersion": "v4"}, "'region': required with authVersion v4"),
+        ({**BASE, "maxLogGroups": "5"}, "'maxLogGroups': unknown option"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        StreamOptions.parse(options)
+
+
+def test_the_reader_pickles_without_its_driver_state() -> None:
+    reader = LogHubStreamReader(StreamOptions.parse(BASE))
+    reader._committed["0"] = "x"
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.options == reader.options
+    assert copy._committed == {} and copy._sls is None
+
+
+# -- lineage and planning ------------------------------------------------------------------------
+
+
+def test_lineage_uses_the_services_parents_when_it_has_them() -> None:
+    shards = [
+        shard(0, 0, HALF, readonly=True, parents=()),
+        shard(1, HALF, 2 * HALF, parents=()),
+        shard(2, 0, HALF // 2, parents=(0,)),
+        shard(3, HALF // 2, HALF, parents=(0,)),
+    ]
+    assert lineage(shards) == {0: (), 1: (), 2: (0,), 3: (0,)}
+
+
+def test_lineage_heuristic_older_overlapping_shards_are_ancestors() -> None:
+    # 0 and 1 original; 0 split into 2 and 3; 2 and 3 merged into 4; 1 split into 5, 6.
+    shards = [
+        shard(0, 0, HALF, readonly=True),
+        shard(1, HALF, 2 * HALF, readonly=True),
+        shard(2, 0, HALF // 2, readonly=True),
+        shard(3, HALF // 2, HALF, readonly=True),
+        shard(4, 0, HALF),
+        shard(5, HALF, HALF + HALF // 2),
+        shard(6, HALF + HALF // 2, 2 * HALF),
+    ]
+    assert lineage(shards) == {0: (), 1: (), 2: (0,), 3: (0,), 4: (0, 2, 3), 5: (1,), 6: (1,)}
+
+
+def split_world(*, parents: bool) -> tuple[list[ShardInfo], dict[int, str]]:
+    """Shard 0 (read-only, 10 groups) split into 2 and 3 (5 groups each); shard 1 live."""
+    p: Any = (lambda *ids: tuple(ids)) if parents else (lambda *ids: None)
+    shards = [
+        shard(0, 0, HALF, readonly=True, parents=p()),
+        shard(1, HALF, 2 * HALF, parents=p()),
+        shard(2, 0, HALF // 2, parents=p(0)),
+        shard(3, HALF // 2, HALF, parents=p(0)),
+    ]
+    ends = {0: cur(0, 10), 1: cur(1, 7), 2: cur(2, 5), 3: cur(3, 5)}
+    return shards, ends
+
+
+@pytest.mark.parametrize("with_parents", [True, False])
+def test_an_ordered_child_waits_until_its_parent_is_finished(with_parents: bool) -> None:
+    shards, ends = split_world(parents=with_parents)
+    begins = {2: cur(2, 0), 3: cur(3, 0)}
+    start = {"0": cur(0, 4), "1": cur(1, 7)}
+    # New children enter the offsets at their begin cursor; nothing of theirs is read yet.
+    first = plan(start, shards, ends, begins, order=True)
+    assert first == {"0": cur(0, 10), "1": cur(1, 7), "2": cur(2, 0), "3": cur(3, 0)}
+    assert [(p.shard, p.start, p.end) for p in partitions(start, first)] == [
+        (0, cur(0, 4), cur(0, 10))
+    ]
+    # The parent is not finished in `start` of the batch that finishes it: children wait.
+    held = plan(
+        {**first, "0": cur(0, 6)}, shards, ends, {}, order=True
+    )  # a batch still reading the parent
+    assert held["2"] == cur(2, 0) and held["3"] == cur(3, 0)
+    # Once the parent is at its end in the start offsets, the children move.
+    after = plan(first, shards, ends, {}, order=True)
+    assert after == {"0": cur(0, 10), "1": cur(1, 7), "2": cur(2, 5), "3": cur(3, 5)}
+    assert list(after) == ["0", "1", "2", "3"]  # shard order: equal offsets, equal JSON
+
+
+def test_unordered_children_are_read_at_once() -> None:
+    shards, ends = split_world(parents=True)
+    start = {"0": cur(0, 4), "1": cur(1, 7), "2": cur(2, 0), "3": cur(3, 0)}
+    assert plan(start, shards, ends, {}, order=False) == {
+        "0": cur(0, 10),
+        "1": cur(1, 7),
+        "2": cur(2, 5),
+        "3": cur(3, 5),
+    }
+
+
+def test_a_child_of_an_empty_parent_still_waits_for_the_grandparent() -> None:
+    # 0 split into 1 and 2; 1 (empty) merged with 2 into 3: 3 waits while 0 is unfinished.
+    shards = [
+        shard(0, 0, HALF, readonly=True, parents=()),
+        shard(1, 0, HALF // 2, readonly=True, parents=(0,)),
+        shard(2, HALF // 2, HALF, readonly=True, parents=(0,)),
+        shard(3, 0, HALF, parents=(1, 2)),
+    ]
+    ends = {0: cur(0, 9), 1: cur(1, 0), 2: cur(2, 0), 3: cur(3, 4)}
+    start = {"0": cur(0, 3), "1": cur(1, 0), "2": cur(2, 0), "3": cur(3, 0)}
+    assert plan(start, shards, ends, {}, order=True)["3"] == cur(3, 0)
+    done = {**start, "0": cur(0, 9)}
+    assert plan(done, shards, ends, {}, order=True)["3"] == cur(3, 4)
+
+
+def test_gone_shards_leave_the_offsets_and_count_as_finished() -> None:
+    shards = [shard(2, 0, HALF, parents=(0,)), shard(1, HALF, 2 * HALF, parents=())]
+    ends = {1: cur(1, 3), 2: cur(2, 6)}
+    start = {"0": cur(0, 5), "1": cur(1, 3), "2": cur(2, 1)}
+    assert plan(start, shards, ends, {}, order=True) == {"1": cur(1, 3), "2": cur(2, 6)}
+
+
+def test_admission_control_shares_the_budget_fairly() -> None:
+    assert admit({"0": 100, "1": 3, "2": 100}, 50) == {"0": 24, "1": 3, "2": 23}
+    assert admit({"0": 5, "1": 0}, 50) == {"0": 5, "1": 0}
+    assert sum(admit({"0": 7, "1": 7, "2": 7}, 10).values()) == 10
+    shards = [shard(0, 0, HALF, parents=()), shard(1, HALF, 2 * HALF, parents=())]
+    ends = {0: cur(0, 100), 1: cur(1, 4)}
+    start = {"0": cur(0, 10), "1": cur(1, 0)}
+    assert plan(start, shards, ends, {}, order=False, budget=20) == {
+        "0": cur(0, 26),
+        "1": cur(1, 4),
+    }
+
+
+def test_available_now_targets_cap_the_offsets() -> None:
+    shards = [shard(0, 0, HALF, parents=()), shard(1, HALF, 2 * HALF, parents=())]
+    ends = {0: cur(0, 100), 1: cur(1, 50)}
+    start = {"0": cur(0, 10), "1": cur(1, 0)}
+    out = plan(start, shards, ends, {}, order=False, targets={0: cur(0, 40)})
+    assert out == {"0": cur(0, 40), "1": cur(1, 0)}
+
+
+def test_partitions_are_one_per_moved_shard() -> None:
+    start = {"0": cur(0, 1), "1": cur(1, 5)}
+    end = {"0": cur(0, 4), "1": cur(1, 5), "2": cur(2, 0)}
+    parts = partitions(start, end)
+    assert [(p.shard, p.start, p.end) for p in parts] == [(0, cur(0, 1), cur(0, 4))]
+    assert pickle.loads(pickle.dumps(parts[0])).end == cur(0, 4)
+
+
+def test_the_schema_is_the_processors(spark: Any) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    ds = LogHubDataSource(BASE)
+    ddl = ds.schema()
+    assert isinstance(ddl, str)
+    struct = StructType.fromDDL(ddl)
+    assert isinstance(struct, StructType)
+    assert to_arrow_schema(struct, timezone="UTC").equals(SCHEMA)
+
+
+# -- `loghubd spark-stream` configuration ---------------------------------------------------------
+
+FILE: dict[str, Any] = {
+    "source": {
+        "endpoint": "http://127.0.0.1:7100",
+        "project": "p",
+        "logstore": "app",
+        "access_key_id": "AKID",
+        "access_key_secret": "file-secret",
+    },
+    "consumer": {"group": "g", "start": "2024-05-01T00:00:00+08:00", "heartbeat_interval": 2},
+    "spark_stream": {
+        "path": "/lake/app",
+        "checkpoint_location": "/lake/_chk/app",
+        "sql": "SELECT * FROM {logs}",
+        "max_log_groups_per_trigger": 300,
+        "conf": {"spark.sql.shuffle.partitions": 4},
+    },
+}
+
+
+def test_config_maps_onto_the_source_options_and_masks_secrets() -> None:
+    env = {"LOGHUBD_SOURCE__ACCESS_KEY_SECRET": "env-secret", "LOGHUBD_SPARK_STREAM__ORDER": "1"}
+    with pytest.raises(StreamConfigError, match=r"spark_stream\.order: unknown key"):
+        parse(FILE, env)
+    env = {"LOGHUBD_SOURCE__ACCESS_KEY_SECRET": "env-secret", "LOGHUBD_CONSUMER__ORDER": "true"}
+    cfg = parse(FILE, env)
+    opts = cfg.source_options()
+    assert opts["accessKeySecret"] == "env-secret"
+    assert opts["startingPosition"] == "1714492800"
+    assert opts["maxLogGroupsPerTrigger"] == "300" and opts["order"] == "true"
+    assert opts["consumerGroup"] == "g"
+    assert cfg.conf == {"spark.sql.shuffle.partitions": "4"}
+    shown = json.dumps(cfg.redacted())
+    assert "env-secret" not in shown and "AKID" not in shown and "file-secret" not in shown
+    StreamOptions.parse(opts)  # what the CLI hands over, the source accepts
+
+
+def test_config_problems_name_their_keys() -> None:
+    bad: dict[str, Any] = {
+        "source": {"endpoint": "x", "project": "p", "color": "red"},
+        "consumer": {"query": "* | where a = 'b'", "start": "soon"},
+        "spark_stream": {"path": "/x", "sql": "SELECT 1", "trigger_interval": "often"},
+    }
+    with pytest.raises(StreamConfigError) as info:
+        parse(bad, {})
+    problems = "\n".join(info.value.problems)
+    for expected in (
+        "source.color: unknown key",
+        "source.logstore: required",
+        "consumer.query: not supported",
+        "consumer.start: expected begin, end",
+        "spark_stream.sql: must read the batch as {logs}",
+        "spark_stream.trigger_interval: expected a number",
+        "spark_stream.checkpoint_location: required",
+    ):
+        assert expected in problems
+
+
+def test_a_daemon_file_with_the_spark_processor_runs_as_a_stream() -> None:
+    daemon: dict[str, Any] = {
+        "source": FILE["source"],
+        "consumer": {"group": "g"},
+        "processor": {"name": "spark", "spark": {"path": "/lake/x", "sink": "jsonl"}},
+    }
+    cfg = parse(daemon, {"LOGHUBD_SPARK_STREAM__CHECKPOINT_LOCATION": "/lake/_chk"})
+    assert (cfg.path, cfg.sink, cfg.checkpoint_location) == ("/lake/x", "jsonl", "/lake/_chk")
+
+
+def test_cli_check_prints_the_config_masked(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loghubd.cli import main
+
+    path = tmp_path / "stream.toml"
+    path.write_text(
+        "[source]\nendpoint = 'http://127.0.0.1:1'\nproject = 'p'\nlogstore = 'a'\n"
+        "access_key_id = 'AKID'\n[consumer]\ngroup = 'g'\n"
+        "[spark_stream]\npath = '/x'\ncheckpoint_location = '/c'\n"
+    )
+    monkeypatch.setenv("LOGHUBD_SOURCE__ACCESS_KEY_SECRET", "very-secret")
+    assert main(["spark-stream", "-c", str(path), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["access_key_secret"] == "***"
+    assert "very-secret" not in out
+    path.write_text("[source]\nendpoint = 'x'\n")
+    assert main(["spark-stream", "-c", str(path), "--check"]) == 2
+    assert "source.project: required" in capsys.readouterr().err
+
+
+def test_spark_refuses_bad_options_at_load_and_redacts_credentials(spark: Any) -> None:
+    spark.dataSource.register(LogHubDataSource)
+    reader = spark.readStream.format("loghub").options(**BASE)
+    with pytest.raises(Exception, match="'maxLogGroupsPerTrigger': must be > 0"):
+        reader.option("maxLogGroupsPerTrigger", "0").load()
+    df = (
+        spark.readStream.format("loghub")
+        .options(**BASE)
+        .option("accessKeyId", "AKID-visible?")
+        .option("accessKeySecret", "s3cr3t-in-plan?")
+        .load()
+    )
+    plan = df._jdf.queryExecution().toString()
+    assert "loghub" in plan and "redacted" in plan
+    assert "s3cr3t-in-plan?" not in plan and "AKID-visible?" not in plan
+
+
+def test_pack_zips_both_packages_for_py_files(tmp_path: Any) -> None:
+    from loghubd_spark.pack import build
+
+    names = build(tmp_path / "pyfiles.zip")
+    for needed in ("loghubd/consumer/client.py", "loghubd_spark/stream.py", "loghubd/__init__.py"):
+        assert needed in names
+    assert not any("__pycache__" in n for n in names)
+
+
+def test_cli_says_the_plugin_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from loghubd.cli import main
+
+    monkeypatch.setitem(sys.modules, "loghubd_spark.stream_app", None)  # import fails
+    assert main(["spark-stream", "-c", "any.toml"]) == 2
+    assert "needs the loghubd-spark plugin" in capsys.readouterr().err
