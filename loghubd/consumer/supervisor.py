@@ -49,7 +49,10 @@ class Supervisor:
         self._tg: TaskGroup | None = None
         self._idle = anyio.Event()
         self._idle.set()
-        self.unflushed: list[int] = []  # shards whose last commit did not go through
+        # Shards whose final commit during shutdown did not go through (the exit code says
+        # so). A shard dropped earlier (lease lost, service unreachable) is not counted: its
+        # uncommitted work is given up on purpose and redone by whoever owns it next.
+        self.unflushed: list[int] = []
         self.closing = False  # shutting down: no new shard is started
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -97,7 +100,7 @@ class Supervisor:
     async def _on_exit(self, task: ShardTask) -> None:
         self.tasks.pop(task.shard, None)
         self._scopes.pop(task.shard, None)
-        if task.commit_failed:
+        if self.closing and (task.commit_failed or task.lost):
             self.unflushed.append(task.shard)
         held_still = task.shard in self.assignment.running
         if task.status.state == "failed" and not task.lost and held_still:
