@@ -71,7 +71,8 @@ def http_status(url: str) -> tuple[int, dict[str, object]]:
         with urllib.request.urlopen(url, timeout=3) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        with exc:
+            return exc.code, json.loads(exc.read())
 
 
 def test_metrics_count_what_was_written_and_lag_reaches_zero(
@@ -273,3 +274,41 @@ def test_systemd_notifications_ready_watchdog_stopping(
         finally:
             daemon.kill()
     assert os.path.exists(address)
+
+
+def test_status_needs_the_bearer_token_when_one_is_configured(
+    tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    Admin(loghubd_server.endpoint).create_logstore("guarded", 1)
+    daemon = Daemon(tmp_path / "d", loghubd_server.endpoint, "guarded", "grp", "t1")
+    daemon.config["ops"]["status_token"] = "s3cr3t-token"
+    daemon.start()
+    base = f"http://127.0.0.1:{daemon.ops_port}"
+    try:
+
+        def alive() -> bool:
+            try:
+                return http_status(f"{base}/healthz")[0] == 200
+            except urllib.error.URLError:  # not listening yet
+                return False
+
+        wait_until(alive, 20, daemon.log_tail)
+        code, body = http_status(f"{base}/status")
+        assert code == 401, body
+        wrong = urllib.request.Request(f"{base}/status", headers={"Authorization": "Bearer nope"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(wrong, timeout=3)
+        refused.value.close()
+        assert refused.value.code == 401
+        right = urllib.request.Request(
+            f"{base}/status", headers={"Authorization": "Bearer s3cr3t-token"}
+        )
+        with urllib.request.urlopen(right, timeout=3) as resp:
+            assert json.loads(resp.read())["consumer"] == "t1"
+        # the other endpoints stay open: probes and scrapers carry no token
+        wait_until(lambda: http_status(f"{base}/readyz")[0] == 200, 20, daemon.log_tail)
+        with urllib.request.urlopen(f"{base}/metrics", timeout=3) as resp:
+            assert "loghubd_held_shards" in resp.read().decode()
+        assert "s3cr3t-token" not in daemon.log_path.read_text()
+    finally:
+        assert daemon.stop() == 0
