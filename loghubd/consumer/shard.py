@@ -13,7 +13,6 @@ commit will be redone by the new owner: duplicates only, never loss).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -368,7 +367,3 @@ class ShardTask:
 
     def checkpoint_age(self) -> float:
         return max(0.0, time.monotonic() - self.status.last_commit)
-
-
-def seconds_or_inf(value: float | None) -> float:
-    return math.inf if value is None else value

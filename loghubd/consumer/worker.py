@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import random
 import time
 import traceback
@@ -21,6 +20,7 @@ from typing import Any
 import anyio
 import structlog
 
+from loghubd.files import write_durably
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import Processor, Tracker
@@ -139,10 +139,5 @@ def _write_dead_letter(directory: Path, batch: Batch, exc: BaseException, attemp
         (raw_path, batch.raw),
         (folder / f"{stem}.json", json.dumps(meta, indent=2).encode()),
     ):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_durably(path, data)
     return folder / f"{stem}.json"

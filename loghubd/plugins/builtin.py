@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from loghubd import hookimpl
+from loghubd.files import write_all
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorFactory, ProcessorSpec, Tracker
 
@@ -48,10 +49,7 @@ class JsonlProcessor:
     def process(self, batch: Batch, tracker: Tracker) -> None:
         data = "".join(json.dumps(r) + "\n" for r in batch.logs()).encode()
         with self._lock:
-            view = memoryview(data)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            write_all(self._fd, data)
         tracker.save_checkpoint(persist=False)
 
     def flush(self) -> None:

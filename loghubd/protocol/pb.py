@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import message as _message
 
 _PACKAGE = "loghubd.sls"
 
@@ -74,7 +75,7 @@ LogRaw: Any = _cls("LogRaw")
 LogGroupRaw: Any = _cls("LogGroupRaw")
 LogGroupListRaw: Any = _cls("LogGroupListRaw")
 
-DecodeError = __import__("google.protobuf.message", fromlist=["DecodeError"]).DecodeError
+DecodeError = _message.DecodeError
 
 
 def encode_varint(value: int) -> bytes:

@@ -604,11 +604,11 @@ _BY_QUERY = {
 }
 
 
-def _api_name(method: str, parts: tuple[str, ...], query: Mapping[str, str]) -> str:
-    try:
-        name = resolve(method, parts)[0]
-    except E.SlsError:
+def _api_name(route: tuple[str, Handler] | E.SlsError, query: Mapping[str, str]) -> str:
+    """The metric label of a request: the route's API, refined by its query parameter."""
+    if isinstance(route, E.SlsError):
         return "Unknown"
+    name = route[0]
     refine = _BY_QUERY.get(name)
     if refine is not None:
         key, names = refine
@@ -624,10 +624,15 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return web.Response(body=data, headers={"content-type": CONTENT_TYPE_LATEST})
     request_id = uuid.uuid4().hex[:24].upper()
     parts = tuple(p for p in request.path.split("/") if p)
-    api = _api_name(request.method, parts, request.query)
+    route: tuple[str, Handler] | E.SlsError
+    try:
+        route = resolve(request.method, parts)
+    except E.SlsError as exc:  # answered below, like any other refusal
+        route = exc
+    api = _api_name(route, request.query)
     started = time.perf_counter()
     try:
-        response = await _handle(request, service, parts)
+        response = await _handle(request, service, parts, route)
     except E.SlsError as exc:
         response = _json(
             {"errorCode": exc.error_code, "errorMessage": exc.message}, status=exc.http_status
@@ -647,9 +652,14 @@ async def handle(request: web.Request) -> web.StreamResponse:
 
 
 async def _handle(
-    request: web.Request, service: LogService, parts: tuple[str, ...]
+    request: web.Request,
+    service: LogService,
+    parts: tuple[str, ...],
+    resolved: tuple[str, Handler] | E.SlsError,
 ) -> web.Response:
-    route, handler = resolve(request.method, parts)
+    if isinstance(resolved, E.SlsError):
+        raise resolved
+    route, handler = resolved
     try:
         body = await request.read()
     except ConnectionResetError:  # the client went away mid-body: its error, not ours

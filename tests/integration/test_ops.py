@@ -168,8 +168,9 @@ def test_status_describes_a_group_of_three(tmp_path: Path, loghubd_server: Serve
             d.wait_ready()
         wait_until(lambda: sorted(len(d.held()) for d in daemons) == [2, 2, 2], 15)
 
-        def status() -> dict[str, object]:
-            result = subprocess.run(
+        def run_status(*extra: str) -> str:
+            """`loghubd status` for the group, as an operator would run it."""
+            return subprocess.run(
                 [
                     sys.executable,
                     "-m",
@@ -183,14 +184,16 @@ def test_status_describes_a_group_of_three(tmp_path: Path, loghubd_server: Serve
                     "described",
                     "--group",
                     "grp",
-                    "--json",
+                    *extra,
                 ],
                 capture_output=True,
                 text=True,
                 timeout=30,
                 check=True,
-            )
-            parsed: dict[str, object] = json.loads(result.stdout)
+            ).stdout
+
+        def status() -> dict[str, object]:
+            parsed: dict[str, object] = json.loads(run_status("--json"))
             return parsed
 
         def settled() -> bool:
@@ -207,26 +210,7 @@ def test_status_describes_a_group_of_three(tmp_path: Path, loghubd_server: Serve
             assert {s for s, o in owners.items() if o == d.name} == d.held()
         assert all(s["state"] == "already_alloc" for s in shards)  # type: ignore[attr-defined,index]
         assert all(s["checkpoint"] for s in shards)  # type: ignore[attr-defined,index]
-        text = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "loghubd",
-                "status",
-                "--endpoint",
-                loghubd_server.endpoint,
-                "--project",
-                PROJECT,
-                "--logstore",
-                "described",
-                "--group",
-                "grp",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        text = run_status()
         assert "already_alloc" in text and "c0" in text and "LAG" in text
     finally:
         for d in daemons:
