@@ -197,7 +197,14 @@ async def run_fetcher(
                     query=settings.query,
                 )
             except E.InvalidCursor as exc:
-                fresh = await start_position()
+                try:
+                    fresh = await start_position()
+                except E.SlsError as lookup:
+                    failures += 1
+                    wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
+                    log.warning("restart_position_failed", **bind, error=str(lookup), wait_s=wait)
+                    await anyio.sleep(wait)
+                    continue
                 log.warning(
                     "cursor_invalid_restarting",
                     **bind,
@@ -256,11 +263,11 @@ async def run_fetcher(
                 metrics.lag_log_groups.labels(label).set(0)
                 metrics.lag_logs.labels(label).set(0)
                 metrics.lag_seconds.labels(label).set(0)
-                if pulled.end_of_cursor or await catalog.is_readonly(shard):
-                    end = await client.get_cursor(settings.logstore, shard, "end")
-                    if end == cursor:
-                        await send.send(EndOfShard(cursor))
-                        return
+                if await _at_end_of_readonly_shard(
+                    client, catalog, settings.logstore, shard, cursor, pulled.end_of_cursor, bind
+                ):
+                    await send.send(EndOfShard(cursor))
+                    return
             elif now >= next_lag_probe:
                 next_lag_probe = now + LAG_PROBE_INTERVAL_S
                 await _probe_lag(client, settings.logstore, shard, cursor, status, metrics)
@@ -268,6 +275,29 @@ async def run_fetcher(
                 continue
             fill = pulled.raw_count / settings.max_log_groups
             await anyio.sleep(settings.fetch_interval * (1.0 - fill))
+
+
+async def _at_end_of_readonly_shard(
+    client: SlsClient,
+    catalog: ShardCatalog,
+    logstore: str,
+    shard: int,
+    cursor: str,
+    end_of_cursor: bool,
+    bind: dict[str, object],
+) -> bool:
+    """Whether an empty pull at `cursor` means the shard is read-only and fully read. A
+    service that cannot answer right now means "not known yet": the next empty pull asks
+    again, so an outage never stops the shard task."""
+    try:
+        if not (end_of_cursor or await catalog.is_readonly(shard)):
+            return False
+        return await client.get_cursor(logstore, shard, "end") == cursor
+    except (E.ShardNotExist, E.LogStoreNotExist):
+        raise
+    except E.SlsError as exc:
+        log.warning("end_of_shard_check_failed", **bind, error=str(exc))
+        return False
 
 
 async def _probe_lag(
