@@ -143,10 +143,13 @@ class LogService:
             self._step(ls, group, co.ShardsRemoved((shard_id,), self.clock()))
 
     def _shards_added(self, ls: Logstore, new: list[Shard]) -> None:
-        event_shards = tuple((s.shard_id, s.parents) for s in new)
         for row in self.storage.list_groups(ls.id):
+            # A group loaded just now (the first use since a restart) already took the new
+            # shards from storage: the event only carries what it does not know yet.
             group = self._group(ls, row.name)
-            self._step(ls, group, co.ShardsAdded(event_shards, self.clock()))
+            fresh = tuple((s.shard_id, s.parents) for s in new if s.shard_id not in group.shards)
+            if fresh:
+                self._step(ls, group, co.ShardsAdded(fresh, self.clock()))
 
     # -- data --------------------------------------------------------------------------------
 

@@ -211,6 +211,29 @@ def test_restart_keeps_consumer_groups_and_checkpoints(
     # an SDK worker keeps reporting its shards and would be stuck if the server forgot it
     assert sorted(heartbeat("c1", held)) == sorted(held)
 
+    # A split and a merge as the first things after a restart: group beta is loaded by them
+    # (and learns of the new shards from storage then), so their own events must not add the
+    # shards a second time (this answered 500 InternalServerError once, found by the chaos runs).
+    assert loghubd_server.kill(sig) == (0 if sig == signal.SIGTERM else -sig)
+    loghubd_server.start()
+    client.close()
+    split = client.request(
+        "POST", f"/logstores/{LOGSTORE}/shards/0", query={"action": "split", "key": "3" + "0" * 31}
+    )
+    assert split.status == 200, split.body
+    children = [s["shardID"] for s in split.json()[1:]]
+    assert loghubd_server.kill(sig) == (0 if sig == signal.SIGTERM else -sig)
+    loghubd_server.start()
+    client.close()
+    merge = client.request(
+        "POST", f"/logstores/{LOGSTORE}/shards/{children[0]}", query={"action": "merge"}
+    )
+    assert merge.status == 200, merge.body
+    merged = merge.json()[0]["shardID"]
+    for name in ("alpha", "beta"):
+        cps = client.ok("GET", f"{base}/{name}").json()
+        assert {c["shard"] for c in cps} >= {0, *children, merged}, (name, cps)
+
 
 def test_ttl_expiry_moves_begin_and_invalidates_old_cursors(
     loghubd_server_factory: Callable[..., ServerProcess], raw_client: Callable[..., RawClient]
