@@ -2,9 +2,18 @@
 
 Heartbeats have their own deadline below the group timeout and never wait on processors.
 `NotExistConsumerWithBody` (the server expired us) drops every shard and rejoins with [] at
-once. When heartbeats keep failing for longer than the group timeout the server has surely
-given our shards away, so they are dropped too (without committing: fenced commits would be
-refused anyway).
+once: only the server can say that our shards are gone.
+
+The lease is counted from when the last answered heartbeat was *sent* (the server's count
+starts no earlier), so an answer that was in flight while the process was paused never
+renews it. When heartbeats fail for longer than the group timeout (a service outage, a
+partition, a pause) the lease is *expired*, not lost: shard tasks hold the batch in hand
+unprocessed (another consumer may own the shard by now) but keep their shards, and the next
+answered heartbeat decides. A server that still knows us (an outage shorter than its own
+memory of the group: `loghubd serve` renews leases when it restarts) hands the shards back
+and consumption continues without a single duplicate; one that expired us answers
+`NotExistConsumerWithBody`, and the shards are dropped then. Commits stay allowed throughout:
+they are fenced by the server.
 
 Shard filter (`consumer.shards`): the assignment never starts nor reports a shard outside it,
 and every heartbeat sends the filter as loghubd's `shards` allow-list extension, so a service
@@ -37,7 +46,8 @@ MIN_GAP_S = 0.05  # two heartbeats are never closer than this, however often we 
 @dataclass
 class HeartbeatState:
     joined: bool = False
-    last_ok: float = 0.0  # monotonic
+    last_ok: float = 0.0  # monotonic: when the last answered heartbeat was sent
+    expired: bool = False  # heartbeats failed past the timeout; the next answer decides
     last_error: str = ""
     # Shards the last answer gave us outside `consumer.shards` (never started nor reported).
     unwanted: frozenset[int] = frozenset()
@@ -95,7 +105,7 @@ async def run_heartbeat(
         except E.NotExistConsumerWithBody:
             log.warning("heartbeat_rejoin", **bind, held=held)
             supervisor.drop(assignment.reset().to_stop)
-            state.joined = False
+            state.joined = state.expired = False
             scheduled = time.monotonic()
             continue  # rejoin with [] now
         except E.SlsError as exc:
@@ -106,13 +116,16 @@ async def run_heartbeat(
             metrics.heartbeat_failures.inc()
             state.last_error = str(exc)
             log.warning("heartbeat_failed", **bind, error=str(exc)[:300])
-            if state.joined and time.monotonic() - state.last_ok > settings.timeout:
-                log.error("lease_lost", **bind, shards=held)
-                supervisor.drop(assignment.reset().to_stop)
-                state.joined = False
+            if state.joined and not state.expired and not state.lease_valid(settings.timeout):
+                # Not dropped: the server may still hold them for us (see the docstring).
+                log.error("lease_expired", **bind, shards=held)
+                state.expired = True
         else:
             metrics.heartbeat_seconds.observe(time.monotonic() - started)
-            state.joined, state.last_ok, state.last_error = True, time.monotonic(), ""
+            if state.expired:
+                log.warning("lease_renewed", **bind, shards=sorted(answer))
+            state.joined, state.last_ok, state.last_error = True, started, ""
+            state.expired = False
             if supervisor.closing:
                 # Shutting down: keep the lease while shards drain, take nothing new. Shards
                 # answered now are let go by our next report (or by the leave).

@@ -77,6 +77,7 @@ class ShardContext:
 # is this long past; then it is resolved to a cursor. Covers clock skew between us and the
 # service, and logs received just before the end but stored a moment later.
 WINDOW_SETTLE_S = 1.0
+LEASE_POLL_S = 0.05  # how often a shard holding a batch looks whether the lease is back
 
 
 @dataclass
@@ -309,11 +310,7 @@ class ShardTask:
     async def _handle(self, batch: Batch) -> str | None:
         assert self.tracker is not None and self.processor is not None
         tracker = self.tracker
-        if not self.ctx.lease_valid():
-            # E.g. we were paused (SIGSTOP) past the timeout: another consumer may own the
-            # shard now. Processing would only make duplicates; the heartbeat will sort it out.
-            log.warning("lease_expired_batch_dropped", **self._bind, cursor=batch.cursor)
-            self.drop()
+        if not self.ctx.lease_valid() and not await self._wait_for_lease(batch):
             return None
         token = tracker.fetched(batch.cursor, batch.next_cursor)
         tracker.begin(token)
@@ -345,6 +342,19 @@ class ShardTask:
             return None
         assert isinstance(outcome, Processed)
         return outcome.rollback
+
+    async def _wait_for_lease(self, batch: Batch) -> bool:
+        """Our lease has expired (heartbeats failed past the timeout, or we were paused):
+        another consumer may own the shard by now, so processing could only duplicate. Hold
+        the batch until the heartbeat renews the lease (True: process it) or the shard is
+        dropped or stopped (False: it is redelivered from the checkpoint)."""
+        log.warning("lease_expired_batch_held", **self._bind, cursor=batch.cursor)
+        while not self.stop_requested.is_set():
+            if self.ctx.lease_valid():
+                log.info("lease_renewed_batch_released", **self._bind, cursor=batch.cursor)
+                return True
+            await anyio.sleep(LEASE_POLL_S)
+        return False
 
     async def _end_of_shard(self, cursor: str) -> None:
         """A read-only shard is drained: commit its end now so the server can mark it OVER."""

@@ -50,8 +50,9 @@ class Supervisor:
         self._idle = anyio.Event()
         self._idle.set()
         # Shards whose final commit during shutdown did not go through (the exit code says
-        # so). A shard dropped earlier (lease lost, service unreachable) is not counted: its
-        # uncommitted work is given up on purpose and redone by whoever owns it next.
+        # so). A shard another consumer owns by now (we were expired: paused or cut off past
+        # the timeout; our fenced commit was refused) is not counted, whenever that was found
+        # out: its uncommitted work is given up on purpose and redone by its next owner.
         self.unflushed: list[int] = []
         self.closing = False  # shutting down: no new shard is started
 
@@ -100,7 +101,7 @@ class Supervisor:
     async def _on_exit(self, task: ShardTask) -> None:
         self.tasks.pop(task.shard, None)
         self._scopes.pop(task.shard, None)
-        if self.closing and (task.commit_failed or task.lost):
+        if self.closing and task.commit_failed and not task.lost:
             self.unflushed.append(task.shard)
         held_still = task.shard in self.assignment.running
         if task.status.state == "failed" and not task.lost and held_still:

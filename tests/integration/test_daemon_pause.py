@@ -1,8 +1,9 @@
 """A daemon paused (SIGSTOP) past the group timeout while another one runs.
 
 The other daemon takes the paused one's shards. After SIGCONT the paused daemon must not
-move the new owner's checkpoints (they are fenced, and it drops batches once its lease is
-stale) and must stop writing output for the shards it lost. It may legitimately get shards
+move the new owner's checkpoints (they are fenced, and it holds batches unprocessed while
+its lease is stale, until the service says it was expired) and must stop writing output for
+the shards it lost. It may legitimately get shards
 back by rebalancing later: its output for a shard may only grow while the server says it
 owns that shard.
 """

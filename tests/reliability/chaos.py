@@ -59,7 +59,7 @@ T = TypeVar("T")
 LOGSTORE = "chaos"
 GROUP = "chaos"
 # What a daemon logs when it finds out it lost its shards (after SIGSTOP past the timeout).
-LEASE = ("lease_lost", "heartbeat_rejoin", "lease_expired_batch_dropped", "shard_ownership_lost")
+LEASE = ("lease_expired", "heartbeat_rejoin", "lease_expired_batch_held", "shard_ownership_lost")
 
 
 @dataclass
@@ -533,13 +533,13 @@ class ChaosRun:
         return out
 
     def _lease_losses(self) -> list[dict[str, Any]]:
-        """Every time a daemon found its lease gone (`lease_lost`: heartbeats failed for
+        """Every time a daemon found its lease gone (`lease_expired`: heartbeats failed for
         longer than the timeout; `heartbeat_rejoin`: the service no longer knew it), with the
         SIGSTOP past the timeout that explains it, if any."""
         out = []
         for d in self.incarnations:
             for ev in d.events():
-                if ev.get("event") not in ("lease_lost", "heartbeat_rejoin"):
+                if ev.get("event") not in ("lease_expired", "heartbeat_rejoin"):
                     continue
                 wall = datetime.fromisoformat(ev["timestamp"].replace("Z", "+00:00"))
                 t = wall.timestamp() - self.t0_wall

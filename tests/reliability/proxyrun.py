@@ -59,7 +59,7 @@ from tests.reliability.faultproxy import FaultProxy
 LOGSTORE = "proxied"
 GROUP = "proxied"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-LEASE_EVENTS = ("lease_lost", "heartbeat_rejoin", "shard_ownership_lost")
+LEASE_EVENTS = ("lease_expired", "heartbeat_rejoin", "shard_ownership_lost")
 
 
 @dataclass

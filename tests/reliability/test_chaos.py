@@ -60,20 +60,13 @@ def test_chaos_short_nothing_lost_duplicates_only_after_crashes(tmp_path: Path) 
     assert report["missing"] == 0 and report["lost_acked"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: a lease lost to a service outage drops shards without committing, "
-    "so uncommitted work is redelivered (see RELIABILITY.md)",
-)
 def test_server_outage_longer_than_the_lease_makes_no_duplicates(tmp_path: Path) -> None:
-    """KNOWN BUG, kept as a strict xfail until fixed: `loghubd serve` killed and back after 6 s,
-    longer than the 4 s group timeout. The restarted server keeps every consumer and its shards
-    (leases are renewed on load), so nothing was given away, yet each daemon logs `lease_lost`,
-    drops its shards without committing and takes them back from the last checkpoint: the work
-    since the last commit is delivered twice. Nothing is lost. The fix (pause while the lease is
-    expired, let the next answered heartbeat or a fenced commit decide) makes this test pass
-    but changes what a daemon paused past the timeout does; it needs the chaos analyzer's
-    attribution re-validated before it lands."""
+    """`loghubd serve` killed and back after 6 s, longer than the 4 s group timeout. The
+    restarted server keeps every consumer and its shards (leases are renewed on load), so
+    nothing was given away: each daemon's lease expires by its own clock, its shards hold the
+    batch in hand unprocessed, and the first answered heartbeat renews the lease. Nothing may
+    be delivered twice (this was bug C2 in RELIABILITY.md: the shards used to be dropped
+    without committing, and the work since the last commit was delivered again)."""
     cfg = ChaosConfig(
         tmp_path / "outage",
         daemons=2,
