@@ -11,7 +11,11 @@ if ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd) >/dev/null
 fi
 bin="$here/.venv/bin"
-"$bin/ruff" check loghubd tests bench plugins
-"$bin/ruff" format --check loghubd tests bench plugins
+"$bin/ruff" check loghubd tests bench plugins conftest.py
+"$bin/ruff" format --check loghubd tests bench plugins conftest.py
 "$bin/mypy"
-exec "$bin/python" -m pytest -q "$@"
+# Several workers (pytest-xdist): most tests wait on real processes rather than compute. The
+# Spark tests and the reliability runs each stay together on one worker (conftest.py
+# schedules them).
+# LOGHUBD_TEST_WORKERS=0 runs everything in this process.
+exec "$bin/python" -m pytest -q -n "${LOGHUBD_TEST_WORKERS:-4}" "$@"

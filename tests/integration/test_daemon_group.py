@@ -127,7 +127,7 @@ def test_sigterm_mid_stream_hands_shards_over_without_loss_or_duplicates(
     pool.admin.create_logstore(LOGSTORE, SHARDS)
     daemons = start_group(pool, 3)
     wait_balanced(daemons, [3, 3, 4], timeout=2 * HEARTBEAT + 1.0)
-    producer = pool.produce(LOGSTORE, count=200_000, rate=25_000, group_size=200, prefix="b")
+    producer = pool.produce(LOGSTORE, count=200_000, rate=16_000, group_size=200, prefix="b")
     lines = LineCounter(d.output for d in daemons)
     wait_until(lambda: lines.count() >= 40_000, 30, "consumption did not start")
 
@@ -166,7 +166,8 @@ def test_kill_9_mid_stream_shards_taken_over_duplicates_bounded_by_one_interval(
     pool.admin.create_logstore(LOGSTORE, SHARDS)
     daemons = start_group(pool, 3)
     wait_balanced(daemons, [3, 3, 4], timeout=2 * HEARTBEAT + 1.0)
-    producer = pool.produce(LOGSTORE, count=200_000, rate=25_000, group_size=200, prefix="c")
+    # Slow enough (16 s) that the take-over below surely happens while logs are written.
+    producer = pool.produce(LOGSTORE, count=200_000, rate=12_500, group_size=200, prefix="c")
     lines = LineCounter(d.output for d in daemons)
     # Far enough in that a daemon which never committed would re-deliver beyond the bound.
     wait_until(lambda: lines.count() >= 60_000, 30, "consumption did not start")
@@ -219,7 +220,7 @@ def test_two_daemons_join_a_group_of_three_two_shards_each(daemon_pool: Pool) ->
     pool.admin.create_logstore(LOGSTORE, SHARDS)
     daemons = start_group(pool, 3)
     wait_balanced(daemons, [3, 3, 4], timeout=2 * HEARTBEAT + 1.0)
-    producer = pool.produce(LOGSTORE, count=200_000, rate=25_000, group_size=200, prefix="d")
+    producer = pool.produce(LOGSTORE, count=200_000, rate=16_000, group_size=200, prefix="d")
     lines = LineCounter(d.output for d in daemons)
     wait_until(lambda: lines.count() >= 40_000, 30, "consumption did not start")
 

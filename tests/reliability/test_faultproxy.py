@@ -99,9 +99,10 @@ CI = ProxyRunConfig(
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def proxy_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One run of the scenario, shared by the tests below."""
+    """One run of the scenario, shared by the tests below. Session-scoped: under xdist other
+    modules' tests may run between them, and a module fixture would run the scenario twice."""
     directory = tmp_path_factory.mktemp("proxyrun")
     report = ProxyRun(replace(CI, workdir=directory), progress=print).run()
     text = json.dumps(report, indent=1, default=str)
