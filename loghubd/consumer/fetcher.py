@@ -174,9 +174,7 @@ async def run_fetcher(
                     stop_at = await window_end()
                 except E.SlsError as exc:
                     failures += 1
-                    wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
-                    log.warning("window_end_failed", **bind, error=str(exc), wait_s=wait)
-                    await anyio.sleep(wait)
+                    await _back_off("window_end_failed", exc, failures, settings, bind)
                     continue
             if stop_at is not None and reached(cursor, stop_at):
                 status.cursor, status.caught_up = cursor, True
@@ -201,9 +199,7 @@ async def run_fetcher(
                     fresh = await start_position()
                 except E.SlsError as lookup:
                     failures += 1
-                    wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
-                    log.warning("restart_position_failed", **bind, error=str(lookup), wait_s=wait)
-                    await anyio.sleep(wait)
+                    await _back_off("restart_position_failed", lookup, failures, settings, bind)
                     continue
                 log.warning(
                     "cursor_invalid_restarting",
@@ -224,11 +220,7 @@ async def run_fetcher(
                 raise
             except E.SlsError as exc:
                 failures += 1
-                wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
-                log.warning(
-                    "pull_failed", **bind, error=str(exc), attempt=failures, wait_s=round(wait, 2)
-                )
-                await anyio.sleep(wait)
+                await _back_off("pull_failed", exc, failures, settings, bind)
                 continue
             failures = 0
             now = time.monotonic()
@@ -275,6 +267,15 @@ async def run_fetcher(
                 continue
             fill = pulled.raw_count / settings.max_log_groups
             await anyio.sleep(settings.fetch_interval * (1.0 - fill))
+
+
+async def _back_off(
+    event: str, exc: E.SlsError, failures: int, settings: FetchSettings, bind: dict[str, object]
+) -> None:
+    """Log a failed call and wait before the next try (exponential, capped)."""
+    wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
+    log.warning(event, **bind, error=str(exc), attempt=failures, wait_s=round(wait, 2))
+    await anyio.sleep(wait)
 
 
 async def _at_end_of_readonly_shard(
