@@ -5,13 +5,20 @@ runs on a single dedicated thread: a capacity-1 limiter, which also keeps two wr
 competing for the driver's memory. Each job is tagged with `loghubd-spark` plus a per-call tag;
 a caller that gives up (timeout, shutdown) cancels by tag (`cancelJobsWithTag`), which stops the
 JVM job; cancelling only the Python side would leave it running.
+
+A driver JVM that died (the kernel's OOM killer, a crash) is noticed on the first call that
+fails: the runner starts a new session (a new JVM) on the Spark thread and the call fails
+with a SparkError that says so, so the daemon retries the batch, which then runs on the new
+session. Nothing the old JVM wrote is trusted: the write-ahead log replays it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -63,6 +70,14 @@ def explain(exc: BaseException, arrow_bytes: int = 0) -> str:
     return text
 
 
+def jvm_exited() -> bool:
+    """Whether the driver JVM that PySpark launched has exited."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return proc is not None and proc.poll() is not None
+
+
 class SparkRunner:
     """Owns the session (unless given one) and the thread every Spark call runs on."""
 
@@ -84,6 +99,7 @@ class SparkRunner:
         self._closed = False
         self._current: concurrent.futures.Future[Any] | None = None
         self.started_s = 0.0
+        self.restarts = 0
 
     @property
     def busy(self) -> bool:
@@ -160,7 +176,51 @@ class SparkRunner:
         except SparkError:
             raise
         except Exception as exc:
+            if self._owns_session and (self._session is None or jvm_exited()):
+                self._restart_session(exc)
+                raise SparkError(
+                    f"the Spark driver JVM exited ({explain(exc, arrow_bytes)[:300]}); "
+                    "a new session was started and the write will be retried"
+                ) from exc
             raise SparkError(explain(exc, arrow_bytes)) from exc
+
+    def _restart_session(self, cause: BaseException) -> None:
+        log.error("spark_jvm_exited", error=repr(cause)[:500], restarts=self.restarts)
+        started = time.monotonic()
+        try:
+            self._submit(self._recreate).result()
+        except Exception as exc:
+            # The next call notices again (the JVM is still not there) and tries again.
+            log.error("spark_session_restart_failed", error=repr(exc)[:500])
+            return
+        self.restarts += 1
+        log.warning(
+            "spark_session_restarted",
+            restarts=self.restarts,
+            seconds=round(time.monotonic() - started, 2),
+        )
+
+    def _recreate(self) -> None:
+        """Forget the dead JVM (PySpark keeps it in class attributes) and start a new one."""
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession, SQLContext
+
+        old, self._session = self._session, None
+        with warnings.catch_warnings(), contextlib.suppress(Exception):
+            warnings.simplefilter("ignore")  # "Unable to cleanly shutdown Spark JVM process"
+            if old is not None:
+                old.stop()
+        gateway = SparkContext._gateway
+        if gateway is not None:
+            with contextlib.suppress(Exception):
+                gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
+        SQLContext._instantiatedContext = None
+        self._create()
 
     def cancel(self, tag: str = TAG) -> None:
         """Cancel the running jobs with this tag (all of ours by default); any thread."""

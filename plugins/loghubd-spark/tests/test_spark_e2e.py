@@ -5,7 +5,9 @@
   expected rows, partitioned by date, while heartbeats stay on time (100,000-row writes);
 - `kill -9` of the daemon at every stage of a write and at random moments: no loss, no
   duplicate;
-- a Python-function pipeline into the JSON-lines sink, with a crash: the same.
+- a Python-function pipeline into the JSON-lines sink, with a crash: the same;
+- the daemon's Spark JVM killed (as the OOM killer would): a new session takes over, the
+  daemon keeps running, and the output is still exact.
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ def children(pid: int) -> list[int]:
 
 
 def gone(pids: list[int]) -> bool:
-    return not any(Path(f"/proc/{p}").exists() for p in pids)
+    """None of these processes runs any more (exited, or a zombie waiting to be reaped)."""
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            return False
+    return True
 
 
 def read_ids(spark: Any, path: Path, fmt: str = "parquet") -> Counter[int]:
@@ -245,3 +255,46 @@ def _logstore_exists(endpoint: str) -> bool:
         return bool(Source(endpoint, "sparke2e", "app").shard_ids())
     except Exception:
         return False
+
+
+def test_a_killed_spark_jvm_is_replaced_and_the_output_stays_exact(
+    spark: Any, loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    server = loghubd_server
+    first, total = 4_000, 8_000
+    produce(server.endpoint, "sparkjvm", "app", first, shards=2)
+    out = tmp_path / "out"
+    daemon = SparkDaemon(
+        tmp_path / "daemon",
+        server.endpoint,
+        "sparkjvm",
+        "app",
+        {"path": str(out), "max_rows": 1000, "max_delay": 0.5},
+        consumer={"max_fetch_log_groups": 5},
+    )
+    source = Source(server.endpoint, "sparkjvm", "app")
+    try:
+        daemon.start().wait_ready(120)
+        assert daemon.proc is not None
+        wait_until(lambda: daemon.count("spark_batch_written") >= 1, 60, daemon.log_tail)
+        jvms = [p for p in children(daemon.proc.pid) if "java" in _cmdline(p)]
+        assert len(jvms) == 1, jvms
+        os.kill(jvms[0], signal.SIGKILL)
+        wait_until(lambda: gone(jvms), 10)
+        produce(server.endpoint, "sparkjvm", "app", total - first, start=first)
+        wait_until(lambda: source.caught_up(daemon.group), 90, daemon.log_tail)
+        assert daemon.alive, daemon.log_tail()
+        assert daemon.count("spark_session_restarted") == 1, daemon.log_tail()
+        new = [p for p in children(daemon.proc.pid) if "java" in _cmdline(p)]
+        assert len(new) == 1 and new != jvms, new
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        daemon.kill()
+    assert_exactly(read_ids(spark, out), set(range(total)))
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
