@@ -1,13 +1,15 @@
 """The official SDK's ConsumerWorker as a separate process, for daemon_bench.py.
 
     python bench/_sdk_consumer.py --port P --project X --logstore L --group G --name N \
-        --expect LOGS [--heartbeat 2] [--fetch-interval 0.2]
+        --expect LOGS [--heartbeat 2] [--fetch-interval 0.2] [--records]
 
 Reaches `loghubd serve` through the HTTP_PROXY trick (PROTOCOL.md §2): endpoint
 `sls.local:<port>`, HTTP_PROXY=http://127.0.0.1:<port> (set here, before `requests` loads).
-The processor is a ConsumerJsonProcessorBase: the SDK builds the flattened dict of every log
-(`__time__`, `__topic__`, `__source__`, `__tag__:*`, contents), the same records loghubd's
-`null` processor builds through `Batch.logs()`, and drops them.
+With --records the processor is a ConsumerJsonProcessorBase: the SDK builds the flattened
+dict of every log (`__time__`, `__topic__`, `__source__`, `__tag__:*`, contents), the same
+records loghubd's `null` processor builds through `Batch.logs()` with `records = true`, and
+drops them. Without it, a ConsumerProcessorBase counts the logs of the LogGroupList the SDK
+parsed (like loghubd's plain `null`).
 
 Prints JSON lines on stdout: {"event": "started"} once the worker thread runs, and
 {"event": "done", "t": <unix time>, "logs": N} when N >= --expect logs were processed.
@@ -35,6 +37,7 @@ def main() -> int:
     p.add_argument("--expect", type=int, required=True)
     p.add_argument("--heartbeat", type=int, default=2)  # int: the SDK sends 2x as the group timeout
     p.add_argument("--fetch-interval", type=float, default=0.2)
+    p.add_argument("--records", action="store_true", help="build every log's dict")
     args = p.parse_args()
 
     proxy = f"http://127.0.0.1:{args.port}"
@@ -44,6 +47,7 @@ def main() -> int:
 
     from aliyun.log.consumer import (
         ConsumerJsonProcessorBase,
+        ConsumerProcessorBase,
         ConsumerWorker,
         CursorPosition,
         LogHubConfig,
@@ -56,16 +60,24 @@ def main() -> int:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 
-    class Counting(ConsumerJsonProcessorBase):  # type: ignore[misc]
+    def counted(n: int) -> None:
+        with lock:
+            state["logs"] += n
+            if not state["done"] and state["logs"] >= args.expect:
+                state["done"] = True
+                emit({"event": "done", "t": time.time(), "logs": state["logs"]})
+
+    class Records(ConsumerJsonProcessorBase):  # type: ignore[misc]
         def process(self, flattern_json_list: list[dict[str, object]], tracker: object) -> None:
             n = 0
             for _record in flattern_json_list:
                 n += 1
-            with lock:
-                state["logs"] += n
-                if not state["done"] and state["logs"] >= args.expect:
-                    state["done"] = True
-                    emit({"event": "done", "t": time.time(), "logs": state["logs"]})
+            counted(n)
+            self.save_checkpoint(tracker)
+
+    class Counting(ConsumerProcessorBase):  # type: ignore[misc]
+        def process(self, log_groups: object, tracker: object) -> None:
+            counted(sum(len(g.Logs) for g in log_groups.LogGroups))  # type: ignore[attr-defined]
             self.save_checkpoint(tracker)
 
     config = LogHubConfig(
@@ -80,7 +92,7 @@ def main() -> int:
         heartbeat_interval=args.heartbeat,
         data_fetch_interval=args.fetch_interval,
     )
-    worker = ConsumerWorker(Counting, config)
+    worker = ConsumerWorker(Records if args.records else Counting, config)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     worker.start()
