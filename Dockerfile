@@ -3,6 +3,11 @@
 #   docker build -t loghubd .
 #   docker run -v $PWD/loghubd.toml:/etc/loghubd/loghubd.toml:ro -p 9464:9464 loghubd
 FROM python:3.11-slim AS build
+# A C compiler for the optional extension loghubd._fastlog, so that the wheel carries it (the
+# runtime stage needs no compiler).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY loghubd ./loghubd

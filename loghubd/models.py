@@ -1,14 +1,36 @@
-"""Value types shared across layers: what a processor receives."""
+"""Value types shared across layers: what a processor receives.
+
+`Batch.logs()` builds its records with the optional C extension `loghubd._fastlog` when it
+was compiled at install time (several times faster than reading the upb messages from
+Python), and with the pure Python path otherwise. Set the environment variable
+`LOGHUBD_NO_C=1` to ignore the extension (read once, at import): the two paths yield the same
+records, so this is for comparing them and for testing the Python path.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from loghubd.protocol import pb
 
 Record = dict[str, Any]
+
+
+def _load_fastlog() -> ModuleType | None:
+    if os.environ.get("LOGHUBD_NO_C", "") not in ("", "0"):
+        return None
+    try:
+        from loghubd import _fastlog
+    except ImportError:  # built without a C compiler: the Python path
+        return None
+    return _fastlog
+
+
+_fastlog = _load_fastlog()
 
 
 @dataclass(slots=True)
@@ -49,9 +71,22 @@ class Batch:
         """Each log as a flat dict: `__time__`, `__topic__`, `__source__`, `__tag__:<key>`,
         then the contents (the SDK's flattened form). Built one at a time, on demand.
 
-        The fast path reads the UTF-8 schema without a validation pass; if a value turns out
+        With the C extension, the whole batch is decoded on the first `next()` straight from
+        the wire bytes; values that are not UTF-8 are kept losslessly (surrogateescape). Bytes
+        it refuses (malformed, or a key, tag or topic that is not UTF-8) take the Python path.
+
+        The Python path reads the UTF-8 schema without a validation pass; if a value turns out
         not to be UTF-8, iteration continues on the Raw schema after the records already
         yielded, and non-UTF-8 bytes are kept losslessly (surrogateescape)."""
+        if _fastlog is not None:
+            try:
+                records = _fastlog.decode(self.raw)
+            except ValueError:
+                pass  # the Python path decides, exactly as without the extension
+            else:
+                self._cache["log_count"] = len(records)
+                yield from records
+                return
         lgl = self._cache.get("lgl")
         if lgl is None:
             try:
@@ -76,9 +111,10 @@ class Batch:
     def log_count(self) -> int:
         count = self._cache.get("log_count")
         if count is None:
-            count = self._cache["log_count"] = sum(
-                len(g.Logs) for g in self.log_group_list.LogGroups
-            )
+            # Counting reads no string, so it needs no UTF-8 checks: the bytes schema parses
+            # without them (4x cheaper than `log_group_list`).
+            lgl = self._cache.get("lgl") or pb.LogGroupListRaw.FromString(self.raw)
+            count = self._cache["log_count"] = sum(len(g.Logs) for g in lgl.LogGroups)
         return int(count)
 
 

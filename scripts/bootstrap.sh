@@ -15,7 +15,8 @@ fi
 
 stamp="$venv/.loghubd-installed"
 # Every file whose change means the environment must be rebuilt.
-inputs=("$here/pyproject.toml" "$here/scripts/bootstrap.sh")
+# The C extension is compiled at install time: a change to its source needs a new install.
+inputs=("$here/pyproject.toml" "$here/scripts/bootstrap.sh" "$here/loghubd/_fastlog.c")
 while IFS= read -r f; do inputs+=("$f"); done < <(find "$here/plugins" -maxdepth 2 -name pyproject.toml 2>/dev/null | sort)
 
 needs_install=0

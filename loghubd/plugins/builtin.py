@@ -104,9 +104,7 @@ class NullProcessor:
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
         if self.records:
-            n = 0
-            for _record in batch.logs():
-                n += 1
+            n = sum(1 for _record in batch.logs())
         else:
             n = batch.log_count
         self.count += n

@@ -1,0 +1,433 @@
+/* _fastlog: LogHub LogGroupList wire bytes -> the flat record dicts of loghubd.models._flatten.
+ *
+ * An optional accelerator for Batch.logs(). It must return exactly what the Python path
+ * (upb parse + _flatten) returns, or raise ValueError, in which case the caller runs the
+ * Python path, which then decides (today's behaviour, including its quirks). So whenever
+ * this decoder is unsure it refuses: it rejects everything upb rejects and a little more
+ * (unknown groups, strings that are not UTF-8 where the Python path would hand out bytes).
+ *
+ * Schema (proto2, loghubd/protocol/pb.py):
+ *   LogGroupList { repeated LogGroup LogGroups = 1; }
+ *   LogGroup { repeated Log Logs = 1; optional string Reserved = 2; optional string Topic = 3;
+ *              optional string Source = 4; optional string MachineUUID = 5;
+ *              repeated LogTag LogTags = 6; }
+ *   Log { required uint32 Time = 1; repeated Content Contents = 2; optional fixed32 Time_ns = 4; }
+ *   Content, LogTag { required string Key = 1; required string Value = 2; }
+ *
+ * Every read is bounded by the end of the enclosing message; all pointers stay inside the
+ * caller's buffer, which is held (PyObject_GetBuffer) for the whole call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Keys of every record, created once. */
+static PyObject *s_time, *s_time_ns, *s_topic, *s_source, *s_tag_prefix, *s_empty;
+
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t n;
+} Span;
+
+static const uint8_t EMPTY[1] = {0};
+#define EMPTY_SPAN ((Span){EMPTY, 0})
+
+/* One decoded field: its number, wire type and payload (varint/fixed value or bytes). */
+typedef struct {
+    uint32_t num;
+    int wt;
+    uint64_t v; /* wire types 0 and 5 */
+    Span s;     /* wire type 2 */
+} Field;
+
+/* Base-128 varint of at most 10 bytes. Like upb, bits beyond the 64th (in the 10th byte)
+ * are dropped rather than refused. */
+static int
+read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int i = 0; i < 10; i++) {
+        if (p >= end)
+            return -1;
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << (7 * i); /* shift <= 63: defined for uint64_t */
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return 0;
+        }
+    }
+    return -1; /* an 11th byte would follow: malformed */
+}
+
+/* The next field of the message [*pp, end): 1 = read, 0 = end of message, -1 = malformed.
+ * Unknown fields need no special case: callers ignore numbers/wire types they do not expect,
+ * which is also how upb treats a known number arriving with an unexpected wire type. */
+static int
+next_field(const uint8_t **pp, const uint8_t *end, Field *f)
+{
+    const uint8_t *p = *pp;
+    uint64_t tag, len;
+    if (p == end)
+        return 0;
+    /* upb reads a tag as a varint of at most 5 bytes that must fit in 32 bits, and
+     * refuses field number 0. */
+    if (read_varint(&p, end, &tag) < 0 || p - *pp > 5 || tag > 0xffffffffu || (tag >> 3) == 0)
+        return -1;
+    f->num = (uint32_t)(tag >> 3);
+    f->wt = (int)(tag & 7);
+    switch (f->wt) {
+    case 0: /* varint */
+        if (read_varint(&p, end, &f->v) < 0)
+            return -1;
+        break;
+    case 1: /* fixed64: no field of ours, skipped */
+        if (end - p < 8)
+            return -1;
+        p += 8;
+        break;
+    case 2: /* length-delimited: the length may not run past the enclosing message */
+        if (read_varint(&p, end, &len) < 0 || len > (uint64_t)(end - p))
+            return -1;
+        f->s.p = p;
+        f->s.n = (Py_ssize_t)len;
+        p += len;
+        break;
+    case 5: /* fixed32, little-endian */
+        if (end - p < 4)
+            return -1;
+        f->v = (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+        p += 4;
+        break;
+    default:
+        /* 3/4 = groups: upb skips unknown groups, we refuse and let the Python path run.
+         * 6/7 do not exist. */
+        return -1;
+    }
+    *pp = p;
+    return 1;
+}
+
+static int
+malformed(void)
+{
+    PyErr_SetString(PyExc_ValueError, "malformed LogGroupList");
+    return -1;
+}
+
+/* A string object and the bytes it was decoded from (which live in the caller's buffer). */
+typedef struct {
+    PyObject *obj;
+    Span s;
+} Slot;
+
+/* `s` as a str, strictly decoded: where it is not UTF-8 the Python path gets bytes from upb,
+ * and we raise UnicodeDecodeError (a ValueError). Keys repeat from log to log, so the slot's
+ * object is reused when its bytes are the same (allocation and hashing are most of the cost
+ * of a key). Returns a borrowed reference, owned by the slot. */
+
+static PyObject *
+cached_str(Slot *slot, Span s)
+{
+    if (slot->obj != NULL && slot->s.n == s.n && memcmp(slot->s.p, s.p, (size_t)s.n) == 0)
+        return slot->obj;
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)s.p, s.n, NULL);
+    if (str == NULL)
+        return NULL;
+    Py_XSETREF(slot->obj, str);
+    slot->s = s;
+    return str;
+}
+
+typedef struct {
+    PyObject *out;  /* the list of records */
+    Slot *keys;     /* content keys by position in the log, as in the previous log */
+    Py_ssize_t nkeys;
+    Slot topic, source;
+    uint32_t time; /* the last __time__ object, reused while the value repeats */
+    PyObject *time_obj;
+} State;
+
+static Slot *
+key_slot(State *st, Py_ssize_t i)
+{
+    if (i >= st->nkeys) {
+        Py_ssize_t n = st->nkeys ? st->nkeys * 2 : 16;
+        while (n <= i)
+            n *= 2;
+        Slot *keys = PyMem_Realloc(st->keys, (size_t)n * sizeof(Slot));
+        if (keys == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        memset(keys + st->nkeys, 0, (size_t)(n - st->nkeys) * sizeof(Slot));
+        st->keys = keys;
+        st->nkeys = n;
+    }
+    return &st->keys[i];
+}
+
+/* A dict sized for `n` keys: growing one from empty to ~15 keys resizes it twice, which
+ * costs ~20% of the decoding time. The presized dict has CPython's general key layout
+ * (24-byte entries, not 16): ~170 bytes more per record of 13 keys. _PyDict_NewPresized is
+ * CPython-internal API, exported up to 3.12 at least; later versions grow the dict. */
+static PyObject *
+new_dict(Py_ssize_t n)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_NewPresized(n);
+#else
+    (void)n;
+    return PyDict_New();
+#endif
+}
+
+/* Key and Value of a Content or LogTag: the last occurrence of each wins, a missing one is
+ * "" (upb does not enforce `required` when parsing). */
+static int
+read_pair(Span msg, Span *key, Span *value)
+{
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    Field f;
+    int r;
+    *key = *value = EMPTY_SPAN;
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.wt != 2)
+            continue;
+        if (f.num == 1)
+            *key = f.s;
+        else if (f.num == 2)
+            *value = f.s;
+    }
+    return r;
+}
+
+/* One Log -> one record appended to st->out. `base` holds __topic__, __source__ and the
+ * tags, in that order. */
+static int
+decode_log(State *st, PyObject *base, Span msg)
+{
+    const uint8_t *p, *end = msg.p + msg.n;
+    Field f;
+    int r;
+    uint32_t time = 0, time_ns = 0;
+    PyObject *rec, *value;
+    Py_ssize_t i = 0, ncontents = 0;
+
+    /* Pass 1: Time and Time_ns (last occurrence wins) must be the record's first keys,
+     * yet Time_ns (field 4) follows the contents on the wire. */
+    p = msg.p;
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.num == 1 && f.wt == 0)
+            time = (uint32_t)f.v; /* uint32: the low 32 bits of the varint */
+        else if (f.num == 4 && f.wt == 5)
+            time_ns = (uint32_t)f.v;
+        else if (f.num == 2 && f.wt == 2)
+            ncontents++;
+    }
+    if (r < 0)
+        return malformed();
+
+    rec = new_dict(2 + PyDict_GET_SIZE(base) + ncontents);
+    if (rec == NULL)
+        return -1;
+    if (st->time_obj == NULL || st->time != time) {
+        PyObject *t = PyLong_FromUnsignedLong(time);
+        if (t == NULL)
+            goto error;
+        Py_XSETREF(st->time_obj, t);
+        st->time = time;
+    }
+    if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
+        goto error;
+    if (time_ns) {
+        PyObject *t = PyLong_FromUnsignedLong(time_ns);
+        if (t == NULL)
+            goto error;
+        int rc = PyDict_SetItem(rec, s_time_ns, t);
+        Py_DECREF(t);
+        if (rc < 0)
+            goto error;
+    }
+    if (PyDict_Update(rec, base) < 0)
+        goto error;
+
+    /* Pass 2: the contents in order; a key seen before overwrites (plain dict semantics). */
+    p = msg.p;
+    while (next_field(&p, end, &f) > 0) {
+        Span k, v;
+        Slot *slot;
+        PyObject *key;
+        if (f.num != 2 || f.wt != 2)
+            continue;
+        if (read_pair(f.s, &k, &v) < 0) {
+            malformed();
+            goto error;
+        }
+        if ((slot = key_slot(st, i++)) == NULL || (key = cached_str(slot, k)) == NULL)
+            goto error;
+        /* Values: what the Python path yields after its Raw-schema fallback. */
+        value = PyUnicode_DecodeUTF8((const char *)v.p, v.n, "surrogateescape");
+        if (value == NULL)
+            goto error;
+        int rc = PyDict_SetItem(rec, key, value);
+        Py_DECREF(value);
+        if (rc < 0)
+            goto error;
+    }
+    if (PyList_Append(st->out, rec) < 0)
+        goto error;
+    Py_DECREF(rec);
+    return 0;
+error:
+    Py_DECREF(rec);
+    return -1;
+}
+
+static int
+decode_group(State *st, Span msg)
+{
+    const uint8_t *p, *end = msg.p + msg.n;
+    Field f;
+    int r;
+    Span topic = EMPTY_SPAN, source = EMPTY_SPAN;
+    PyObject *base, *obj;
+
+    /* Pass 1: Topic and Source (last occurrence wins, wherever it is) and the tags in order.
+     * The base dict gets placeholders first so that its order is topic, source, tags. */
+    base = PyDict_New();
+    if (base == NULL || PyDict_SetItem(base, s_topic, s_empty) < 0 ||
+        PyDict_SetItem(base, s_source, s_empty) < 0)
+        goto error;
+    p = msg.p;
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.wt != 2)
+            continue;
+        if (f.num == 3) {
+            topic = f.s;
+        }
+        else if (f.num == 4) {
+            source = f.s;
+        }
+        else if (f.num == 6) {
+            Span k, v;
+            PyObject *key, *value;
+            int rc;
+            if (read_pair(f.s, &k, &v) < 0) {
+                malformed();
+                goto error;
+            }
+            if ((obj = PyUnicode_DecodeUTF8((const char *)k.p, k.n, NULL)) == NULL)
+                goto error;
+            key = PyUnicode_Concat(s_tag_prefix, obj);
+            Py_DECREF(obj);
+            if (key == NULL)
+                goto error;
+            if ((value = PyUnicode_DecodeUTF8((const char *)v.p, v.n, NULL)) == NULL) {
+                Py_DECREF(key);
+                goto error;
+            }
+            rc = PyDict_SetItem(base, key, value);
+            Py_DECREF(key);
+            Py_DECREF(value);
+            if (rc < 0)
+                goto error;
+        }
+        /* 1 (Logs): pass 2. 2 (Reserved), 5 (MachineUUID): never read, never checked. */
+    }
+    if (r < 0) {
+        malformed();
+        goto error;
+    }
+    if ((obj = cached_str(&st->topic, topic)) == NULL || PyDict_SetItem(base, s_topic, obj) < 0)
+        goto error;
+    if ((obj = cached_str(&st->source, source)) == NULL ||
+        PyDict_SetItem(base, s_source, obj) < 0)
+        goto error;
+
+    /* Pass 2: the logs (the framing was checked by pass 1). */
+    p = msg.p;
+    while (next_field(&p, end, &f) > 0) {
+        if (f.num == 1 && f.wt == 2 && decode_log(st, base, f.s) < 0)
+            goto error;
+    }
+    Py_DECREF(base);
+    return 0;
+error:
+    Py_XDECREF(base);
+    return -1;
+}
+
+PyDoc_STRVAR(decode_doc,
+"decode(raw, /)\n--\n\n"
+"The records of a serialized LogGroupList, as list(loghubd.models._flatten(...)) builds them.\n"
+"Raises ValueError when the bytes are malformed or a key, tag or topic/source is not UTF-8\n"
+"(the caller then takes the Python path).");
+
+static PyObject *
+fastlog_decode(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    State st;
+    Field f;
+    int r;
+    const uint8_t *p, *end;
+
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    memset(&st, 0, sizeof st);
+    st.out = PyList_New(0);
+    if (st.out == NULL)
+        goto done;
+    p = (const uint8_t *)view.buf;
+    end = p + view.len;
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.num == 1 && f.wt == 2 && decode_group(&st, f.s) < 0) {
+            Py_CLEAR(st.out);
+            goto done;
+        }
+    }
+    if (r < 0) {
+        malformed();
+        Py_CLEAR(st.out);
+    }
+done:
+    for (Py_ssize_t i = 0; i < st.nkeys; i++)
+        Py_XDECREF(st.keys[i].obj);
+    PyMem_Free(st.keys);
+    Py_XDECREF(st.topic.obj);
+    Py_XDECREF(st.source.obj);
+    Py_XDECREF(st.time_obj);
+    PyBuffer_Release(&view);
+    return st.out;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", fastlog_decode, METH_O, decode_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_fastlog",
+    .m_doc = "C decoder of LogGroupList bytes into Batch.logs() records (loghubd/models.py).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastlog(void)
+{
+    if (s_empty == NULL) { /* once per process */
+        if ((s_time = PyUnicode_InternFromString("__time__")) == NULL ||
+            (s_time_ns = PyUnicode_InternFromString("__time_ns_part__")) == NULL ||
+            (s_topic = PyUnicode_InternFromString("__topic__")) == NULL ||
+            (s_source = PyUnicode_InternFromString("__source__")) == NULL ||
+            (s_tag_prefix = PyUnicode_InternFromString("__tag__:")) == NULL ||
+            (s_empty = PyUnicode_FromStringAndSize("", 0)) == NULL)
+            return NULL;
+    }
+    return PyModule_Create(&moduledef);
+}

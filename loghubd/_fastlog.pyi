@@ -1,0 +1,3 @@
+from typing import Any
+
+def decode(raw: bytes, /) -> list[dict[str, Any]]: ...

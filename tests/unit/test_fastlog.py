@@ -1,0 +1,387 @@
+"""loghubd._fastlog, the C decoder behind Batch.logs(): it returns exactly what the Python path
+(upb parse + models._flatten) returns, or raises ValueError and Batch.logs() takes the Python
+path. These tests call the extension directly, whatever LOGHUBD_NO_C says."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loghubd import models
+from loghubd.models import Batch
+from loghubd.protocol import pb
+
+fastlog: Any = pytest.importorskip("loghubd._fastlog", reason="built without a C compiler")
+
+Items = list[list[tuple[Any, Any]]]
+
+
+def items(records: list[dict[str, Any]]) -> Items:
+    """Records with their key order: dict equality alone ignores it."""
+    return [list(r.items()) for r in records]
+
+
+def python_items(raw: bytes) -> Items:
+    return items(list(models._flatten(pb.LogGroupList.FromString(raw))))
+
+
+def fast_items(raw: bytes) -> Items:
+    return items(fastlog.decode(raw))
+
+
+def outcome(raw: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Any]:
+    """What Batch.logs() yields (with its key order), or the exception type it raises."""
+    monkeypatch.setattr(models, "_fastlog", fastlog if fast else None)
+    try:
+        return ("ok", items(list(Batch(0, "c", "n", raw, 1).logs())))
+    except Exception as e:
+        return ("raised", type(e))
+
+
+# -- hand-built wire bytes ------------------------------------------------------------------
+
+
+def varint(v: int) -> bytes:
+    return pb.encode_varint(v)
+
+
+def ld(num: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def vi(num: int, value: int) -> bytes:
+    return varint(num << 3) + varint(value)
+
+
+def f32(num: int, value: int) -> bytes:
+    return varint(num << 3 | 5) + value.to_bytes(4, "little")
+
+
+def f64(num: int, value: int) -> bytes:
+    return varint(num << 3 | 1) + value.to_bytes(8, "little")
+
+
+def content(key: bytes, value: bytes) -> bytes:
+    return ld(1, key) + ld(2, value)
+
+
+# what a log of a group without Topic, Source or tags starts with, after `__time__`
+_EMPTY_BASE = [("__topic__", ""), ("__source__", "")]
+
+
+def one_log_list(log: bytes, group_extra: bytes = b"") -> bytes:
+    return ld(1, ld(1, log) + group_extra)
+
+
+# -- generated LogGroupLists ----------------------------------------------------------------
+
+# A few fixed names so that duplicates, and keys that shadow the record's own fields, happen.
+_names = st.sampled_from(["", "a", "b", "level", "__topic__", "__time__", "__tag__:h", "é"])
+_text = st.one_of(_names, st.text(max_size=8))
+_values = st.one_of(
+    _text.map(lambda s: s.encode()),
+    st.binary(max_size=8),  # mostly not UTF-8
+    st.sampled_from([b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"caf\xc3", b"\xf4\x90\x80\x80"]),
+)
+_u32 = st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def log_group_lists(draw: st.DrawFn) -> bytes:
+    """A serialized LogGroupList; content values are bytes (the Raw schema), any of them."""
+    lgl = pb.LogGroupListRaw()
+    for _ in range(draw(st.integers(0, 4))):
+        group = lgl.LogGroups.add()
+        for name in ("Topic", "Source", "Reserved", "MachineUUID"):
+            value = draw(st.none() | _text)
+            if value is not None:
+                setattr(group, name, value)
+        for key, value in draw(st.lists(st.tuples(_text, _text), max_size=3)):
+            group.LogTags.add(Key=key, Value=value)
+        for _ in range(draw(st.integers(0, 4))):
+            log = group.Logs.add(Time=draw(_u32))
+            time_ns = draw(st.sampled_from([None, 0]) | _u32)
+            if time_ns is not None:
+                log.Time_ns = time_ns
+            for key, value in draw(st.lists(st.tuples(_text, _values), max_size=5)):
+                log.Contents.add(Key=key, Value=value)
+    raw: bytes = lgl.SerializeToString()
+    return raw
+
+
+@settings(max_examples=300)
+@given(log_group_lists())
+def test_same_records_and_key_order_as_the_python_path(raw: bytes) -> None:
+    assert fast_items(raw) == python_items(raw)
+
+
+@given(st.lists(log_group_lists(), min_size=2, max_size=4))
+def test_batches_of_repeated_and_changing_keys(raws: list[bytes]) -> None:
+    """Keys are reused from log to log when their bytes match: whole lists concatenated
+    (a LogGroupList is a repeated field) mix reuse and change."""
+    raw = b"".join(raws)
+    assert fast_items(raw) == python_items(raw)
+
+
+def test_realistic_group_and_key_reuse() -> None:
+    group = pb.LogGroup(Topic="t", Source="10.0.0.1")
+    group.LogTags.add(Key="host", Value="web-1")
+    for i in range(5):
+        log = group.Logs.add(Time=1700000000 + i // 2, Time_ns=i)
+        log.Contents.add(Key="level", Value="INFO")
+        log.Contents.add(Key="msg" if i != 3 else "msh", Value=f"m{i}")
+    raw = pb.LogGroupList(LogGroups=[group, group]).SerializeToString()
+    records = fastlog.decode(raw)
+    assert items(records) == python_items(raw)
+    assert len(records) == 10
+    # the same key object from log to log (and group to group), a new one where bytes differ
+    level = [next(k for k in r if k == "level") for r in records]
+    assert all(k is level[0] for k in level)
+    assert "msh" in records[3] and "msg" in records[4]
+
+
+def test_values_that_are_not_utf8_are_kept_with_surrogateescape() -> None:
+    raw = one_log_list(vi(1, 5) + ld(2, content(b"v", b"\xff\xfed")) + ld(2, content(b"w", b"ok")))
+    assert fastlog.decode(raw) == [
+        {"__time__": 5, "__topic__": "", "__source__": "", "v": "\udcff\udcfed", "w": "ok"}
+    ]
+    assert fast_items(raw) == python_items(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(one_log_list(ld(2, content(b"\xff", b"v"))), id="content key"),
+        pytest.param(one_log_list(b"", ld(3, b"t\xff")), id="topic"),
+        pytest.param(one_log_list(b"", ld(4, b"\xc0\xaf")), id="source"),
+        pytest.param(one_log_list(b"", ld(6, ld(1, b"h\xff") + ld(2, b"v"))), id="tag key"),
+        pytest.param(
+            one_log_list(b"", ld(6, ld(1, b"h") + ld(2, b"\xed\xa0\x80"))), id="tag value"
+        ),
+    ],
+)
+def test_other_strings_that_are_not_utf8_leave_it_to_the_python_path(
+    raw: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match="utf-8"):
+        fastlog.decode(raw)
+    assert outcome(raw, True, monkeypatch) == outcome(raw, False, monkeypatch)
+
+
+def test_reserved_and_machine_uuid_are_never_read() -> None:
+    raw = one_log_list(vi(1, 1), ld(2, b"\xff") + ld(5, b"\xfe"))
+    assert fast_items(raw) == python_items(raw) == [[("__time__", 1), *_EMPTY_BASE]]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param(
+            one_log_list(vi(1, 7) + vi(1, 9) + f32(4, 1) + f32(4, 2)),
+            [("__time__", 9), ("__time_ns_part__", 2), *_EMPTY_BASE],
+            id="last Time and Time_ns win",
+        ),
+        pytest.param(
+            one_log_list(vi(1, 2**40 + 3)),
+            [("__time__", 3), *_EMPTY_BASE],
+            id="uint32 Time keeps the low 32 bits",
+        ),
+        pytest.param(
+            one_log_list(f32(4, 0) + vi(1, 1)),
+            [("__time__", 1), *_EMPTY_BASE],
+            id="Time_ns 0 is left out",
+        ),
+        pytest.param(
+            one_log_list(ld(2, ld(2, b"v"))),
+            [("__time__", 0), *_EMPTY_BASE, ("", "v")],
+            id="missing required fields are defaults",
+        ),
+        pytest.param(
+            one_log_list(ld(2, content(b"k", b"1") + ld(1, b"j") + ld(2, b"2"))),
+            [("__time__", 0), *_EMPTY_BASE, ("j", "2")],
+            id="last Key and Value win",
+        ),
+        pytest.param(
+            one_log_list(vi(1, 1), ld(3, b"a") + ld(4, b"s") + ld(3, b"b")),
+            [("__time__", 1), ("__topic__", "b"), ("__source__", "s")],
+            id="last Topic wins, even after the logs",
+        ),
+        pytest.param(
+            one_log_list(
+                ld(2, content(b"k", b"1"))
+                + ld(2, content(b"__topic__", b"x"))
+                + ld(2, content(b"k", b"2")),
+                ld(3, b"t") + ld(6, content(b"h", b"1")) + ld(6, content(b"h", b"2")),
+            ),
+            [
+                ("__time__", 0),
+                ("__topic__", "x"),
+                ("__source__", ""),
+                ("__tag__:h", "2"),
+                ("k", "2"),
+            ],
+            id="duplicate keys overwrite in place",
+        ),
+        pytest.param(
+            # overlong but valid: a 3-byte tag, a 6-byte length, a 10-byte varint whose last
+            # byte carries bits beyond 64 (upb drops them)
+            one_log_list(
+                b"\x88\x80\x00\x05"
+                + b"\x12\x85\x80\x80\x80\x80\x00"
+                + content(b"k", b"")
+                + b"\x08\x86"
+                + b"\x80" * 8
+                + b"\x7f"
+            ),
+            [("__time__", 6), *_EMPTY_BASE, ("k", "")],
+            id="overlong varints are accepted the way upb accepts them",
+        ),
+    ],
+)
+def test_protobuf_rules(raw: bytes, expected: list[tuple[str, Any]]) -> None:
+    assert fast_items(raw) == python_items(raw) == [expected]
+
+
+UNKNOWN = vi(15, 300) + f64(16, 1) + ld(17, b"xyz") + f32(18, 5) + vi(2**29 - 1, 1)
+
+
+def test_unknown_fields_are_skipped_at_every_level() -> None:
+    tag = ld(6, UNKNOWN + content(b"h", b"v") + UNKNOWN)
+    log = vi(1, 1) + ld(2, UNKNOWN + content(b"k", b"v") + UNKNOWN) + UNKNOWN + f32(4, 3)
+    raw = UNKNOWN + ld(1, UNKNOWN + ld(1, log) + UNKNOWN + ld(3, b"t") + tag) + UNKNOWN
+    expected = [
+        [
+            ("__time__", 1),
+            ("__time_ns_part__", 3),
+            ("__topic__", "t"),
+            ("__source__", ""),
+            ("__tag__:h", "v"),
+            ("k", "v"),
+        ]
+    ]
+    assert fast_items(raw) == python_items(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(vi(1, 5) + f32(1, 5) + f64(1, 5), id="LogGroups not length-delimited"),
+        pytest.param(ld(1, vi(1, 5) + vi(3, 1) + f32(4, 1) + vi(6, 2)), id="group fields"),
+        pytest.param(
+            one_log_list(
+                ld(1, vi(1, 5)) + f32(1, 5) + vi(4, 9) + ld(4, b"\0" * 4) + vi(2, 1) + f32(2, 1)
+            ),
+            id="log fields",
+        ),
+        pytest.param(
+            one_log_list(ld(2, vi(1, 1) + f32(2, 1) + content(b"k", b"v"))), id="content fields"
+        ),
+        pytest.param(
+            one_log_list(b"", ld(6, vi(1, 1) + f64(2, 1) + content(b"h", b"v"))), id="tag fields"
+        ),
+    ],
+)
+def test_known_fields_with_another_wire_type_are_skipped(raw: bytes) -> None:
+    assert fast_items(raw) == python_items(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "upb_accepts"),
+    [
+        pytest.param(b"\x0a\x05\x0a\x01", False, id="length past the end"),
+        pytest.param(ld(1, b"\x0a\x05\x0a\x01") + b"\x00" * 4, False, id="past the submessage"),
+        pytest.param(vi(2, 0)[:1] + b"\xff" * 10 + b"\x01", False, id="11-byte varint"),
+        # the Log's length runs one byte past its group, into a valid top-level field
+        pytest.param(b"\x0a\x03\x0a\x02\x08\x08\x07", False, id="one past the submessage"),
+        pytest.param(b"\x00\x00", False, id="field number 0"),
+        pytest.param(b"\x88\x80\x80\x80\x80\x00\x00", False, id="6-byte tag"),
+        pytest.param(b"\xf8\xff\xff\xff\x1f\x00", False, id="tag beyond 32 bits"),
+        pytest.param(b"\x16", False, id="wire type 6"),
+        pytest.param(b"\x1c", False, id="end group"),
+        pytest.param(one_log_list(f64(9, 1)[:5]), False, id="truncated fixed64"),
+        pytest.param(one_log_list(f32(4, 1)[:3]), False, id="truncated fixed32"),
+        # upb skips unknown groups; we refuse them and the Python path reads them
+        pytest.param(b"\x13\x08\x01\x14" + one_log_list(vi(1, 1)), True, id="unknown group"),
+    ],
+)
+def test_malformed_bytes_raise_value_error_and_the_python_path_decides(
+    raw: bytes, upb_accepts: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match="malformed"):
+        fastlog.decode(raw)
+    python = outcome(raw, False, monkeypatch)
+    assert python[0] == ("ok" if upb_accepts else "raised")
+    assert outcome(raw, True, monkeypatch) == python
+
+
+def check_robust(raw: bytes) -> None:
+    """Either the Python path's records, or ValueError (never a crash, never different)."""
+    try:
+        fast = fast_items(raw)
+    except ValueError:
+        return
+    assert fast == python_items(raw)
+
+
+_fuzz = settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_fuzz
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes(raw: bytes) -> None:
+    check_robust(raw)
+
+
+@_fuzz
+@given(log_group_lists(), st.data())
+def test_truncated_and_mutated_encodings(raw: bytes, data: st.DataObject) -> None:
+    check_robust(raw[: data.draw(st.integers(0, len(raw)))])
+    if raw:
+        mutated = bytearray(raw)
+        for _ in range(data.draw(st.integers(1, 3))):
+            i = data.draw(st.integers(0, len(raw) - 1))
+            mutated[i] = data.draw(st.integers(0, 255))
+        check_robust(bytes(mutated))
+        i = data.draw(st.integers(0, len(raw)))
+        check_robust(raw[:i] + data.draw(st.binary(min_size=1, max_size=4)) + raw[i:])
+
+
+def test_batch_logs_is_lazy_and_counts_from_the_c_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(models, "_fastlog", fastlog)
+    group = pb.LogGroup(Topic="t")
+    for i in range(3):
+        group.Logs.add(Time=i).Contents.add(Key="k", Value=str(i))
+    raw = pb.frame_log_groups([group.SerializeToString()])
+    batch = Batch(0, "c", "n", raw, 1)
+    logs = batch.logs()
+    assert "log_count" not in batch._cache  # nothing decoded before the first next()
+    assert next(logs)["k"] == "0"
+    assert batch._cache["log_count"] == 3
+    assert [r["k"] for r in logs] == ["1", "2"]
+    assert batch.log_count == 3
+    assert Batch(0, "c", "n", raw, 1).log_count == 3  # without logs(): upb, as before
+
+
+def test_loghubd_no_c_disables_the_extension() -> None:
+    code = "import loghubd.models as m; print(m._fastlog is None)"
+
+    def run(**env: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            env={**{k: v for k, v in os.environ.items() if k != "LOGHUBD_NO_C"}, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    assert run(LOGHUBD_NO_C="1") == "True"
+    assert run() == run(LOGHUBD_NO_C="0") == "False"
