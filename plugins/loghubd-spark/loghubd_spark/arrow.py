@@ -14,17 +14,26 @@ since cursors step by one per log group), so a row can be traced to its exact po
 
 Values that are not UTF-8 are kept readable with backslash escapes (`\\xff`).
 
+Two ways, same result: the optional C extension `_fastarrow` turns the serialized groups
+straight into Arrow buffers (~0.25 µs per 9-field log, against ~4.5 µs reading upb messages
+from Python); a group it does not take (a string that is not UTF-8, malformed data) and every
+group when it is missing (not compiled, or `LOGHUBD_NO_C=1` at import) go through protobuf and
+Python lists.
+
 The engine normally runs `convert` in child processes (`convert_worker`), so that it holds
 neither the daemon's GIL nor its event loop; in-thread conversion is the fallback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
@@ -47,6 +56,27 @@ SCHEMA = pa.schema(
 )
 
 Span = tuple[int, int]  # [first, end) indices of log groups within a batch
+
+# _fastarrow.parse(groups, start, budget, allocate) -> (stop, fallback, rows per group, data,
+# sections), see _fastarrow.c
+CParse = Callable[
+    [list[memoryview], int, int, Callable[[int], pa.Buffer]],
+    tuple[int, bool, list[int], pa.Buffer, tuple[tuple[int, int], ...]],
+]
+
+
+def _load_c() -> CParse | None:
+    if os.environ.get("LOGHUBD_NO_C", "") not in ("", "0"):
+        return None
+    try:
+        from loghubd_spark._fastarrow import parse
+    except ImportError:  # built without a C compiler: the Python path
+        return None
+    return parse
+
+
+# The C converter, or None for the pure Python path (tests set it to None to compare the two).
+c_parse: CParse | None = _load_c()
 
 
 def steps_per_group(cursor: str, next_cursor: str, group_count: int) -> int | None:
@@ -251,23 +281,125 @@ def convert(
     groups = split_log_groups(raw)
     wanted = range(len(groups)) if keep is None else _indices(keep, len(groups))
     base = position(cursor) if per_group else None
+    group_cursors = [cursor if base is None else cursors.encode(base + g) for g in wanted]
+    parse = c_parse
+    if parse is None:
+        batches, offsets = _convert_py(shard, groups, wanted, group_cursors, chunk_rows)
+    else:
+        views = [groups[g] for g in wanted]
+        batches, offsets = _convert_c(parse, shard, views, group_cursors, chunk_rows)
+    table = pa.Table.from_batches(batches, schema=SCHEMA)
+    return Converted(table, list(wanted), offsets)
+
+
+def _convert_py(
+    shard: int,
+    groups: list[memoryview],
+    wanted: Sequence[int],
+    group_cursors: list[str],
+    chunk_rows: int,
+) -> tuple[list[pa.RecordBatch], list[int]]:
     batches: list[pa.RecordBatch] = []
-    done: list[int] = []
     offsets = [0]
     chunk = _Chunk()
-    for g in wanted:
-        group_cursor = cursor if base is None else cursors.encode(base + g)
+    for g, group_cursor in zip(wanted, group_cursors, strict=True):
         before = len(chunk)
         _add_group(chunk, groups[g], group_cursor)
-        done.append(g)
         offsets.append(offsets[-1] + len(chunk) - before)
         if len(chunk) >= chunk_rows:
             batches.append(chunk.record_batch(shard))
             chunk = _Chunk()
     if len(chunk):
         batches.append(chunk.record_batch(shard))
-    table = pa.Table.from_batches(batches, schema=SCHEMA)
-    return Converted(table, done, offsets)
+    return batches, offsets
+
+
+def _convert_c(
+    parse: CParse,
+    shard: int,
+    views: list[memoryview],
+    group_cursors: list[str],
+    chunk_rows: int,
+) -> tuple[list[pa.RecordBatch], list[int]]:
+    """As `_convert_py`, with the C converter. A group that C leaves to Python (not UTF-8,
+    malformed) is converted in its place, in the same chunk: chunks end after the same groups."""
+    batches: list[pa.RecordBatch] = []
+    offsets = [0]
+    pieces: list[pa.RecordBatch] = []  # of the current chunk
+    chunk_len = i = 0
+    while i < len(views):
+        stop, fallback, rows, data, sections = parse(
+            views, i, chunk_rows - chunk_len, pa.allocate_buffer
+        )
+        n = sum(rows)
+        if n:
+            pieces.append(_c_batch(shard, n, data, sections, group_cursors[i:stop], rows))
+            chunk_len += n
+        for k in rows:
+            offsets.append(offsets[-1] + k)
+        i = stop
+        if fallback:
+            chunk = _Chunk()
+            _add_group(chunk, views[i], group_cursors[i])  # escapes, or raises if malformed
+            offsets.append(offsets[-1] + len(chunk))
+            if len(chunk):
+                pieces.append(chunk.record_batch(shard))
+                chunk_len += len(chunk)
+            i += 1
+        if chunk_len >= chunk_rows or (i == len(views) and pieces):
+            if len(pieces) == 1:
+                batches.append(pieces[0])
+            elif pieces:  # around a group converted in Python
+                batches.extend(pa.Table.from_batches(pieces).combine_chunks().to_batches())
+            pieces, chunk_len = [], 0
+    return batches, offsets
+
+
+def _c_batch(
+    shard: int,
+    n: int,
+    data: pa.Buffer,
+    sections: tuple[tuple[int, int], ...],
+    group_cursors: list[str],
+    rows: list[int],
+) -> pa.RecordBatch:
+    """A record batch of `n` rows over the buffers of `_fastarrow.parse` (no copy); the cursor
+    column repeats each group's cursor over its rows (run-end decoding, no list per row)."""
+    b = [data.slice(at, size) for at, size in sections]
+    runs = [(c, k) for c, k in zip(group_cursors, rows, strict=True) if k]
+    cursor_column = pc.run_end_decode(
+        pa.RunEndEncodedArray.from_arrays(
+            pa.array(list(accumulate(k for _, k in runs)), pa.int32()),
+            pa.array([c for c, _ in runs], pa.string()),
+        )
+    )
+    arrays = [
+        pa.Array.from_buffers(TIMESTAMP, n, [None, b[0]]),
+        pa.Array.from_buffers(pa.int64(), n, [None, b[1]]),
+        _c_strings(n, b[2], b[3]),
+        _c_strings(n, b[4], b[5]),
+        _c_map(n, b[6:11]),
+        _c_map(n, b[11:16]),
+        pa.repeat(pa.scalar(shard, pa.int32()), n),
+        cursor_column,
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+def _c_strings(n: int, offsets: pa.Buffer, data: pa.Buffer) -> pa.Array:
+    return pa.Array.from_buffers(pa.string(), n, [None, offsets, data])
+
+
+def _c_map(n: int, b: list[pa.Buffer]) -> pa.Array:
+    """map<string,string> from row offsets, key offsets and data, value offsets and data."""
+    offsets, k_off, k_data, v_off, v_data = b
+    entries = k_off.size // 4 - 1
+    return pa.MapArray.from_arrays(
+        pa.Array.from_buffers(pa.int32(), n + 1, [None, offsets]),
+        _c_strings(entries, k_off, k_data),
+        _c_strings(entries, v_off, v_data),
+        type=MAP,
+    )
 
 
 def _indices(spans: Iterable[Span], count: int) -> list[int]:
