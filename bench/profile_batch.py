@@ -9,8 +9,10 @@ with it for the `null` processor, against the SDK doing the same with its own cl
 - lz4 decompression of the answer (loghubd.protocol.compress)
 - LogGroupList parse alone (upb)
 - `Batch.log_group_list` (parse + the loop that reads every value to force UTF-8 checks)
-- `Batch.logs()` fully iterated, and NullProcessor.process + `Batch.log_count` (what a shard
-  task does per batch with the `null` processor)
+- `Batch.logs()` fully iterated (the C decoder `loghubd._fastlog` when it is built; run with
+  LOGHUBD_NO_C=1 for the pure Python path), and NullProcessor.process + `Batch.log_count`
+  (what a shard task does per batch with the `null` processor), counting and with
+  `records = true`
 - the SDK: LogGroupList.ParseFromString + PullLogResponse.loggroups_to_flattern_list
 
 `--profile` adds a cProfile listing of NullProcessor.process over the batch.
@@ -30,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C
 
+from loghubd import models
 from loghubd.models import Batch
 from loghubd.plugins.builtin import NullProcessor
 from loghubd.protocol import compress as codec
@@ -92,17 +95,21 @@ def main() -> int:
         lgl = SdkLogGroupList()
         lgl.ParseFromString(raw)
 
-    def null_process() -> None:
-        b = fresh()
-        NullProcessor().process(b, _Tracker())  # type: ignore[arg-type]
-        b.log_count  # noqa: B018  (the shard task counts the logs afterwards)
+    def null_process(records: bool) -> Any:
+        def run() -> None:
+            b = fresh()
+            NullProcessor(records).process(b, _Tracker())  # type: ignore[arg-type]
+            b.log_count  # noqa: B018  (the shard task counts the logs afterwards)
+
+        return run
 
     steps = [
         ("lz4 decompress", lambda: codec.decompress(codec.LZ4, wire, len(raw))),
         ("parse only (pb.LogGroupList.FromString)", lambda: pb.LogGroupList.FromString(raw)),
         ("Batch.log_group_list (parse + UTF-8 check loop)", touch_only),
         ("Batch.logs() iterated", iterate_logs),
-        ("NullProcessor.process + Batch.log_count", null_process),
+        ("NullProcessor.process + Batch.log_count", null_process(False)),
+        ("the same, records = true", null_process(True)),
         ("SDK parse only", sdk_parse),
         ("SDK parse + loggroups_to_flattern_list", sdk_flatten),
     ]
@@ -118,9 +125,8 @@ def main() -> int:
     parse = results["parse only (pb.LogGroupList.FromString)"]
     logs = results["Batch.logs() iterated"]
     print(
-        f"\nBatch.logs(): parse {parse / logs:.0%}, the rest (record dicts, generator, "
-        f"values decoded to str) {1 - parse / logs:.0%}; "
-        f"SDK flatten / Batch.logs() = "
+        f"\nBatch.logs() ({'C decoder' if models._fastlog else 'pure Python'}) costs "
+        f"{logs / parse:.1f}x a bare upb parse; SDK parse + flatten / Batch.logs() = "
         f"{results['SDK parse + loggroups_to_flattern_list'] / logs:.2f}"
     )
     for name, t in results.items():
@@ -133,7 +139,7 @@ def main() -> int:
         b = fresh()
         prof = cProfile.Profile()
         prof.enable()
-        NullProcessor().process(b, _Tracker())  # type: ignore[arg-type]
+        NullProcessor(records=True).process(b, _Tracker())  # type: ignore[arg-type]
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(12)
     return 0
