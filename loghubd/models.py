@@ -9,28 +9,17 @@ records, so this is for comparing them and for testing the Python path.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
+from loghubd.native import load_extension
 from loghubd.protocol import pb
 
 Record = dict[str, Any]
 
 
-def _load_fastlog() -> ModuleType | None:
-    if os.environ.get("LOGHUBD_NO_C", "") not in ("", "0"):
-        return None
-    try:
-        from loghubd import _fastlog
-    except ImportError:  # built without a C compiler: the Python path
-        return None
-    return _fastlog
-
-
-_fastlog = _load_fastlog()
+_fastlog = load_extension("loghubd._fastlog")
 
 
 @dataclass(slots=True)

@@ -26,15 +26,15 @@ neither the daemon's GIL nor its event loop; in-thread conversion is the fallbac
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from loghubd.native import load_extension
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 
@@ -66,13 +66,8 @@ CParse = Callable[
 
 
 def _load_c() -> CParse | None:
-    if os.environ.get("LOGHUBD_NO_C", "") not in ("", "0"):
-        return None
-    try:
-        from loghubd_spark._fastarrow import parse
-    except ImportError:  # built without a C compiler: the Python path
-        return None
-    return parse
+    extension = load_extension("loghubd_spark._fastarrow")
+    return None if extension is None else cast(CParse, extension.parse)
 
 
 # The C converter, or None for the pure Python path (tests set it to None to compare the two).
