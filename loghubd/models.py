@@ -93,8 +93,10 @@ class Batch:
             for i, record in enumerate(_flatten(raw)):
                 if i >= done:
                     yield record
+                    done += 1
         else:
             self._cache.setdefault("lgl", lgl)
+        self._cache["log_count"] = done  # every log was yielded
 
     @property
     def log_count(self) -> int:
@@ -105,6 +107,13 @@ class Batch:
             lgl = self._cache.get("lgl") or pb.LogGroupListRaw.FromString(self.raw)
             count = self._cache["log_count"] = sum(len(g.Logs) for g in lgl.LogGroups)
         return int(count)
+
+    @property
+    def known_log_count(self) -> int | None:
+        """`log_count` if it is already known (the processor counted or decoded the logs),
+        else None: reading it never decodes anything."""
+        count = self._cache.get("log_count")
+        return None if count is None else int(count)
 
 
 def _flatten(lgl: Any) -> Iterator[Record]:

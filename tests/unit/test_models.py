@@ -84,3 +84,14 @@ def test_every_log_comes_out_once_whatever_the_bytes(logs: list[list[tuple[str, 
     for record, contents in zip(records, logs, strict=True):
         expected = {k: v.decode("utf-8", "surrogateescape") for k, v in contents}
         assert {k: v for k, v in record.items() if not k.startswith("__")} == expected
+
+
+def test_known_log_count_never_decodes() -> None:
+    group = pb.LogGroup(Topic="t")
+    for i in range(3):
+        group.Logs.add(Time=1700000000 + i).Contents.add(Key="id", Value=str(i))
+    counted, decoded, untouched = batch_of(group), batch_of(group), batch_of(group)
+    assert untouched.known_log_count is None
+    assert counted.log_count == 3 and counted.known_log_count == 3
+    assert len(list(decoded.logs())) == 3 and decoded.known_log_count == 3
+    assert untouched.known_log_count is None  # still: reading it decoded nothing
