@@ -360,6 +360,49 @@ error:
     return -1;
 }
 
+/* The LogGroups of the LogGroupList `buf[0:len)` that start at byte `offset` (the start of a
+ * top-level field): whole groups until at least `max_logs` records were made (no limit if
+ * negative) or the end is reached. Sets *next to the byte after the last field read (`len` at
+ * the end). Returns a new list, or NULL with an exception set. The key objects are reused
+ * from log to log within one call. */
+static PyObject *
+decode_range(const uint8_t *buf, Py_ssize_t len, Py_ssize_t offset, Py_ssize_t max_logs,
+             Py_ssize_t *next)
+{
+    State st;
+    Field f;
+    int r;
+    const uint8_t *p = buf + offset, *end = buf + len;
+
+    memset(&st, 0, sizeof st);
+    st.out = PyList_New(0);
+    if (st.out == NULL)
+        return NULL;
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.num != 1 || f.wt != 2)
+            continue;
+        if (decode_group(&st, f.s) < 0) {
+            Py_CLEAR(st.out);
+            goto done;
+        }
+        if (max_logs >= 0 && PyList_GET_SIZE(st.out) >= max_logs)
+            break;
+    }
+    if (r < 0) {
+        malformed();
+        Py_CLEAR(st.out);
+    }
+    *next = p - buf;
+done:
+    for (Py_ssize_t i = 0; i < st.nkeys; i++)
+        Py_XDECREF(st.keys[i].obj);
+    PyMem_Free(st.keys);
+    Py_XDECREF(st.topic.obj);
+    Py_XDECREF(st.source.obj);
+    Py_XDECREF(st.time_obj);
+    return st.out;
+}
+
 PyDoc_STRVAR(decode_doc,
 "decode(raw, /)\n--\n\n"
 "The records of a serialized LogGroupList, as list(loghubd.models._flatten(...)) builds them.\n"
@@ -370,42 +413,47 @@ static PyObject *
 fastlog_decode(PyObject *module, PyObject *arg)
 {
     Py_buffer view;
-    State st;
-    Field f;
-    int r;
-    const uint8_t *p, *end;
+    Py_ssize_t next;
+    PyObject *out;
 
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    memset(&st, 0, sizeof st);
-    st.out = PyList_New(0);
-    if (st.out == NULL)
-        goto done;
-    p = (const uint8_t *)view.buf;
-    end = p + view.len;
-    while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.num == 1 && f.wt == 2 && decode_group(&st, f.s) < 0) {
-            Py_CLEAR(st.out);
-            goto done;
-        }
-    }
-    if (r < 0) {
-        malformed();
-        Py_CLEAR(st.out);
-    }
-done:
-    for (Py_ssize_t i = 0; i < st.nkeys; i++)
-        Py_XDECREF(st.keys[i].obj);
-    PyMem_Free(st.keys);
-    Py_XDECREF(st.topic.obj);
-    Py_XDECREF(st.source.obj);
-    Py_XDECREF(st.time_obj);
+    out = decode_range((const uint8_t *)view.buf, view.len, 0, -1, &next);
     PyBuffer_Release(&view);
-    return st.out;
+    return out;
+}
+
+PyDoc_STRVAR(decode_chunk_doc,
+"decode_chunk(raw, offset, max_logs, /)\n--\n\n"
+"Part of decode(raw): the records of the whole LogGroups from byte `offset` on (0, or an\n"
+"offset this function returned for the same bytes), until at least `max_logs` (> 0) records\n"
+"were made or the end is reached. Returns (records, next offset); the offset is len(raw) at\n"
+"the end. Raises ValueError as decode() does (for the part it reads), and for an offset\n"
+"outside [0, len(raw)] or a max_logs below 1.");
+
+static PyObject *
+fastlog_decode_chunk(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t offset, max_logs, next = 0;
+    PyObject *out, *result = NULL;
+
+    if (!PyArg_ParseTuple(args, "y*nn:decode_chunk", &view, &offset, &max_logs))
+        return NULL;
+    if (offset < 0 || offset > view.len)
+        PyErr_Format(PyExc_ValueError, "offset %zd outside [0, %zd]", offset, view.len);
+    else if (max_logs < 1)
+        PyErr_Format(PyExc_ValueError, "max_logs must be positive, not %zd", max_logs);
+    else if ((out = decode_range((const uint8_t *)view.buf, view.len, offset, max_logs,
+                                 &next)) != NULL)
+        result = Py_BuildValue("(Nn)", out, next);
+    PyBuffer_Release(&view);
+    return result;
 }
 
 static PyMethodDef methods[] = {
     {"decode", fastlog_decode, METH_O, decode_doc},
+    {"decode_chunk", fastlog_decode_chunk, METH_VARARGS, decode_chunk_doc},
     {NULL, NULL, 0, NULL},
 };
 

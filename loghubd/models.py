@@ -21,6 +21,9 @@ Record = dict[str, Any]
 
 _fastlog = load_extension("loghubd._fastlog")
 
+# Records the C path decodes at a time (whole log groups: a chunk may hold a few more).
+CHUNK_LOGS = 2000
+
 
 @dataclass(slots=True)
 class Batch:
@@ -60,21 +63,31 @@ class Batch:
         """Each log as a flat dict: `__time__`, `__topic__`, `__source__`, `__tag__:<key>`,
         then the contents (the SDK's flattened form). Built one at a time, on demand.
 
-        With the C extension, the whole batch is decoded on the first `next()` straight from
-        the wire bytes; values that are not UTF-8 are kept losslessly (surrogateescape). Bytes
-        it refuses (malformed, or a key, tag or topic that is not UTF-8) take the Python path.
+        With the C extension, the batch is decoded straight from the wire bytes in chunks of
+        whole log groups (`CHUNK_LOGS` records or a little more), one chunk per `next()` that
+        needs it, so that a processor that drops each record never holds the whole batch;
+        values that are not UTF-8 are kept losslessly (surrogateescape). Bytes it refuses
+        (malformed, or a key, tag or topic that is not UTF-8) take the Python path, after the
+        records already yielded.
 
         The Python path reads the UTF-8 schema without a validation pass; if a value turns out
         not to be UTF-8, iteration continues on the Raw schema after the records already
         yielded, and non-UTF-8 bytes are kept losslessly (surrogateescape)."""
+        done = 0
         if _fastlog is not None:
-            try:
-                records = _fastlog.decode(self.raw)
-            except ValueError:
-                pass  # the Python path decides, exactly as without the extension
-            else:
-                self._cache["log_count"] = len(records)
+            offset, end = 0, len(self.raw)
+            while offset < end:
+                try:
+                    records, offset = _fastlog.decode_chunk(self.raw, offset, CHUNK_LOGS)
+                except ValueError:
+                    break  # the Python path decides, exactly as without the extension
+                if offset == end:  # the last chunk: the count is known
+                    self._cache["log_count"] = done + len(records)
                 yield from records
+                done += len(records)
+                del records  # the next chunk is decoded without this one alive
+            else:
+                self._cache["log_count"] = done
                 return
         lgl = self._cache.get("lgl")
         if lgl is None:
@@ -82,10 +95,11 @@ class Batch:
                 lgl = pb.LogGroupList.FromString(self.raw)
             except pb.DecodeError:
                 lgl = pb.LogGroupListRaw.FromString(self.raw)
-        done = 0
+        skip, done = done, 0  # the C path yielded the first `skip` records
         try:
             for record in _flatten(lgl):
-                yield record
+                if done >= skip:
+                    yield record
                 done += 1
         except UnicodeDecodeError:
             raw = pb.LogGroupListRaw.FromString(self.raw)

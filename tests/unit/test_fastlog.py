@@ -322,12 +322,20 @@ def test_malformed_bytes_raise_value_error_and_the_python_path_decides(
 
 
 def check_robust(raw: bytes) -> None:
-    """Either the Python path's records, or ValueError (never a crash, never different)."""
+    """Either the Python path's records, or ValueError (never a crash, never different); and
+    decode_chunk() in chunks of any size has the same outcome as decode()."""
     try:
-        fast = fast_items(raw)
-    except ValueError:
-        return
-    assert fast == python_items(raw)
+        fast: tuple[str, Any] = ("ok", fast_items(raw))
+    except ValueError as e:
+        fast = ("raised", type(e))
+    for max_logs in (1, 2, 7):
+        try:
+            chunked: tuple[str, Any] = ("ok", items(chunks(raw, max_logs)[0]))
+        except ValueError as e:
+            chunked = ("raised", type(e))
+        assert chunked == fast
+    if fast[0] == "ok":
+        assert fast[1] == python_items(raw)
 
 
 _fuzz = settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
@@ -351,6 +359,68 @@ def test_truncated_and_mutated_encodings(raw: bytes, data: st.DataObject) -> Non
         check_robust(bytes(mutated))
         i = data.draw(st.integers(0, len(raw)))
         check_robust(raw[:i] + data.draw(st.binary(min_size=1, max_size=4)) + raw[i:])
+
+
+# -- decode_chunk ---------------------------------------------------------------------------
+
+
+def chunks(raw: bytes, max_logs: int) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """Every record from repeated decode_chunk() calls, and the chunks, checking the offsets."""
+    offset, records, parts = 0, [], []
+    while offset < len(raw):
+        part, next_offset = fastlog.decode_chunk(raw, offset, max_logs)
+        assert offset < next_offset <= len(raw)
+        offset = next_offset
+        records += part
+        parts.append(part)
+    assert offset == len(raw)
+    return records, parts
+
+
+@settings(max_examples=300)
+@given(st.lists(log_group_lists(), min_size=1, max_size=4), st.integers(1, 50))
+def test_chunks_add_up_to_decode(raws: list[bytes], max_logs: int) -> None:
+    raw = b"".join(raws)
+    try:
+        whole = fastlog.decode(raw)
+    except ValueError as e:
+        with pytest.raises(type(e)):
+            chunks(raw, max_logs)
+        return
+    records, parts = chunks(raw, max_logs)
+    assert items(records) == items(whole)
+    # whole groups until at least max_logs records: only the last chunk may hold fewer
+    assert all(len(part) >= max_logs for part in parts[:-1])
+
+
+def test_chunks_end_after_whole_groups() -> None:
+    group = pb.LogGroup(Topic="t")
+    for i in range(3):
+        group.Logs.add(Time=i).Contents.add(Key="k", Value=str(i))
+    one = group.SerializeToString()
+    raw = pb.frame_log_groups([one] * 3)
+    first, offset = fastlog.decode_chunk(raw, 0, 4)  # 4 logs: two whole groups
+    assert [r["k"] for r in first] == ["0", "1", "2"] * 2
+    assert offset == 2 * len(ld(1, one))
+    last, end = fastlog.decode_chunk(raw, offset, 4)
+    assert [r["k"] for r in last] == ["0", "1", "2"] and end == len(raw)
+    assert fastlog.decode_chunk(raw, end, 4) == ([], len(raw))
+    assert fastlog.decode_chunk(b"", 0, 1) == ([], 0)
+    # fields after the last group are read (and checked) by the call that reaches them
+    assert fastlog.decode_chunk(raw + UNKNOWN, offset, 4) == (last, len(raw + UNKNOWN))
+    with pytest.raises(ValueError, match="malformed"):
+        fastlog.decode_chunk(raw + b"\x16", offset, 4)
+    assert fastlog.decode_chunk(raw + b"\x16", 0, 4)[1] == offset  # not reached yet
+
+
+@pytest.mark.parametrize(("offset", "max_logs"), [(-1, 1), (7, 1), (2**40, 1), (0, 0), (0, -1)])
+def test_chunk_offset_outside_the_bytes_or_no_max_raises_value_error(
+    offset: int, max_logs: int
+) -> None:
+    raw = one_log_list(vi(1, 1))
+    assert len(raw) == 6
+    with pytest.raises(ValueError, match=r"^(offset|max_logs) "):
+        fastlog.decode_chunk(raw, offset, max_logs)
 
 
 def test_batch_logs_is_lazy_and_counts_from_the_c_result(

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
+import tracemalloc
+from types import ModuleType
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loghubd.models import Batch
+from loghubd import models
+from loghubd.models import Batch, Record
 from loghubd.protocol import pb
 
 
@@ -95,3 +102,123 @@ def test_known_log_count_never_decodes() -> None:
     assert counted.log_count == 3 and counted.known_log_count == 3
     assert len(list(decoded.logs())) == 3 and decoded.known_log_count == 3
     assert untouched.known_log_count is None  # still: reading it decoded nothing
+
+
+# -- the C path decodes in chunks --------------------------------------------------------------
+
+
+@pytest.fixture
+def fastlog() -> ModuleType:
+    """The C extension, whatever LOGHUBD_NO_C says (the tests compare it with the Python path)."""
+    try:
+        return importlib.import_module("loghubd._fastlog")
+    except ImportError:
+        pytest.skip("built without a C compiler")
+
+
+def logs_of(batch: Batch, fast: ModuleType | None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """What batch.logs() yields, with each record's key order, on the C or the Python path."""
+    monkeypatch.setattr(models, "_fastlog", fast)
+    return [list(r.items()) for r in batch.logs()]
+
+
+def numbered_group(first: int, n: int, bad_key_at: int | None = None) -> bytes:
+    """A serialized LogGroup of logs `first`..; log `bad_key_at` has a key that is not UTF-8."""
+    group = pb.LogGroupRaw(Topic="t", Source="s")
+    group.LogTags.add(Key="host", Value="h")
+    for i in range(first, first + n):
+        log = group.Logs.add(Time=1700000000 + i)
+        log.Contents.add(Key="id", Value=str(i).encode())
+        log.Contents.add(Key="k!" if i == bad_key_at else "level", Value=b"INFO")
+    data: bytes = group.SerializeToString()
+    return data.replace(b"\x0a\x02k!", b"\x0a\x02k\xff")  # protobuf won't build it
+
+
+def batch_of_raw(groups: list[bytes]) -> Batch:
+    return Batch(3, "c0", "c1", pb.frame_log_groups(groups), len(groups))
+
+
+def test_refused_bytes_in_a_later_chunk_resume_on_the_python_path(
+    fastlog: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A content key that is not UTF-8 (the C decoder refuses it) in the second chunk: the
+    records of the first chunk are not repeated, none is lost, and all are the Python path's."""
+    monkeypatch.setattr(models, "CHUNK_LOGS", 4)
+    calls: list[int] = []
+
+    def decode_chunk(raw: bytes, offset: int, max_logs: int) -> Any:
+        calls.append(offset)
+        return fastlog.decode_chunk(raw, offset, max_logs)
+
+    spy = ModuleType("spy")
+    spy.decode_chunk = decode_chunk  # type: ignore[attr-defined]
+    groups = [numbered_group(3 * i, 3, bad_key_at=7) for i in range(5)]  # log 7: chunk 2
+    fast = logs_of(batch_of_raw(groups), spy, monkeypatch)
+    assert len(calls) == 2  # the first chunk came from C, the second raised
+    python = logs_of(batch_of_raw(groups), None, monkeypatch)
+    assert fast == python
+    assert [dict(r)["id"] for r in fast] == [str(i) for i in range(15)]
+    assert (b"k\xff", "INFO") in fast[7]  # what the Python path yields for that key
+    batch = batch_of_raw(groups)
+    monkeypatch.setattr(models, "_fastlog", fastlog)
+    assert sum(1 for _ in batch.logs()) == 15 and batch.known_log_count == 15
+
+
+def test_a_batch_of_several_chunks_yields_the_python_paths_records(
+    fastlog: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models, "CHUNK_LOGS", 5)
+    groups = [numbered_group(0, n) for n in (1, 7, 0, 3, 5, 2, 9)]
+    bad = pb.LogGroupRaw(Topic="t")  # values that are not UTF-8 are the C path's too
+    bad.Logs.add(Time=1).Contents.add(Key="v", Value=b"\xff\xfed")
+    groups.insert(3, bad.SerializeToString())
+    batch = batch_of_raw(groups)
+    fast = logs_of(batch, fastlog, monkeypatch)
+    assert batch.known_log_count == len(fast) == 28
+    assert fast == logs_of(batch_of_raw(groups), None, monkeypatch)
+
+
+def traced_peak(run: Any) -> tuple[int, Any]:
+    """The peak of traced memory (bytes) while `run()` runs, over what was traced before, and
+    what it returned."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        result = run()
+        return tracemalloc.get_traced_memory()[1] - base, result
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_dropping_each_record_never_holds_the_whole_batch(
+    path: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory, not time: iterating a batch of 20,000 small logs while dropping each record
+    peaks far below holding them all (the C path holds one chunk of CHUNK_LOGS records)."""
+    fast = request.getfixturevalue("fastlog") if path == "c" else None
+    monkeypatch.setattr(models, "_fastlog", fast)
+    groups = []
+    for g in range(100):
+        group = pb.LogGroup(Topic="t", Source="10.0.0.1")
+        group.LogTags.add(Key="host", Value="web-1")
+        for i in range(200):
+            log = group.Logs.add(Time=1700000000 + i)
+            log.Contents.add(Key="id", Value=f"{g}-{i}")
+            log.Contents.add(Key="level", Value="INFO")
+        groups.append(group)
+    raw = pb.frame_log_groups([g.SerializeToString() for g in groups])
+
+    def drop_each() -> int:
+        return sum(1 for _ in Batch(0, "c", "n", raw, 100).logs())
+
+    def hold_all() -> list[Record]:
+        return list(Batch(0, "c", "n", raw, 100).logs())
+
+    streamed, n = traced_peak(drop_each)
+    held, records = traced_peak(hold_all)
+    assert n == len(records) == 20_000
+    del records
+    assert streamed < held / 3, (streamed, held)
