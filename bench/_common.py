@@ -52,6 +52,23 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / CLK_TCK
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, their children, ...), from /proc."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    out, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        out += kids
+        frontier += kids
+    return out
+
+
 def pin(pid: int, core: int) -> None:
     """Pin every thread of `pid` (threads started later inherit the mask of their creator)."""
     try:

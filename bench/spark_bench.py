@@ -137,26 +137,10 @@ class StallProbe:
         return s[int(0.99 * (len(s) - 1))] if s else 0.0
 
 
-def descendants(pid: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    out, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parents.items() if pp == p]
-        out += kids
-        frontier += kids
-    return out
-
-
 def tree_cpu() -> float:
     """CPU seconds of this process and every descendant alive now (JVM, conversion children)."""
     total = 0.0
-    for pid in [os.getpid(), *descendants(os.getpid())]:
+    for pid in [os.getpid(), *C.descendants(os.getpid())]:
         try:
             total += C.cpu_seconds(pid)
         except OSError:

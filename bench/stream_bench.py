@@ -52,27 +52,11 @@ PROJECT, LOGSTORE, SHARDS, LOGS_PER_GROUP = "streambench", "app", 4, 100
 SPARK_CONF = {"spark.driver.memory": "2g", "spark.ui.enabled": "false"}
 
 
-def descendants(pid: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    out, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parents.items() if pp == p]
-        out += kids
-        frontier += kids
-    return out
-
-
 def tree_cpu(pid: int, exclude: int | None = None) -> float:
     """CPU seconds of `pid` and its descendants alive now, without `exclude`'s subtree."""
-    skip = {exclude, *descendants(exclude)} if exclude else set()
+    skip = {exclude, *C.descendants(exclude)} if exclude else set()
     total = 0.0
-    for p in [pid, *descendants(pid)]:
+    for p in [pid, *C.descendants(pid)]:
         if p in skip:
             continue
         try:
