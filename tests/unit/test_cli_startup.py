@@ -1,0 +1,56 @@
+"""`loghubd run` starts with the cyclic garbage collector off and freezes what start-up made;
+whatever happens during start-up, the collector is on again afterwards."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loghubd import cli
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """Leave the interpreter's collector as the test found it."""
+    was_enabled = gc.isenabled()
+    yield
+    gc.unfreeze()
+    if was_enabled:
+        gc.enable()
+    else:
+        gc.disable()
+
+
+def test_the_collector_is_off_during_start_up_and_frozen_objects_stay_out_of_it(
+    collector: None,
+) -> None:
+    gc.unfreeze()
+    gc.enable()
+    with cli._startup():
+        assert not gc.isenabled()
+        made_at_start_up = [[i] for i in range(1000)]
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= len(made_at_start_up)
+    # frozen: in no generation the collector traverses
+    assert not any(o is made_at_start_up for o in gc.get_objects())
+
+
+def test_a_start_up_that_fails_leaves_the_collector_on(collector: None) -> None:
+    gc.enable()
+    with pytest.raises(RuntimeError), cli._startup():
+        raise RuntimeError("bad plugin")
+    assert gc.isenabled()
+
+
+def test_bad_configuration_exits_2_with_the_collector_on(
+    collector: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[consumer]\nno_such_key = 1\n")
+    gc.enable()
+    assert cli.main(["run", "-c", str(cfg)]) == 2
+    assert gc.isenabled()
+    assert "no_such_key" in capsys.readouterr().err
