@@ -335,6 +335,7 @@ class ShardTask:
         m.consumed_logs.labels(label).inc(logs)
         m.consumed_bytes.labels(label).inc(batch.raw_size or len(batch.raw))
         m.consumed_batches.labels(label).inc()
+        m.last_batch_time.labels(label).set_to_current_time()
         fetch = self.status.fetch
         fetch.logs_per_group = 0.8 * fetch.logs_per_group + 0.2 * (logs / batch.group_count)
         self.status.last_progress = time.monotonic()

@@ -78,6 +78,12 @@ class Metrics:
             shard,
             registry=r,
         )
+        self.last_batch_time = Gauge(
+            "loghubd_last_batch_timestamp_seconds",
+            "Unix time the shard last finished a batch (alert on time() minus this while lag > 0)",
+            shard,
+            registry=r,
+        )
         self.held_shards = Gauge("loghubd_held_shards", "Shards this consumer holds", registry=r)
         self.heartbeat_seconds = Histogram(
             "loghubd_heartbeat_duration_seconds",
@@ -141,7 +147,14 @@ class Metrics:
 
     def forget_shard(self, shard: int) -> None:
         """Drop a shard's gauges when it is let go (counters stay: they are totals)."""
-        for gauge in (self.lag_log_groups, self.lag_logs, self.lag_seconds, self.checkpoint_age):
+        gauges = (
+            self.lag_log_groups,
+            self.lag_logs,
+            self.lag_seconds,
+            self.checkpoint_age,
+            self.last_batch_time,
+        )
+        for gauge in gauges:
             with contextlib.suppress(KeyError):
                 gauge.remove(str(shard))
 

@@ -41,6 +41,7 @@ DAEMON_METRICS = {
     "loghubd_lag_logs",
     "loghubd_lag_seconds",
     "loghubd_checkpoint_age_seconds",
+    "loghubd_last_batch_timestamp_seconds",
     "loghubd_held_shards",
     "loghubd_heartbeat_duration_seconds",
     "loghubd_heartbeat_failures",
@@ -83,6 +84,7 @@ def test_metrics_count_what_was_written_and_lag_reaches_zero(
     daemon = Daemon(tmp_path / "d", loghubd_server.endpoint, "metrics", "grp", "m1").start()
     try:
         daemon.wait_ready()
+        t_written = time.time()
         summary = (
             Producer(tmp_path, loghubd_server.endpoint, "metrics", count=20_000, group_size=100)
             .start()
@@ -110,6 +112,12 @@ def test_metrics_count_what_was_written_and_lag_reaches_zero(
         assert sample_sum(fams, "loghubd_held_shards", "loghubd_held_shards") == 4
         assert all(v == 0 for _n, _l, v in fams["loghubd_lag_logs"])
         assert all(v == 0 for _n, _l, v in fams["loghubd_lag_seconds"])
+        # every shard finished a batch after the writes began (and not in the future)
+        last = {
+            labels["shard"]: v for _n, labels, v in fams["loghubd_last_batch_timestamp_seconds"]
+        }
+        assert set(last) == {"0", "1", "2", "3"}
+        assert all(t_written <= v <= time.time() for v in last.values()), last
         assert (
             sample_sum(fams, "loghubd_heartbeat_failures", "loghubd_heartbeat_failures_total") == 0
         )
