@@ -2,9 +2,10 @@
 
 `Batch.logs()` builds its records with the optional C extension `loghubd._fastlog` when it
 was compiled at install time (several times faster than reading the upb messages from
-Python), and with the pure Python path otherwise. Set the environment variable
-`LOGHUBD_NO_C=1` to ignore the extension (read once, at import): the two paths yield the same
-records, so this is for comparing them and for testing the Python path.
+Python), and with the pure Python path otherwise; `Batch.log_count` counts them with it too,
+from the wire bytes, without a protobuf parse. Set the environment variable `LOGHUBD_NO_C=1`
+to ignore the extension (read once, at import): the two paths yield the same records and
+counts, so this is for comparing them and for testing the Python path.
 """
 
 from __future__ import annotations
@@ -114,13 +115,29 @@ class Batch:
 
     @property
     def log_count(self) -> int:
+        """The number of logs in the batch, computed once (or known from `logs()`).
+
+        With the C extension, `_fastlog.count_logs` walks the wire bytes without making an
+        object per log (~7x cheaper than the upb parse here); bytes it refuses (exactly those
+        `logs()` would send to the Python path) are counted by the Python path, which counts
+        or raises as without the extension."""
         count = self._cache.get("log_count")
         if count is None:
-            # Counting reads no string, so it needs no UTF-8 checks: the bytes schema parses
-            # without them (4x cheaper than `log_group_list`).
-            lgl = self._cache.get("lgl") or pb.LogGroupListRaw.FromString(self.raw)
-            count = self._cache["log_count"] = sum(len(g.Logs) for g in lgl.LogGroups)
+            count = self._cache["log_count"] = self._count_logs()
         return int(count)
+
+    def _count_logs(self) -> int:
+        lgl = self._cache.get("lgl")  # parsed already (`log_group_list`): no need to walk
+        if lgl is None and _fastlog is not None:
+            try:
+                return int(_fastlog.count_logs(self.raw))
+            except ValueError:
+                pass  # the Python path decides, exactly as without the extension
+        # Counting reads no string, so it needs no UTF-8 checks: the bytes schema parses
+        # without them (4x cheaper than `log_group_list`).
+        if lgl is None:
+            lgl = pb.LogGroupListRaw.FromString(self.raw)
+        return sum(len(g.Logs) for g in lgl.LogGroups)
 
     @property
     def known_log_count(self) -> int | None:

@@ -1,6 +1,7 @@
 """loghubd._fastlog, the C decoder behind Batch.logs(): it returns exactly what the Python path
 (upb parse + models._flatten) returns, or raises ValueError and Batch.logs() takes the Python
-path. These tests call the extension directly, whatever LOGHUBD_NO_C says."""
+path. Its counter count_logs() (Batch.log_count) returns len(decode()) or raises where decode()
+raises. These tests call the extension directly, whatever LOGHUBD_NO_C says."""
 
 from __future__ import annotations
 
@@ -172,7 +173,10 @@ def test_other_strings_that_are_not_utf8_leave_it_to_the_python_path(
 ) -> None:
     with pytest.raises(ValueError, match="utf-8"):
         fastlog.decode(raw)
+    with pytest.raises(ValueError, match="not UTF-8"):
+        fastlog.count_logs(raw)
     assert outcome(raw, True, monkeypatch) == outcome(raw, False, monkeypatch)
+    assert Batch(0, "c", "n", raw, 1).log_count == 1  # counted by the Python path
 
 
 def test_reserved_and_machine_uuid_are_never_read() -> None:
@@ -316,14 +320,36 @@ def test_malformed_bytes_raise_value_error_and_the_python_path_decides(
 ) -> None:
     with pytest.raises(ValueError, match="malformed"):
         fastlog.decode(raw)
+    with pytest.raises(ValueError, match="malformed"):
+        fastlog.count_logs(raw)
     python = outcome(raw, False, monkeypatch)
     assert python[0] == ("ok" if upb_accepts else "raised")
     assert outcome(raw, True, monkeypatch) == python
 
 
+def check_count(raw: bytes) -> int | None:
+    """count_logs() refuses (ValueError) exactly what decode() refuses, and otherwise counts
+    decode()'s records, which is also upb's count of the Logs (the Raw schema parses the
+    bytes). Returns the count, None where refused."""
+    try:
+        decoded: int | None = len(fastlog.decode(raw))
+    except ValueError:
+        decoded = None
+    try:
+        count: int | None = fastlog.count_logs(raw)
+    except ValueError:
+        count = None
+    assert count == decoded
+    if count is not None:
+        assert sum(len(g.Logs) for g in pb.LogGroupListRaw.FromString(raw).LogGroups) == count
+    return count
+
+
 def check_robust(raw: bytes) -> None:
     """Either the Python path's records, or ValueError (never a crash, never different); and
-    decode_chunk() in chunks of any size has the same outcome as decode()."""
+    decode_chunk() in chunks of any size has the same outcome as decode(), and count_logs()
+    the same count."""
+    check_count(raw)
     try:
         fast: tuple[str, Any] = ("ok", fast_items(raw))
     except ValueError as e:
@@ -423,6 +449,199 @@ def test_chunk_offset_outside_the_bytes_or_no_max_raises_value_error(
         fastlog.decode_chunk(raw, offset, max_logs)
 
 
+# -- count_logs -----------------------------------------------------------------------------
+
+
+@settings(max_examples=300)
+@given(st.lists(log_group_lists(), max_size=4))
+def test_count_logs_counts_every_log_of_every_group(raws: list[bytes]) -> None:
+    """Valid lists (keys, tags, topics in UTF-8; values anything) are always counted."""
+    raw = b"".join(raws)
+    upb = sum(len(g.Logs) for g in pb.LogGroupListRaw.FromString(raw).LogGroups)
+    assert fastlog.count_logs(raw) == upb == len(python_items(raw))
+
+
+def test_count_logs_counts_logs_not_groups_or_contents() -> None:
+    group = pb.LogGroup(Topic="t")
+    group.LogTags.add(Key="host", Value="h")
+    for i in range(7):
+        log = group.Logs.add(Time=i)
+        for j in range(i):  # 0 to 6 contents
+            log.Contents.add(Key=f"k{j}", Value="v")
+    one = group.SerializeToString()
+    empty = pb.LogGroup(Topic="t").SerializeToString()
+    assert fastlog.count_logs(pb.frame_log_groups([one])) == 7
+    assert fastlog.count_logs(pb.frame_log_groups([empty, one, empty, one])) == 14
+    assert fastlog.count_logs(pb.frame_log_groups([empty] * 3)) == 0
+    assert fastlog.count_logs(ld(1, b"") * 5) == 0  # groups with nothing at all
+    assert fastlog.count_logs(b"") == 0
+    # every Log counts, even an empty one (all its fields missing)
+    assert fastlog.count_logs(ld(1, ld(1, b"") * 3 + ld(3, b"t")) + ld(1, ld(1, b""))) == 4
+
+
+def test_count_logs_skips_unknown_fields_at_every_level() -> None:
+    tag = ld(6, UNKNOWN + content(b"h", b"v") + UNKNOWN)
+    log = vi(1, 1) + ld(2, UNKNOWN + content(b"k", b"v") + UNKNOWN) + UNKNOWN + f32(4, 3)
+    group = ld(1, UNKNOWN + ld(1, log) + UNKNOWN + ld(1, log) + ld(3, b"t") + tag)
+    raw = UNKNOWN + group + UNKNOWN + group + UNKNOWN
+    assert fastlog.count_logs(raw) == 4 == check_count(raw)
+    # fields 1 (Logs / LogGroups) with another wire type are not messages: not counted
+    raw = vi(1, 5) + ld(1, vi(1, 5) + f32(1, 5) + ld(1, vi(1, 1))) + f64(1, 5)
+    assert fastlog.count_logs(raw) == 1 == check_count(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "upb_count"),
+    [
+        pytest.param(b"\x80", None, id="truncated tag varint"),
+        pytest.param(b"\x0a\x80", None, id="truncated length varint"),
+        pytest.param(one_log_list(b"\x08\xff\xff"), None, id="truncated Time varint"),
+        pytest.param(one_log_list(ld(2, b"\x0a\x81")), None, id="truncated key length varint"),
+        pytest.param(one_log_list(b"", ld(6, b"\x12\x80")), None, id="truncated tag value length"),
+        pytest.param(one_log_list(ld(2, b"\x0a\x05ab")), None, id="key past its content"),
+        pytest.param(one_log_list(b"", ld(6, b"\x00")), None, id="field 0 in a tag"),
+        pytest.param(one_log_list(vi(1, 1)) + b"\x0a", None, id="list ends after a tag"),
+        # upb skips unknown groups; we refuse them and the Python path counts
+        pytest.param(one_log_list(ld(2, b"\x13\x14")), 1, id="group in a content"),
+    ],
+)
+def test_count_logs_refuses_malformed_bytes_at_every_level(
+    raw: bytes, upb_count: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match="malformed"):
+        fastlog.count_logs(raw)
+    with pytest.raises(ValueError, match="malformed"):
+        fastlog.decode(raw)
+    monkeypatch.setattr(models, "_fastlog", fastlog)
+    if upb_count is None:
+        with pytest.raises(pb.DecodeError):
+            pb.LogGroupListRaw.FromString(raw)
+        with pytest.raises(pb.DecodeError):  # as without the extension
+            Batch(0, "c", "n", raw, 1).log_count  # noqa: B018
+    else:
+        assert Batch(0, "c", "n", raw, 1).log_count == upb_count
+
+
+# Strings placed where decode() makes them (strictly: keys, tags, topic, source), where it
+# makes them with surrogateescape (content values), and where it never reads them. A strict
+# string is followed by a byte that could continue a UTF-8 sequence (the tag of an unknown
+# field 16 starts with 0x80): a check that read past the string's end could accept it.
+_NEXT = vi(16, 0)
+_STRICT = {
+    "content key": lambda s: one_log_list(ld(2, ld(1, s) + _NEXT + ld(2, b"v"))),
+    "tag key": lambda s: one_log_list(b"", ld(6, ld(1, s) + _NEXT + ld(2, b"v"))),
+    "tag value": lambda s: one_log_list(b"", ld(6, ld(1, b"h") + ld(2, s) + _NEXT)),
+    "topic": lambda s: one_log_list(b"", ld(3, s) + _NEXT),
+    "source": lambda s: one_log_list(b"", ld(4, s) + _NEXT),
+}
+_LENIENT = {
+    "content value": lambda s: one_log_list(ld(2, content(b"k", s))),
+    "reserved": lambda s: one_log_list(b"", ld(2, s)),
+    "machine uuid": lambda s: one_log_list(b"", ld(5, s)),
+    "unknown field": lambda s: one_log_list(ld(9, s), ld(9, s)),
+}
+# the edges of well-formed UTF-8, on both sides (CPython's strict decoder is the judge)
+_UTF8_EDGES = [
+    b"\x7f",
+    b"\x80",
+    b"\xbf",
+    b"\xc0\x80",
+    b"\xc1\xbf",
+    b"\xc2\x80",
+    b"\xdf\xbf",
+    b"\xe0\x9f\xbf",
+    b"\xe0\xa0\x80",
+    b"\xed\x9f\xbf",
+    b"\xed\xa0\x80",
+    b"\xed\xbf\xbf",
+    b"\xee\x80\x80",
+    b"\xef\xbf\xbf",
+    b"\xf0\x8f\xbf\xbf",
+    b"\xf0\x90\x80\x80",
+    b"\xf4\x8f\xbf\xbf",
+    b"\xf4\x90\x80\x80",
+    b"\xf5\x80\x80\x80",
+    b"\xff",
+    b"\xe2\x82",
+    b"\xf0\x9f\x98",
+    b"\xe2\x28\xa1",
+    b"\xf0\x9f\x98\x80",
+]
+_pieces = st.one_of(
+    st.text(max_size=4).map(str.encode), st.binary(max_size=3), st.sampled_from(_UTF8_EDGES)
+)
+_strings = st.lists(_pieces, max_size=4).map(b"".join)
+
+
+def is_utf8(s: bytes) -> bool:
+    try:
+        s.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@settings(max_examples=500)
+@given(st.sampled_from(sorted(_STRICT.keys() | _LENIENT.keys())), _strings)
+def test_count_logs_refuses_exactly_the_strings_decode_refuses(where: str, s: bytes) -> None:
+    raw = (_STRICT | _LENIENT)[where](s)
+    expected = 1 if where in _LENIENT or is_utf8(s) else None
+    assert check_count(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "count"),
+    [
+        pytest.param(one_log_list(b"", ld(3, b"\xff") + ld(3, b"t")), 1, id="earlier topic"),
+        pytest.param(one_log_list(b"", ld(3, b"t") + ld(3, b"\xff")), None, id="last topic"),
+        pytest.param(one_log_list(b"", ld(4, b"\xff") + ld(4, b"s")), 1, id="earlier source"),
+        pytest.param(
+            one_log_list(ld(2, content(b"\xff", b"v") + ld(1, b"k"))), 1, id="earlier key"
+        ),
+        pytest.param(
+            one_log_list(ld(2, content(b"k", b"v") + ld(1, b"\xff"))), None, id="last key"
+        ),
+        pytest.param(
+            one_log_list(b"", ld(6, content(b"h", b"\xff") + ld(2, b"v"))), 1, id="earlier value"
+        ),
+        pytest.param(
+            one_log_list(b"", ld(3, b"\xe2\x82") + _NEXT),  # e2 82 80 would be valid
+            None,
+            id="cut sequence, its continuation outside the string",
+        ),
+        # a key, tag or topic with another wire type is skipped, never decoded
+        pytest.param(one_log_list(ld(2, vi(1, 0xFF) + ld(1, b"k"))), 1, id="varint key"),
+    ],
+)
+def test_count_logs_checks_the_strings_decode_makes_and_only_those(
+    raw: bytes, count: int | None
+) -> None:
+    assert check_count(raw) == count
+
+
+@_fuzz
+@given(st.lists(log_group_lists(), min_size=1, max_size=3), st.data())
+def test_count_logs_on_truncated_and_bit_flipped_encodings(
+    raws: list[bytes], data: st.DataObject
+) -> None:
+    raw = b"".join(raws)
+    check_count(raw[: data.draw(st.integers(0, len(raw)))])
+    if raw:
+        flipped = bytearray(raw)
+        for _ in range(data.draw(st.integers(1, 4))):
+            bit = data.draw(st.integers(0, 8 * len(raw) - 1))
+            flipped[bit // 8] ^= 1 << (bit % 8)
+        check_count(bytes(flipped))
+
+
+def test_count_logs_takes_any_bytes_like_object_and_nothing_else() -> None:
+    raw = pb.frame_log_groups([ld(1, vi(1, 1)) * 2])
+    assert fastlog.count_logs(raw) == 2
+    assert fastlog.count_logs(bytearray(raw)) == fastlog.count_logs(memoryview(raw)) == 2
+    with pytest.raises(TypeError):
+        fastlog.count_logs("not bytes")
+
+
 def test_batch_logs_is_lazy_and_counts_from_the_c_result(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -438,7 +657,7 @@ def test_batch_logs_is_lazy_and_counts_from_the_c_result(
     assert batch._cache["log_count"] == 3
     assert [r["k"] for r in logs] == ["1", "2"]
     assert batch.log_count == 3
-    assert Batch(0, "c", "n", raw, 1).log_count == 3  # without logs(): upb, as before
+    assert Batch(0, "c", "n", raw, 1).log_count == 3  # without logs(): count_logs()
 
 
 def test_loghubd_no_c_disables_the_extension() -> None:

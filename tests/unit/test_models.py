@@ -222,3 +222,102 @@ def test_dropping_each_record_never_holds_the_whole_batch(
     assert n == len(records) == 20_000
     del records
     assert streamed < held / 3, (streamed, held)
+
+
+# -- log_count: counted in C when it can be ------------------------------------------------
+
+
+def _built() -> bool:
+    try:
+        importlib.import_module("loghubd._fastlog")
+    except ImportError:
+        return False
+    return True
+
+
+needs_c = pytest.mark.skipif(not _built(), reason="built without a C compiler")
+
+
+def counts(raw: bytes) -> tuple[Any, Any]:
+    """Batch.log_count of `raw` with the C extension and without (the exception type where it
+    raises), each on a fresh batch."""
+    fast = importlib.import_module("loghubd._fastlog")
+    results: list[Any] = []
+    for ext in (fast, None):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(models, "_fastlog", ext)
+            try:
+                results.append(Batch(3, "c0", "c1", raw, 1).log_count)
+            except Exception as e:
+                results.append(type(e))
+    return results[0], results[1]
+
+
+@needs_c
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.none() | st.integers(0, 6)), max_size=5),
+    st.data(),
+)
+def test_log_count_is_the_same_with_and_without_the_extension(
+    groups: list[tuple[int, int | None]], data: st.DataObject
+) -> None:
+    """Some groups have a content key that is not UTF-8 (the C counter refuses it, the
+    Python path counts); truncated bytes are counted or refused alike by both."""
+    raw = pb.frame_log_groups([numbered_group(0, n, bad_key_at=bad) for n, bad in groups])
+    expected = sum(n for n, _ in groups)
+    assert counts(raw) == (expected, expected)
+    fast, python = counts(raw[: data.draw(st.integers(0, len(raw)))])
+    assert fast == python
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param(b"", 0, id="empty"),
+        pytest.param(pb.frame_log_groups([numbered_group(0, n) for n in (3, 0, 5)]), 8, id="C"),
+        pytest.param(
+            pb.frame_log_groups([numbered_group(0, 3), numbered_group(0, 4, bad_key_at=2)]),
+            7,
+            id="key not UTF-8: Python",
+        ),
+        pytest.param(b"\x0a\x05\x0a\x01", pb.DecodeError, id="malformed: raises"),
+    ],
+)
+def test_log_count_cases(raw: bytes, expected: Any, fastlog: ModuleType) -> None:
+    assert counts(raw) == (expected, expected)
+
+
+def test_log_count_uses_count_logs_once_and_upb_when_it_refuses(
+    fastlog: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = pb.frame_log_groups([numbered_group(0, n) for n in (2, 0, 5)])
+    calls: list[bytes] = []
+
+    def count_logs(data: bytes) -> int:
+        calls.append(data)
+        return int(fastlog.count_logs(data))
+
+    spy = ModuleType("spy")
+    spy.count_logs = count_logs  # type: ignore[attr-defined]
+    monkeypatch.setattr(models, "_fastlog", spy)
+    with monkeypatch.context() as m:
+        m.setattr(pb, "LogGroupListRaw", None)  # the C path parses nothing with protobuf
+        batch = batch_of_raw([numbered_group(0, n) for n in (2, 0, 5)])
+        before = batch.known_log_count
+        assert before is None
+        assert batch.log_count == 7 and batch.log_count == 7 and batch.known_log_count == 7
+    assert calls == [raw]  # once: then cached
+
+    def refuse(data: bytes) -> int:
+        calls.append(data)
+        raise ValueError("refused")
+
+    spy.count_logs = refuse  # type: ignore[attr-defined]
+    batch = batch_of_raw([numbered_group(0, n) for n in (2, 0, 5)])
+    assert batch.log_count == 7 and batch.log_count == 7  # upb's count
+    assert len(calls) == 2
+
+    # parsed already: counted from the parse, without walking the bytes again
+    batch = batch_of_raw([numbered_group(0, n) for n in (2, 0, 5)])
+    assert len(batch.log_group_list.LogGroups) == 3
+    assert batch.log_count == 7 and len(calls) == 2
