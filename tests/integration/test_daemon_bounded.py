@@ -102,10 +102,13 @@ def test_a_window_ending_in_the_future_is_consumed_until_then(daemon_pool: Pool)
     pool = daemon_pool
     pool.admin.create_logstore("live", SHARDS)
     pool.produce("live", count=N, group_size=50, prefix="a").wait()
-    end = int(time.time()) + 4
+    # `end` must stay ahead until the "b" logs are written: the daemon's start and a
+    # `loghubd produce` process take a few seconds on a busy machine (4 s was too short).
+    end = int(time.time()) + 8
     daemon = pool.daemon("live", "until", "until", consumer={"end": end})
     daemon.wait_ready()
     pool.produce("live", count=N, group_size=50, prefix="b").wait()
+    assert time.time() < end - 1, "the b logs were written too close to the window's end"
     wait_until(lambda: len(read_ids([daemon.output])) >= 2 * N, 20, daemon.log_tail)
     assert daemon.alive()
     time.sleep(max(0.0, end - time.time()) + 0.2)

@@ -51,6 +51,7 @@ def test_bad_configuration_exits_2_with_the_collector_on(
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[consumer]\nno_such_key = 1\n")
     gc.enable()
-    assert cli.main(["run", "-c", str(cfg)]) == 2
+    # _cmd_run, not main(): main() would point structlog at this test's captured stderr
+    assert cli._cmd_run(cli.build_parser().parse_args(["run", "-c", str(cfg)])) == 2
     assert gc.isenabled()
     assert "no_such_key" in capsys.readouterr().err
