@@ -330,7 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    loghubd_logging.configure(args.log_level, args.log_format)
+    daemon = args.func in (_cmd_run, _cmd_serve, _cmd_spark_stream)
+    loghubd_logging.configure(
+        args.log_level, args.log_format, stream=sys.stdout if daemon else sys.stderr
+    )
     try:
         code: int = args.func(args)
     except BrokenPipeError:  # e.g. `loghubd status | head`

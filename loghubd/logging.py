@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
@@ -18,9 +19,13 @@ def _drop_secrets(
     return event
 
 
-def configure(level: str = "info", fmt: str = "auto") -> None:
-    """Configure structlog and the stdlib root logger once, at process start (cli only)."""
-    use_console = fmt == "console" or (fmt == "auto" and sys.stdout.isatty())
+def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Configure structlog and the stdlib root logger once, at process start (cli only).
+
+    Logs go to `stream`: standard output for the daemons (`run`, `serve`: their logs are
+    their output), standard error for the tools whose output is data (`status --json`)."""
+    stream = sys.stdout if stream is None else stream
+    use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
     renderer: structlog.types.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
@@ -36,7 +41,7 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)

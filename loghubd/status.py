@@ -17,6 +17,7 @@ import anyio
 
 from loghubd.config import Config
 from loghubd.consumer.client import SlsClient
+from loghubd.credentials import StaticCredentials, provider_for
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
@@ -103,25 +104,25 @@ def run_status(args: argparse.Namespace, cfg: Config | None) -> int:
     if missing:
         print(f"loghubd status: {', '.join(missing)} required (or -c CONFIG)", file=sys.stderr)
         return 2
-    creds = (
-        Credentials(
-            cfg.source.access_key_id, cfg.source.access_key_secret, cfg.source.security_token
-        )
-        if cfg
-        else Credentials("", "")
-    )
+    # The configured provider, as the daemon signs: static or env keys, a file, a command.
+    provider = provider_for(cfg.source) if cfg else StaticCredentials(Credentials("", ""))
 
     async def go() -> dict[str, Any]:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession() as session, anyio.create_task_group() as tg:
+            await tg.start(provider.run_refresh)  # the first load (file read, command run)
             client = SlsClient(
                 session,
                 str(endpoint),
                 str(project),
-                lambda: creds,
+                provider.get,
                 auth_version=cfg.source.auth_version if cfg else "v1",
                 region=cfg.source.region if cfg else "",
             )
-            return await describe(client, str(logstore), str(group))
+            try:
+                desc = await describe(client, str(logstore), str(group))
+            finally:
+                tg.cancel_scope.cancel()
+        return desc
 
     try:
         desc = anyio.run(go)

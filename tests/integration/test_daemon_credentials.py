@@ -26,6 +26,7 @@ at most a heartbeat or two.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -322,4 +323,36 @@ def test_without_credentials_the_daemon_is_not_ready_and_says_why(
     daemon.wait_ready(30)
     H.wait_until(lambda: daemon.readiness()[0] == 200, 10, lambda: str(daemon.readiness()))
     assert key_in_use(daemon) == "STS.two"
+    assert daemon.stop() == 0, daemon.log_tail()
+
+
+def status_with(config: Path) -> subprocess.CompletedProcess[str]:
+    """`loghubd status -c CONFIG`, as an operator runs it next to the daemon."""
+    return subprocess.run(
+        [sys.executable, "-m", "loghubd", "status", "-c", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_status_signs_with_the_configured_credentials_file(
+    key_server: KeyServer, pool: H.Pool, tmp_path: Path
+) -> None:
+    path = tmp_path / "sts.json"
+    path.write_text(sts_json(ONE, key_server.expires))
+    daemon = daemon_with(pool, "file", credentials="file", credentials_file=str(path))
+    daemon.wait_ready()
+    refused = key_server.refused()
+    done = status_with(daemon.config_path)
+    assert done.returncode == 0, done.stderr
+    shards = json.loads(done.stdout)["shards"]
+    assert sorted(s["shard"] for s in shards) == list(range(SHARDS))
+    assert {s["owner"] for s in shards} == {daemon.name}
+    assert key_server.refused() == refused, "status signed with the file's keys"
+
+    path.unlink()  # no credentials to sign with: a clear error, exit 1
+    done = status_with(daemon.config_path)
+    assert done.returncode == 1
+    assert str(path) in done.stderr, done.stderr
     assert daemon.stop() == 0, daemon.log_tail()
