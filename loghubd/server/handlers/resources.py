@@ -1,0 +1,148 @@
+"""Projects and logstores: create, get, update, delete, list."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from loghubd.protocol import errors as E
+from loghubd.server.call import (
+    Call,
+    body_json,
+    empty_response,
+    int_param,
+    json_response,
+)
+
+# -- projects -------------------------------------------------------------------------------
+
+
+async def create_project(call: Call) -> web.Response:
+    data = body_json(call, E.ParameterInvalid) or {}
+    if not isinstance(data, dict):
+        raise E.ParameterInvalid("body must be a JSON object")
+    name = call.project or str(data.get("projectName", ""))
+    call.service.create_project(name, str(data.get("description", "")))
+    return empty_response()
+
+
+async def get_project(call: Call) -> web.Response:
+    if not call.project:
+        projects = call.service.storage.list_projects()
+        return json_response(
+            {
+                "count": len(projects),
+                "total": len(projects),
+                "projects": [
+                    {
+                        "projectName": p.name,
+                        "description": p.description,
+                        "status": "Normal",
+                        "region": "local",
+                    }
+                    for p in projects
+                ],
+            }
+        )
+    call.service.project(call.project)
+    p = call.service.storage.get_project(call.project)
+    assert p is not None
+    return json_response(
+        {
+            "projectName": p.name,
+            "description": p.description,
+            "status": "Normal",
+            "region": "local",
+            "owner": "loghubd",
+            "createTime": str(p.create_time),
+            "lastModifyTime": str(p.last_modify_time),
+        }
+    )
+
+
+async def update_project(call: Call) -> web.Response:
+    call.service.project(call.project)
+    data = body_json(call, E.ParameterInvalid)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise E.ParameterInvalid("body must be a JSON object")
+    call.service.storage.update_project(
+        call.project, str(data.get("description", "")), int(time.time())
+    )
+    return empty_response()
+
+
+async def delete_project(call: Call) -> web.Response:
+    call.service.delete_project(call.project)
+    return empty_response()
+
+
+# -- logstores ------------------------------------------------------------------------------
+
+
+async def create_logstore(call: Call) -> web.Response:
+    data = body_json(call, E.LogStoreInfoInvalid)
+    if not isinstance(data, dict):
+        raise E.LogStoreInfoInvalid("body must be a JSON object")
+    try:
+        name = str(data["logstoreName"])
+        ttl = int(data.get("ttl", 30))
+        shards = int(data.get("shardCount", 2))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise E.LogStoreInfoInvalid(f"invalid logstore definition: {exc}") from None
+    call.service.create_logstore(call.project, name, ttl, shards)
+    return empty_response()
+
+
+async def list_logstores(call: Call) -> web.Response:
+    call.service.project(call.project)
+    offset = int_param(call.query.get("offset"), "offset", default=0)
+    size = int_param(call.query.get("size"), "size", default=100)
+    pattern = call.query.get("logstoreName", "")
+    names = [
+        ls.name for ls in call.service.storage.list_logstores(call.project) if pattern in ls.name
+    ]
+    page = names[offset : offset + size] if size >= 0 else names[offset:]
+    return json_response({"count": len(page), "total": len(names), "logstores": page})
+
+
+async def get_logstore(call: Call) -> web.Response:
+    ls = call.service.logstore(call.project, call.parts[1])
+    shards = call.service.storage.list_shards(ls.id)
+    return json_response(
+        {
+            "logstoreName": ls.name,
+            "ttl": ls.ttl,
+            "shardCount": sum(1 for s in shards if not s.readonly),
+            "enable_tracking": False,
+            "appendMeta": False,
+            "autoSplit": False,
+            "maxSplitShard": 64,
+            "createTime": ls.create_time,
+            "lastModifyTime": ls.last_modify_time,
+        }
+    )
+
+
+async def update_logstore(call: Call) -> web.Response:
+    ls = call.service.logstore(call.project, call.parts[1])
+    data = body_json(call, E.LogStoreInfoInvalid)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise E.LogStoreInfoInvalid("body must be a JSON object")
+    try:
+        ttl = int(data.get("ttl", ls.ttl))
+    except (TypeError, ValueError):
+        raise E.LogStoreInfoInvalid("ttl must be an integer") from None
+    if not 1 <= ttl <= 3650:  # as at creation; ttl <= 0 would expire every stored log
+        raise E.LogStoreInfoInvalid("ttl must be within [1, 3650] days")
+    call.service.storage.update_logstore(ls.id, ttl, int(time.time()))
+    return empty_response()
+
+
+async def delete_logstore(call: Call) -> web.Response:
+    call.service.delete_logstore(call.project, call.parts[1])
+    return empty_response()
