@@ -97,7 +97,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return run_workers(args.workers, sys.argv[1:], cfg)
     if isinstance(daemon, int):
         return daemon
-    from loghubd.app import StartupError
+    from loghubd.source import StartupError
 
     notify = SystemdNotifier.from_env()
     try:
