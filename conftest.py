@@ -44,3 +44,12 @@ else:
 
     def pytest_xdist_make_scheduler(config: Any, log: Any) -> GroupScheduling:
         return GroupScheduling(config, log)
+
+
+# Property-based tests check behaviour, not speed: hypothesis's default 200 ms deadline per
+# example turns a busy machine (4 workers on 2 cores, a JVM next door) into flaky failures.
+# Speed is measured in bench/.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("loghubd", deadline=None)
+_hypothesis_settings.load_profile("loghubd")
