@@ -165,9 +165,18 @@ class Engine:
         self.runner = runner
         self.context = context
         self.pipeline = pipeline or jobs.Pipeline.from_options(options)
-        self.path = Path(options.path).absolute()
+        # The sink as Spark is given it: a local directory made absolute, a URI unchanged.
+        self.path = options.path if "://" in options.path else str(Path(options.path).absolute())
         project, logstore = (context.project, context.logstore) if context else ("", "")
-        self.wal = Wal(self.path, project, logstore)
+        if options.wal_dir is None:  # the log next to the output, on the same local disk
+            self.wal = Wal(Path(self.path), project, logstore)
+        else:  # the output anywhere Spark writes: its partitions are removed through Spark
+            self.wal = Wal(
+                Path(options.wal_dir).absolute(),
+                project,
+                logstore,
+                remove_partitions=self._remove_partitions,
+            )
         self._lock = threading.Lock()  # the buffer and the acks lists
         self._flush_lock = threading.Lock()  # one flush at a time; guards `_pending`
         self._items: dict[tuple[int, str], Item] = {}
@@ -460,7 +469,7 @@ class Engine:
     def _spark_write(self, table: pa.Table, batch: str, timeout: float | None) -> None:
         o = self.options
         self.runner.run(
-            lambda spark: jobs.write(spark, table, batch, self.pipeline, o.sink, str(self.path)),
+            lambda spark: jobs.write(spark, table, batch, self.pipeline, o.sink, self.path),
             tag=f"loghubd-spark-{batch}",
             timeout=min(o.write_timeout, timeout) if timeout else o.write_timeout,
             arrow_bytes=int(table.nbytes),
@@ -486,6 +495,13 @@ class Engine:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
         self._forget_shard(shard)
+
+    def _remove_partitions(self, batch: str) -> None:
+        self.runner.run(
+            lambda spark: jobs.remove_partitions(spark, self.path, batch),
+            tag=f"loghubd-remove-{batch}",
+            timeout=self.options.write_timeout,
+        )
 
     def _forget_shard(self, shard: int) -> None:
         with self._flush_lock:

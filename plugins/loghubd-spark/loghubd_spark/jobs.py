@@ -145,6 +145,19 @@ def write(
         done()
 
 
+def remove_partitions(spark: SparkSession, path: str, batch: str) -> int:
+    """Delete every `<path>/dt=*/batch=<batch>` partition through Hadoop's FileSystem API, so
+    that it works on whatever Spark writes to (s3a://, hdfs://, file://); returns how many."""
+    jvm: Any = spark._jvm
+    glob = f"{path.rstrip('/')}/{DATE_COLUMN}=*/{BATCH_COLUMN}={batch}"
+    pattern = jvm.org.apache.hadoop.fs.Path(glob)
+    fs = pattern.getFileSystem(spark._jsc.hadoopConfiguration())
+    found = fs.globStatus(pattern) or []
+    for status in found:
+        fs.delete(status.getPath(), True)
+    return len(found)
+
+
 WARM_UP_BATCH = "warm-up"
 
 

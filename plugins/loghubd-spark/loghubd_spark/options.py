@@ -38,6 +38,7 @@ KEYS = (
     "function",
     "sink",
     "path",
+    "wal_dir",
     "max_rows",
     "max_bytes",
     "max_delay",
@@ -134,7 +135,8 @@ def resolve_function(spec: str) -> Callable[[Any], Any]:
 
 @dataclass(frozen=True, slots=True)
 class SparkOptions:
-    path: str
+    path: str  # a local directory; with wal_dir, any URI Spark writes to (s3a://, hdfs://)
+    wal_dir: str | None = None  # where the write-ahead log lives (default: inside `path`)
     master: str = DEFAULT_MASTER
     conf: Mapping[str, str] = field(default_factory=dict)
     sql: str | None = None
@@ -169,14 +171,27 @@ class SparkOptions:
         path = _string(options, "path", None)
         if path is None:
             raise _fail("path", "required: the directory the sink writes to")
-        if "://" in path and not path.startswith("file://"):
+        wal_dir = _string(options, "wal_dir", None)
+        if wal_dir is not None:
+            if "://" in wal_dir and not wal_dir.startswith("file://"):
+                raise _fail(
+                    "wal_dir",
+                    "must be a local (or POSIX-mounted) directory: the write-ahead log needs "
+                    "atomic rename, fsync and flock",
+                )
+            wal_dir = wal_dir.removeprefix("file://")
+        elif "://" in path and not path.startswith("file://"):
             raise _fail(
                 "path",
-                "must be a local (or POSIX-mounted) directory: the write-ahead log next to "
-                "the output needs atomic rename and fsync",
+                "is not a local directory, so the write-ahead log cannot live next to the "
+                "output (it needs atomic rename, fsync and flock): set wal_dir to a local or "
+                "POSIX-mounted directory that every daemon writing this path shares",
             )
+        else:
+            path = path.removeprefix("file://")
         return cls(
-            path=path.removeprefix("file://"),
+            path=path,
+            wal_dir=wal_dir,
             master=master,
             conf=conf,
             sql=sql,

@@ -1,11 +1,12 @@
 """The write-ahead log that makes the sink's output exactly-once across crashes.
 
-One JSON file per Spark write, `<path>/_loghubd_wal/<batch>.json`, written before the write
-(`pending`) and rewritten after it committed (`committed`); both atomically (tmp file, fsync,
-rename, fsync of the directory). An entry records the exact source ranges its write holds:
-every daemon batch included, as (shard, start cursor, next cursor), plus per shard the first
-start and the last end. The output partition `batch=<batch>` belongs to that entry alone, so
-rewriting it with dynamic partition overwrite is idempotent.
+One JSON file per Spark write, `<path>/_loghubd_wal/<batch>.json` (`<wal_dir>/...` when the
+sink is not local), written before the write (`pending`) and rewritten after it committed
+(`committed`); both atomically (tmp file, fsync, rename, fsync of the directory). An entry
+records the exact source ranges its write holds: every daemon batch included, as (shard, start
+cursor, next cursor), plus per shard the first start and the last end. The output partition
+`batch=<batch>` belongs to that entry alone, so rewriting it with dynamic partition overwrite
+is idempotent.
 
 - A `pending` entry whose writer is gone (crashed) is re-read over exactly its ranges and
   rewritten under the same batch id, then committed (see `recovery`).
@@ -26,7 +27,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,11 +188,23 @@ def uncovered(start: int, end: int, covered: Sequence[tuple[int, int]]) -> list[
 
 
 class Wal:
-    """The entries of one sink directory that belong to one project/logstore."""
+    """The entries of one sink directory that belong to one project/logstore.
 
-    def __init__(self, sink_path: Path, project: str, logstore: str) -> None:
-        self.sink_path = sink_path
-        self.dir = sink_path / WAL_DIR
+    They live in `<root>/_loghubd_wal`, where `root` is the sink's directory, or `wal_dir`
+    when the sink is not local. `remove_partitions(batch)` deletes a batch's output
+    partitions; by default they are looked for under `root` on the local file system."""
+
+    def __init__(
+        self,
+        root: Path,
+        project: str,
+        logstore: str,
+        *,
+        remove_partitions: Callable[[str], None] | None = None,
+    ) -> None:
+        self.sink_path = root
+        self.dir = root / WAL_DIR
+        self._remove_partitions = remove_partitions or self._remove_local_partitions
         self.project, self.logstore = project, logstore
         self._loaded: set[str] = set()  # committed entry files already in the coverage
         self._coverage: dict[int, list[tuple[int, int]]] = {}
@@ -255,13 +268,16 @@ class Wal:
     def abandon(self, lease: Lease) -> None:
         """Forget a pending write entirely: its partitions (if any were written) and its entry."""
         batch = lease.entry.batch
-        for part in self.sink_path.glob(f"dt=*/batch={batch}"):
-            shutil.rmtree(part, ignore_errors=False)
+        self._remove_partitions(batch)
         with contextlib.suppress(FileNotFoundError):
             self._entry_path(batch).unlink()
         fsync_dir(self.dir)
         self._pending.pop(batch, None)
         lease.release(remove_lock_file=True)
+
+    def _remove_local_partitions(self, batch: str) -> None:
+        for part in self.sink_path.glob(f"dt=*/batch={batch}"):
+            shutil.rmtree(part, ignore_errors=False)
 
     # -- reading -------------------------------------------------------------------------------
 

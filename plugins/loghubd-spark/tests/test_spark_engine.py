@@ -18,7 +18,7 @@ from loghubd_spark.engine import Engine
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.plugin import SparkFactory, SparkProcessor
 from loghubd_spark.runner import SparkError, SparkRunner, SparkTimeout, explain
-from loghubd_spark.wal import COMMITTED, PENDING
+from loghubd_spark.wal import COMMITTED, PENDING, Entry, Range
 from spark_harness import Source, produce, wait_until
 from spark_pipelines import FAIL_FLAG
 
@@ -394,3 +394,39 @@ def test_arrow_table_goes_to_spark_without_pandas(spark: Any) -> None:
     assert dict(df.dtypes)["__time__"] == "timestamp"
     assert "pandas" not in sys.modules
     assert isinstance(table, pa.Table)
+
+
+def test_a_sink_given_as_a_uri_keeps_its_write_ahead_log_in_wal_dir(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """`path` as a URI (how s3a:// or hdfs:// sinks are given) goes to Spark unchanged; the
+    write-ahead log lives in `wal_dir`, and an abandoned write's partitions are removed through
+    Spark's file system API, not the local one."""
+    out, wal_dir = tmp_path / "lake", tmp_path / "wal"
+    engine = engines(path=out.as_uri(), wal_dir=str(wal_dir))
+    acks = [FakeAck(), FakeAck()]
+    for shard, ack in zip((0, 1), acks, strict=True):
+        engine.add(make_batch(shard, 0, 4, 5, first_id=1000 * shard), ack)
+    engine.flush("test")
+    assert all(a.calls == 1 and a.persist for a in acks)
+    assert ids_in(spark, out) == sorted(1000 * s + i for s in (0, 1) for i in range(20))
+    [entry] = entries(wal_dir)
+    assert entry["state"] == COMMITTED
+    assert not (out / "_loghubd_wal").exists()
+
+    # A pending write whose shard is lost: abandon() deletes its partitions, and only those.
+    lease = engine.wal.begin(
+        Entry(
+            batch="lost-write",
+            project="",
+            logstore="",
+            ranges=[Range(0, cursors.from_seq(0, 4), cursors.from_seq(0, 8))],
+        )
+    )
+    partial = out / "dt=2023-11-14" / "batch=lost-write"
+    partial.mkdir(parents=True)
+    (partial / "part-0.parquet").write_bytes(b"half a file")
+    engine.wal.abandon(lease)
+    assert not partial.exists()
+    assert ids_in(spark, out) == sorted(1000 * s + i for s in (0, 1) for i in range(20))
+    assert [e["batch"] for e in entries(wal_dir)] == [entry["batch"]]

@@ -61,7 +61,7 @@ def test_function_is_resolved() -> None:
         ({"pth": "/x"}, "processor.spark.pth: unknown key"),
         ({"path": 3}, "processor.spark.path: expected a string, got int"),
         ({"path": ""}, "processor.spark.path: must not be empty"),
-        ({"path": "s3a://bucket/x"}, "processor.spark.path: must be a local"),
+        ({"path": "s3a://bucket/x"}, "processor.spark.path: is not a local directory"),
         ({"max_rows": "10"}, "processor.spark.max_rows: expected an integer, got str"),
         ({"max_rows": True}, "processor.spark.max_rows: expected an integer, got bool"),
         ({"max_rows": 0}, "processor.spark.max_rows: must be > 0"),
@@ -118,3 +118,18 @@ def _escape(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+def test_a_remote_path_needs_a_local_wal_dir() -> None:
+    with pytest.raises(ValueError, match=r"^processor\.spark\.path: is not a local .* wal_dir"):
+        parse(path="s3a://bucket/lake")
+    with pytest.raises(ValueError, match=r"^processor\.spark\.wal_dir: must be a local"):
+        parse(path="s3a://bucket/lake", wal_dir="hdfs://nn/wal")
+    opts = parse(path="s3a://bucket/lake", wal_dir="/var/lib/loghubd/wal")
+    assert (opts.path, opts.wal_dir) == ("s3a://bucket/lake", "/var/lib/loghubd/wal")
+
+
+def test_with_wal_dir_a_file_uri_path_is_kept_as_a_uri() -> None:
+    opts = parse(path="file:///data/out", wal_dir="file:///var/wal")
+    assert (opts.path, opts.wal_dir) == ("file:///data/out", "/var/wal")
+    assert parse(path="/data/out").wal_dir is None
