@@ -83,18 +83,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {}
     if args.name:
         overrides["consumer.name"] = args.name
-    with _startup():
-        try:
-            cfg = _load_config(args.config, overrides)
-        except config_mod.ConfigError as exc:
-            print(f"loghubd run: invalid configuration:\n{exc}", file=sys.stderr)
-            return 2
-        loghubd_logging.configure(cfg.log.level, cfg.log.format)
-        daemon = None if args.workers > 1 else _build_daemon(cfg)
-    if daemon is None:  # `--workers N`: this process supervises N daemon processes
+    try:
+        cfg = _load_config(args.config, overrides)
+    except config_mod.ConfigError as exc:
+        print(f"loghubd run: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    loghubd_logging.configure(cfg.log.level, cfg.log.format)
+    if args.workers > 1:  # this process supervises N daemon processes
         from loghubd.workers import run_workers
 
         return run_workers(args.workers, sys.argv[1:], cfg)
+    with _startup():
+        daemon = _build_daemon(cfg)
     if isinstance(daemon, int):
         return daemon
     from loghubd.source import StartupError
@@ -330,9 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    daemon = args.func in (_cmd_run, _cmd_serve, _cmd_spark_stream)
+    logs_are_output = args.func in (_cmd_run, _cmd_serve, _cmd_spark_stream)
     loghubd_logging.configure(
-        args.log_level, args.log_format, stream=sys.stdout if daemon else sys.stderr
+        args.log_level, args.log_format, stream=sys.stdout if logs_are_output else sys.stderr
     )
     try:
         code: int = args.func(args)
