@@ -107,13 +107,23 @@ def test_known_log_count_never_decodes() -> None:
 # -- the C path decodes in chunks --------------------------------------------------------------
 
 
-@pytest.fixture
-def fastlog() -> ModuleType:
-    """The C extension, whatever LOGHUBD_NO_C says (the tests compare it with the Python path)."""
+def _import_fastlog() -> ModuleType | None:
     try:
         return importlib.import_module("loghubd._fastlog")
     except ImportError:
+        return None
+
+
+# The C extension, whatever LOGHUBD_NO_C says (the tests compare it with the Python path).
+FASTLOG = _import_fastlog()
+needs_c = pytest.mark.skipif(FASTLOG is None, reason="built without a C compiler")
+
+
+@pytest.fixture
+def fastlog() -> ModuleType:
+    if FASTLOG is None:
         pytest.skip("built without a C compiler")
+    return FASTLOG
 
 
 def logs_of(batch: Batch, fast: ModuleType | None, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -227,23 +237,11 @@ def test_dropping_each_record_never_holds_the_whole_batch(
 # -- log_count: counted in C when it can be ------------------------------------------------
 
 
-def _built() -> bool:
-    try:
-        importlib.import_module("loghubd._fastlog")
-    except ImportError:
-        return False
-    return True
-
-
-needs_c = pytest.mark.skipif(not _built(), reason="built without a C compiler")
-
-
 def counts(raw: bytes) -> tuple[Any, Any]:
     """Batch.log_count of `raw` with the C extension and without (the exception type where it
     raises), each on a fresh batch."""
-    fast = importlib.import_module("loghubd._fastlog")
     results: list[Any] = []
-    for ext in (fast, None):
+    for ext in (FASTLOG, None):
         with pytest.MonkeyPatch.context() as m:
             m.setattr(models, "_fastlog", ext)
             try:
