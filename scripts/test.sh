@@ -5,11 +5,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/bootstrap.sh"
 cd "$here"
-# The systemd unit is verified with systemd-analyze (Debian's systemd package).
-if ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "test: installing systemd (for systemd-analyze)" >&2
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd) >/dev/null
-fi
+# Debian packages whose real tools some tests drive (COMMAND:PACKAGE, installed when missing).
+# The systemd unit is verified with systemd-analyze.
+"$here/scripts/debs.sh" systemd-analyze:systemd
 bin="$here/.venv/bin"
 "$bin/ruff" check loghubd tests bench plugins conftest.py
 "$bin/ruff" format --check loghubd tests bench plugins conftest.py
