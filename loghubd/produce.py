@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import aiohttp
 import anyio
 
-from loghubd.consumer.client import SlsClient
 from loghubd.protocol import errors as E
 from loghubd.protocol import pb
 from loghubd.protocol.signing import Credentials
+from loghubd.sls import SlsClient
 
 LEVELS = ("INFO", "INFO", "INFO", "WARN", "ERROR")
 

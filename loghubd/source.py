@@ -29,20 +29,19 @@ from anyio.abc import TaskGroup
 
 from loghubd.config import ConsumerConfig, SourceSpec
 from loghubd.consumer.assignment import Assignment
-from loghubd.consumer.client import SlsClient
 from loghubd.consumer.fetcher import ByteBudget, FetchSettings, ShardCatalog, reached
 from loghubd.consumer.flusher import run_flusher
 from loghubd.consumer.heartbeat import HeartbeatSettings, HeartbeatState, run_heartbeat
 from loghubd.consumer.shard import WINDOW_SETTLE_S, ShardContext
 from loghubd.consumer.supervisor import Supervisor, Waker
 from loghubd.consumer.worker import RetryPolicy, call
-from loghubd.credentials import CredentialsProvider, provider_for
 from loghubd.ops import health
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import ProcessorContext, ProcessorFactory
 from loghubd.plugins.manager import Plugins
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
+from loghubd.sls import CredentialsProvider, SlsClient, provider_for
 
 log = structlog.get_logger("loghubd.source")
 
@@ -122,7 +121,7 @@ class SourceRunner:
         self._bind = {"group": c.group, "consumer": consumer}
 
     def credentials(self) -> Credentials:
-        """The current credentials (`loghubd.credentials`): a cache read, for every request."""
+        """The current credentials (`loghubd.sls.credentials`): a cache read, for every request."""
         return self.provider.get()
 
     def processor_context(self) -> ProcessorContext:

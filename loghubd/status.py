@@ -16,11 +16,10 @@ import aiohttp
 import anyio
 
 from loghubd.config import Config
-from loghubd.consumer.client import SlsClient
-from loghubd.credentials import StaticCredentials, provider_for
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
+from loghubd.sls import SlsClient, StaticCredentials, provider_for
 
 
 async def describe(client: SlsClient, logstore: str, group: str) -> dict[str, Any]:

@@ -45,7 +45,7 @@ class SourceConfig:
     security_token: str = field(default="", metadata=_SECRET)
     auth_version: Literal["v1", "v4"] = "v1"
     region: str = ""  # v4 signatures need it
-    # Where the keys come from (`loghubd.credentials`): "static" (the keys above), "env" (the
+    # Where the keys come from (`loghubd.sls.credentials`): "static" (the keys above), "env" (the
     # ALIBABA_CLOUD_* variables, which the loader puts in the keys above), "file" (a JSON file
     # re-read when it changes) or "command" (its stdout JSON, run again before expiry).
     credentials: Literal["static", "env", "file", "command"] = "static"

@@ -22,11 +22,11 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
-from loghubd.consumer.client import SlsClient
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
+from loghubd.sls import SlsClient
 
 log = structlog.get_logger("loghubd.fetcher")
 

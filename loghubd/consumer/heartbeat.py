@@ -33,10 +33,10 @@ import anyio
 import structlog
 
 from loghubd.consumer.assignment import Assignment
-from loghubd.consumer.client import SlsClient
 from loghubd.consumer.supervisor import Supervisor, Waker
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import errors as E
+from loghubd.sls import SlsClient
 
 log = structlog.get_logger("loghubd.heartbeat")
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
-from loghubd.consumer.client import SlsClient
 from loghubd.consumer.fetcher import (
     ByteBudget,
     CursorReset,
@@ -46,6 +45,7 @@ from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import Processor, ProcessorFactory
 from loghubd.protocol import errors as E
+from loghubd.sls import SlsClient
 
 log = structlog.get_logger("loghubd.shard")
 

@@ -46,13 +46,13 @@ import aiohttp
 import anyio
 
 from loghubd import hookimpl
-from loghubd.consumer.client import SlsClient
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorSpec, Tracker
 from loghubd.plugins.builtin import JsonlProcessor
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
+from loghubd.sls import SlsClient
 from loghubd.testing import free_port, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

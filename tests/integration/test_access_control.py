@@ -22,10 +22,10 @@ import anyio
 import pytest
 from aliyun.log import LogClient, LogException, LogItem, PutLogsRequest
 
-from loghubd.consumer.client import SlsClient
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
+from loghubd.sls import SlsClient
 from loghubd.testing.process import ServerProcess
 from tests.integration import daemon_harness as H
 from tests.integration.sls_http import log_group

@@ -39,8 +39,8 @@ import aiohttp
 import anyio
 import pytest
 
-from loghubd.consumer.client import SlsClient
 from loghubd.protocol.signing import Credentials
+from loghubd.sls import SlsClient
 from loghubd.testing.process import ServerProcess
 from tests.integration import daemon_harness as H
 

@@ -18,11 +18,11 @@ import pytest
 import structlog
 from aiohttp import web
 
-from loghubd import credentials as C
 from loghubd.config import SourceConfig
-from loghubd.consumer.client import SlsClient
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
+from loghubd.sls import CredentialsError, CredentialsUnavailable, SlsClient
+from loghubd.sls import credentials as C
 
 pytestmark = pytest.mark.anyio
 
@@ -147,7 +147,7 @@ BAD = [
 
 @pytest.mark.parametrize(("text", "fragment"), [pytest.param(*c[1:], id=c[0]) for c in BAD])
 def test_parse_refuses(text: str, fragment: str) -> None:
-    with pytest.raises(C.CredentialsError) as info:
+    with pytest.raises(CredentialsError) as info:
         C.parse(text)
     assert fragment in str(info.value)
     assert SECRET not in str(info.value) and TOKEN not in str(info.value)
@@ -262,7 +262,7 @@ async def test_file_problems_keep_the_old_credentials(tmp_path: Path) -> None:
     path, clock = tmp_path / "creds.json", FakeClock()
     p = C.FileCredentials(path, clock)
     await p._attempt()
-    with pytest.raises(C.CredentialsUnavailable, match="No such file"):
+    with pytest.raises(CredentialsUnavailable, match="No such file"):
         p.get()
     assert "no credentials from file" in p.problem
     write(path, sts("STS.a", iso(T0 + 60)))
@@ -273,7 +273,7 @@ async def test_file_problems_keep_the_old_credentials(tmp_path: Path) -> None:
     assert p.get().access_key_id == "STS.a"
     assert "not JSON" in p.describe()["last_error"]
     clock.now = T0 + 60  # expired, and the file was not fixed
-    with pytest.raises(C.CredentialsUnavailable, match=r"\(STS.a\) expired at .*not JSON"):
+    with pytest.raises(CredentialsUnavailable, match=r"\(STS.a\) expired at .*not JSON"):
         p.get()
     write(path, sts("STS.b", iso(T0 + 3600)))
     await p._attempt()  # the broken content was not remembered as seen: read again
@@ -326,7 +326,7 @@ async def test_command_refreshes_before_expiry() -> None:
 
 async def test_command_failures_back_off_and_keep_the_old_credentials() -> None:
     clock = FakeClock()
-    fail = C.CredentialsError("exited with 1: role not found")
+    fail = CredentialsError("exited with 1: role not found")
     run = Script(sts("STS.one", iso(T0 + 100)), fail, fail, sts("STS.two", iso(T0 + 3600)))
     p = C.CommandCredentials(["fetch"], 5.0, clock, run)
     with structlog.testing.capture_logs() as logs:
@@ -339,7 +339,7 @@ async def test_command_failures_back_off_and_keep_the_old_credentials() -> None:
         await p._attempt()
         assert (p.failures, p._next_attempt(clock())) == (2, clock() + 2)
         clock.now = T0 + 100  # expired, no fresh ones
-        with pytest.raises(C.CredentialsUnavailable, match="refreshing failed: exited with 1"):
+        with pytest.raises(CredentialsUnavailable, match="refreshing failed: exited with 1"):
             p.get()
         assert "expired at" in p.problem
         await p._attempt()
@@ -354,7 +354,7 @@ async def test_command_that_prints_expired_credentials_has_failed() -> None:
     p = C.CommandCredentials(["fetch"], 5.0, clock, Script(sts("STS.old", iso(T0 - 1))))
     await p._attempt()
     assert p.failures == 1
-    with pytest.raises(C.CredentialsUnavailable, match="printed credentials that expired"):
+    with pytest.raises(CredentialsUnavailable, match="printed credentials that expired"):
         p.get()
 
 
@@ -424,11 +424,11 @@ async def test_run_command_outcomes(tmp_path: Path) -> None:
     py = sys.executable
     out = await C.run_command([py, "-c", f"print({sts('STS.a')!r})"], 10.0)
     assert C.parse(out).credentials.access_key_id == "STS.a"
-    with pytest.raises(C.CredentialsError, match="exited with 3: no role"):
+    with pytest.raises(CredentialsError, match="exited with 3: no role"):
         await C.run_command([py, "-c", "import sys; sys.stderr.write('no role'); sys.exit(3)"], 10)
-    with pytest.raises(C.CredentialsError, match=r"no answer within 0\.3s"):
+    with pytest.raises(CredentialsError, match=r"no answer within 0\.3s"):
         await C.run_command([py, "-c", "import time; time.sleep(30)"], 0.3)
-    with pytest.raises(C.CredentialsError, match="cannot run"):
+    with pytest.raises(CredentialsError, match="cannot run"):
         await C.run_command([str(tmp_path / "missing")], 10.0)
 
 
@@ -510,7 +510,7 @@ async def test_unavailable_credentials_fail_the_request_before_sending(
     p = C.FileCredentials(Path("/nonexistent/creds.json"))
     async with aiohttp.ClientSession() as session:
         client = SlsClient(session, endpoint, "p", p.get)
-        with pytest.raises(C.CredentialsUnavailable) as info:
+        with pytest.raises(CredentialsUnavailable) as info:
             await client.request("GET", "/")
     assert info.value.retryable and not seen
 

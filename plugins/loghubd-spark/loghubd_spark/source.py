@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import aiohttp
 
-from loghubd.consumer.client import CredentialsSource, Pulled, SlsClient
+from loghubd import CredentialsSource, Pulled, SlsClient
 from loghubd.plugins.api import ProcessorContext
 from loghubd_spark.arrow import position
 from loghubd_spark.wal import Range

@@ -21,8 +21,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from loghubd import testing
-from loghubd.consumer.client import SlsClient
+from loghubd import SlsClient, testing
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol.signing import Credentials

@@ -341,7 +341,7 @@ def test_pack_zips_both_packages_for_py_files(tmp_path: Any) -> None:
     from loghubd_spark.pack import build
 
     names = build(tmp_path / "pyfiles.zip")
-    for needed in ("loghubd/consumer/client.py", "loghubd_spark/stream.py", "loghubd/__init__.py"):
+    for needed in ("loghubd/sls/client.py", "loghubd_spark/stream.py", "loghubd/__init__.py"):
         assert needed in names
     assert not any("__pycache__" in n for n in names)
 

@@ -13,7 +13,6 @@ from typing import Any
 import anyio
 import pytest
 
-from loghubd.consumer.client import Pulled, Unreachable
 from loghubd.consumer.fetcher import (
     ByteBudget,
     CursorReset,
@@ -27,6 +26,7 @@ from loghubd.consumer.fetcher import (
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
+from loghubd.sls import Pulled, Unreachable
 
 END = cursors.encode(0)
 

@@ -60,8 +60,8 @@ import structlog
 from anyio.abc import TaskStatus
 
 from loghubd.config import SourceConfig
-from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
+from loghubd.sls.errors import CredentialsError, CredentialsUnavailable
 
 log = structlog.get_logger("loghubd.credentials")
 
@@ -77,20 +77,6 @@ STDERR_SHOWN = 300  # characters of a failed command's stderr in the log
 Clock = Callable[[], float]  # wall clock, unix seconds (expirations are wall-clock times)
 # (argv, timeout) → stdout; raises CredentialsError when the command fails.
 CommandRunner = Callable[[Sequence[str], float], Awaitable[bytes]]
-
-
-class CredentialsUnavailable(E.SlsError):
-    """No valid credentials to sign with (none loaded yet, or expired and not refreshed).
-
-    Raised by `get()` before anything is sent. A 5xx-like status makes it retryable: heartbeat,
-    pulls and start-up calls back off and try again, as for a service that is down."""
-
-    code = "CredentialsUnavailable"
-    status = 599
-
-
-class CredentialsError(ValueError):
-    """A credentials file or command output is unusable; the message never holds a secret."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ Credentials come from a callable, asked again for every attempt (they may be rot
 auth error that fresh credentials could cure (SecurityTokenExpired, InvalidAccessKeyId,
 SignatureNotMatch, or Unauthorized for an STS key) calls `on_auth_error` with the refused
 credentials before it is raised, so a refreshing provider reloads at once
-(`loghubd.credentials`).
+(`loghubd.sls.credentials`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import anyio
 from loghubd.protocol import compress as codec
 from loghubd.protocol import errors as E
 from loghubd.protocol import signing
+from loghubd.sls.errors import Unreachable
 
 API_VERSION = "0.6.0"
 USER_AGENT = "loghubd/0.1"
@@ -53,13 +54,6 @@ class Pulled:
     # None when the server does not say (no query, or a server that omits them).
     raw_lines: int | None = None
     result_lines: int | None = None
-
-
-class Unreachable(E.SlsError):
-    """The service could not be reached within the call's deadline (network errors only)."""
-
-    code = "Unreachable"
-    status = 599
 
 
 class SlsClient:

@@ -1,0 +1,31 @@
+"""The SLS client's own errors, beside the service's typed errors (`loghubd.protocol.errors`).
+
+All are `SlsError`s with a 5xx-like status, so every caller treats them as retryable (a service
+that is down), except `CredentialsError`, which describes a bad credentials file or command
+output and never holds a secret.
+"""
+
+from __future__ import annotations
+
+from loghubd.protocol import errors as E
+
+
+class Unreachable(E.SlsError):
+    """The service could not be reached within the call's deadline (network errors only)."""
+
+    code = "Unreachable"
+    status = 599
+
+
+class CredentialsUnavailable(E.SlsError):
+    """No valid credentials to sign with (none loaded yet, or expired and not refreshed).
+
+    Raised by `get()` before anything is sent. A 5xx-like status makes it retryable: heartbeat,
+    pulls and start-up calls back off and try again, as for a service that is down."""
+
+    code = "CredentialsUnavailable"
+    status = 599
+
+
+class CredentialsError(ValueError):
+    """A credentials file or command output is unusable; the message never holds a secret."""
