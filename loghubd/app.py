@@ -17,6 +17,7 @@ the group timeout frees them); exit 0 — or 1 when some checkpoint could not be
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -80,6 +81,7 @@ class Daemon:
         async with contextlib.AsyncExitStack() as stack:
             for runner in self.runners:
                 runner.build(await stack.enter_async_context(runner.session()))
+                runner.metrics.ready.set_function(functools.partial(_ready, runner))
             registry = labelled_by_source([(r.name, r.metrics.registry) for r in self.runners])
             ops_app = make_app(registry, self.verdict, self.status, cfg.ops.status_token)
             async with anyio.create_task_group() as tg:
@@ -123,6 +125,11 @@ class Daemon:
             return 1
         log.info("shutdown_complete")
         return 0
+
+
+def _ready(runner: SourceRunner) -> float:
+    """`loghubd_ready` of one source: what /readyz would say of it alone."""
+    return float(health.readiness_of_sources([runner.source_state()]).ready)
 
 
 def _named(runner: SourceRunner, count: int) -> str:

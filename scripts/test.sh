@@ -6,8 +6,9 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/bootstrap.sh"
 cd "$here"
 # Debian packages whose real tools some tests drive (COMMAND:PACKAGE, installed when missing).
-# The systemd unit is verified with systemd-analyze.
-"$here/scripts/debs.sh" systemd-analyze:systemd
+# The systemd unit is verified with systemd-analyze; Prometheus (prometheus, promtool) checks
+# the alert rules and runs the Grafana dashboard's queries.
+"$here/scripts/debs.sh" systemd-analyze:systemd promtool:prometheus
 bin="$here/.venv/bin"
 "$bin/ruff" check loghubd tests bench plugins conftest.py
 "$bin/ruff" format --check loghubd tests bench plugins conftest.py

@@ -14,4 +14,3 @@ async def run_flusher(supervisor: Supervisor, interval: float, metrics: Metrics)
         await anyio.sleep(interval)
         for task in supervisor.all_tasks():
             await task.commit()
-            metrics.checkpoint_age.labels(str(task.shard)).set(task.checkpoint_age())

@@ -89,6 +89,8 @@ class ShardStatus:
     state: str = "starting"  # starting | consuming | finished | stopping | failed
     reason: str = ""
     last_progress: float = field(default_factory=time.monotonic)
+    # When the committed position last moved, or was last seen holding nothing back (all that
+    # was fetched is committed): `checkpoint_age` counts from here while data waits behind it.
     last_commit: float = field(default_factory=time.monotonic)
 
 
@@ -116,7 +118,8 @@ class ShardTask:
                 return not self.lost
             cursor = tracker.committable()
             if not tracker.needs_commit():
-                self.status.last_commit = time.monotonic()
+                if tracker.committed == tracker.fetch_cursor:  # nothing waits behind it
+                    self.status.last_commit = time.monotonic()
                 return True
             flush = getattr(self.processor, "flush", None)
             try:
@@ -379,4 +382,11 @@ class ShardTask:
             self.ctx.on_finished()
 
     def checkpoint_age(self) -> float:
+        """`loghubd_checkpoint_age_seconds`: 0 when everything fetched is committed, else the
+        seconds since the committed position last moved (or last held nothing back). Steady
+        consumption keeps it below `checkpoint_interval`; a stuck batch, a processor that
+        never acks or failing commits make it grow."""
+        tracker = self.tracker
+        if tracker is None or tracker.committed == tracker.fetch_cursor:
+            return 0.0
         return max(0.0, time.monotonic() - self.status.last_commit)

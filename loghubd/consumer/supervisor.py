@@ -90,6 +90,7 @@ class Supervisor:
         assert self._tg is not None, "supervisor not running"
         task = ShardTask(shard, self.ctx)
         self.tasks[shard] = task
+        self.metrics.start_shard(shard, task.checkpoint_age)
         self._idle = anyio.Event()
         self._tg.start_soon(self._run_task, task, name=f"shard-{shard}")
 

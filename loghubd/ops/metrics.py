@@ -4,15 +4,30 @@ Names: prefix `loghubd_`, units in the name, `_total` for counters; per-shard se
 `shard` label. Each source (consumed logstore) has its own `Metrics`; `/metrics` serves them
 all through `labelled_by_source`, which adds a `source` label to every series, so the code
 that counts never needs to know which source it counts for.
+
+Conventions of what is exposed (docs/metrics.md is the reference):
+- no `*_created` series (they double the series count and no query of ours uses them);
+- `process_*`, `python_info` and `loghubd_build_info{version=...}` beside our own families;
+- the error counters of a shard exist at 0 from the moment the shard is taken
+  (`start_shard`), so `increase()` sees the first incident rather than a series appearing.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics_core import Metric
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+import loghubd
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -74,7 +89,8 @@ class Metrics:
         )
         self.checkpoint_age = Gauge(
             "loghubd_checkpoint_age_seconds",
-            "Seconds since the shard's checkpoint was last committed",
+            "Seconds the shard's committed checkpoint has been holding back fetched data "
+            "(0 when everything fetched is committed; grows while a batch or commit is stuck)",
             shard,
             registry=r,
         )
@@ -87,7 +103,7 @@ class Metrics:
         self.held_shards = Gauge("loghubd_held_shards", "Shards this consumer holds", registry=r)
         self.heartbeat_seconds = Histogram(
             "loghubd_heartbeat_duration_seconds",
-            "Heartbeat call latency",
+            "Latency of answered heartbeats (its _count is the number answered)",
             buckets=_LATENCY,
             registry=r,
         )
@@ -142,8 +158,34 @@ class Metrics:
             "Shards the service assigns this consumer outside consumer.shards (not consumed)",
             registry=r,
         )
+        self.ready = Gauge(
+            "loghubd_ready",
+            "1 when this source is ready (what /readyz judges), else 0",
+            registry=r,
+        )
         for direction in ("gained", "lost"):
             self.rebalances.labels(direction)
+        for result in ("ok", "failed", "ownership_lost"):
+            self.commits.labels(result)
+
+    def start_shard(self, shard: int, checkpoint_age: Callable[[], float]) -> None:
+        """A shard was taken: its counters exist from now on (at 0 until something happens,
+        so `increase()` catches the first error), and its checkpoint age is read from
+        `checkpoint_age` at every scrape."""
+        label = str(shard)
+        counters = (
+            self.consumed_logs,
+            self.consumed_bytes,
+            self.consumed_batches,
+            self.filtered_logs,
+            self.processor_errors,
+            self.processor_retries,
+            self.dead_lettered,
+            self.ownership_lost,
+        )
+        for counter in counters:
+            counter.labels(label)
+        self.checkpoint_age.labels(label).set_function(checkpoint_age)
 
     def forget_shard(self, shard: int) -> None:
         """Drop a shard's gauges when it is let go (counters stay: they are totals)."""
@@ -159,31 +201,57 @@ class Metrics:
                 gauge.remove(str(shard))
 
 
-class _BySource:
-    """A collector serving several sources' registries as one: every sample gets a `source`
-    label, and families of the same name are merged (one HELP/TYPE header each)."""
+# Types whose samples include a `<name>_created` series in prometheus_client.
+_WITH_CREATED = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
 
-    def __init__(self, sources: Sequence[tuple[str, CollectorRegistry]]) -> None:
+
+class _BySource:
+    """A collector serving several registries as one: every sample gets a `source` label
+    (unless the name is None), families of the same name are merged (one HELP/TYPE header
+    each), and `*_created` samples are left out."""
+
+    def __init__(self, sources: Sequence[tuple[str | None, CollectorRegistry]]) -> None:
         self._sources = list(sources)
 
     def collect(self) -> Iterable[Metric]:
         merged: dict[str, Metric] = {}
         for source, registry in self._sources:
+            extra = {} if source is None else {"source": source}
             for family in registry.collect():
                 out = merged.get(family.name)
                 if out is None:
                     out = Metric(family.name, family.documentation, family.type, family.unit)
                     merged[family.name] = out
+                created = family.name + "_created" if family.type in _WITH_CREATED else None
                 out.samples.extend(
-                    sample._replace(labels={"source": source, **sample.labels})
+                    sample._replace(labels={**extra, **sample.labels})
                     for sample in family.samples
+                    if sample.name != created
                 )
         return list(merged.values())
 
 
-def labelled_by_source(sources: Sequence[tuple[str, CollectorRegistry]]) -> CollectorRegistry:
-    """A registry for `/metrics`: the (name, registry) pairs, each series labelled
-    `source=<name>`."""
+class _BuildInfo:
+    def collect(self) -> Iterable[Metric]:
+        info = GaugeMetricFamily(
+            "loghubd_build_info", "loghubd's version (always 1)", labels=["version"]
+        )
+        info.add_metric([loghubd.__version__], 1.0)
+        return [info]
+
+
+def exposed(sources: Sequence[tuple[str | None, CollectorRegistry]]) -> CollectorRegistry:
+    """The registry an HTTP `/metrics` serves: the (name, registry) pairs merged, each series
+    labelled `source=<name>` (none when the name is None), no `*_created` series, plus the
+    process's own metrics and `loghubd_build_info`."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_BySource(sources))
+    registry.register(_BuildInfo())
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     return registry
+
+
+def labelled_by_source(sources: Sequence[tuple[str, CollectorRegistry]]) -> CollectorRegistry:
+    """The daemon's `/metrics`: every source's series labelled `source=<name>` (`exposed`)."""
+    return exposed(sources)

@@ -144,7 +144,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     app = request.app
     service = app[SERVICE]
     if request.path == "/metrics" and request.method == "GET":
-        data = generate_latest(app[METRICS].registry)
+        data = generate_latest(app[METRICS].exposed)
         return web.Response(body=data, headers={"content-type": CONTENT_TYPE_LATEST})
     request_id = uuid.uuid4().hex[:24].upper()
     parts = tuple(p for p in request.path.split("/") if p)

@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from loghubd.ops.metrics import exposed
+
 if TYPE_CHECKING:
     from loghubd.server.service import LogService
 
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
 class ServerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        # What /metrics serves: these plus process metrics and build info, no *_created.
+        self.exposed = exposed([(None, self.registry)])
         self.requests = Counter(
             "loghubd_server_requests_total",
             "API requests answered, by API and HTTP status",

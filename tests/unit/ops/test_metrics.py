@@ -26,3 +26,54 @@ def test_sources_are_labels_of_one_family() -> None:
     held = {s.labels["source"]: s.value for s in families["loghubd_held_shards"].samples}
     assert held == {"a": 1, "b": 2}
     assert text.count("# TYPE loghubd_consumed_logs_total counter") == 1
+
+
+def test_exposition_conventions_no_created_process_metrics_and_build_info() -> None:
+    import loghubd
+
+    m = Metrics()
+    m.consumed_logs.labels("0").inc()
+    m.fetch_seconds.labels("0").observe(0.01)
+    text = generate_latest(labelled_by_source([("a", m.registry)])).decode()
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert not [n for n in names if n.endswith("_created")], sorted(names)
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes"} <= names
+    assert "python_info" in names
+    (info,) = [f for f in text_string_to_metric_families(text) if f.name == "loghubd_build_info"]
+    assert [(s.labels, s.value) for s in info.samples] == [({"version": loghubd.__version__}, 1)]
+    # process metrics describe the process, not a source: no source label on them
+    (cpu,) = [f for f in text_string_to_metric_families(text) if f.name == "process_cpu_seconds"]
+    assert "source" not in cpu.samples[0].labels
+
+
+def test_a_taken_shard_has_its_error_counters_at_zero_and_a_live_checkpoint_age() -> None:
+    m = Metrics()
+    ages = iter([0.0, 42.5])
+    m.start_shard(3, lambda: next(ages))
+
+    def scrape() -> dict[tuple[str, str], float]:
+        text = generate_latest(labelled_by_source([("a", m.registry)])).decode()
+        return {
+            (s.name, s.labels.get("result", s.labels.get("shard", ""))): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.labels.get("source") == "a"
+        }
+
+    first = scrape()
+    for counter in (
+        "loghubd_processor_errors_total",
+        "loghubd_processor_retries_total",
+        "loghubd_dead_lettered_batches_total",
+        "loghubd_ownership_lost_total",
+        "loghubd_filtered_logs_total",
+        "loghubd_consumed_logs_total",
+    ):
+        assert first[(counter, "3")] == 0, counter
+    for result in ("ok", "failed", "ownership_lost"):
+        assert first[("loghubd_checkpoint_commits_total", result)] == 0
+    # the age is read at scrape time, not when something last set it
+    assert first[("loghubd_checkpoint_age_seconds", "3")] == 0.0
+    assert scrape()[("loghubd_checkpoint_age_seconds", "3")] == 42.5
+    m.forget_shard(3)
+    assert ("loghubd_checkpoint_age_seconds", "3") not in scrape()
