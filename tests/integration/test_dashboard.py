@@ -1,0 +1,226 @@
+"""The Grafana dashboard against the real thing: Debian's Prometheus, started here on a free
+loopback port with a 1 s scrape interval, scrapes a real daemon consuming two sources (one
+through a processor that fails, so the error panels have data) and a real `loghubd serve`.
+Every panel's query, and every variable's, must return a series; `promtool check metrics`
+must find nothing to say about either /metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loghubd.testing import ServerProcess, free_port, wait_until
+from tests.integration.daemon_harness import Pool, plugin_env, source_entry
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "config" / "grafana-dashboard.json"
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    assert found, (
+        f"{name} is missing, so the dashboard was NOT checked: scripts/test.sh installs it "
+        "with Debian's `prometheus` package (scripts/debs.sh)"
+    )
+    return found
+
+
+class Prometheus:
+    def __init__(self, directory: Path, targets: dict[str, str]) -> None:
+        self.port = free_port()
+        self.dir = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        jobs = "".join(
+            f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
+            for job, target in targets.items()
+        )
+        config = directory / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n" + jobs
+        )
+        self.log = directory / "prometheus.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    tool("prometheus"),
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={directory / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": expr}
+        )
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                body = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:  # a bad query: 400 with the error in the body
+            body = json.loads(exc.read())
+            exc.close()
+        assert body["status"] == "success", f"{expr}: {body.get('error')}"
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def ready(self) -> bool:
+        assert self.proc.poll() is None, self.log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path: Path) -> Iterator[Any]:
+    started: list[Prometheus] = []
+
+    def start(targets: dict[str, str]) -> Prometheus:
+        prom = Prometheus(tmp_path / "prometheus", targets)
+        started.append(prom)
+        return prom
+
+    yield start
+    for prom in started:
+        prom.stop()
+
+
+def expand(expr: str) -> str:
+    """What Grafana sends with every variable at "All" (allValue `.*`)."""
+    return re.sub(r"\$\{?(instance|source|serve_instance)\}?", ".*", expr)
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    out = []
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel.get("targets"), f"panel {panel['title']!r} has no query"
+        out += [(f"{panel['title']} [{t['refId']}]", t["expr"]) for t in panel["targets"]]
+    return out
+
+
+def variable_queries() -> dict[str, str]:
+    """`label_values(metric{...}, label)` as the equivalent PromQL `count by (label)`."""
+    out = {}
+    for var in json.loads(DASHBOARD.read_text())["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"]["query"])
+        assert m, var
+        out[var["name"]] = f"count by ({m[2]}) ({m[1]})"
+    return out
+
+
+def promtool_check_metrics(url: str) -> None:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read()
+    result = subprocess.run(
+        [tool("promtool"), "check", "metrics"], input=text, capture_output=True, timeout=30
+    )
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), (
+        url,
+        result.stdout.decode() + result.stderr.decode(),
+    )
+    assert b"_created" not in text
+
+
+def test_every_dashboard_panel_returns_a_series(
+    loghubd_server: ServerProcess, daemon_pool: Pool, prometheus_factory: Any
+) -> None:
+    pool = daemon_pool
+    pool.admin.create_logstore("dash-app", 2)
+    pool.admin.create_logstore("dash-audit", 1)
+    daemon = pool.daemon(
+        "dash-app",
+        "dash",
+        "dash-1",
+        processor="jsonl",
+        processor_options={"path": str(pool.dir / "unused")},
+        consumer={"max_attempts": 2, "on_failure": "dead_letter", "retry_initial_backoff": 0.1},
+        env=plugin_env(pool.site),
+        sources=[
+            source_entry(
+                "app",
+                pool.endpoint,
+                "dash-app",
+                processor={
+                    "name": "flaky",
+                    "flaky": {
+                        "path": str(pool.dir / "out-app"),
+                        "fail_id": "d150",
+                        "fail_times": 1000,
+                        "attempts": str(pool.dir / "attempts.jsonl"),
+                    },
+                },
+            ),
+            source_entry("audit", pool.endpoint, "dash-audit"),
+        ],
+    ).wait_ready()
+    prom = prometheus_factory(
+        {
+            "loghubd": f"127.0.0.1:{daemon.ops_port}",
+            "loghubd-serve": loghubd_server.endpoint.removeprefix("http://"),
+        }
+    )
+    wait_until(prom.ready, 30, lambda: prom.log.read_text()[-3000:], interval=0.2)
+
+    def scraped(times: int) -> bool:
+        got = prom.query("count_over_time(up[1m]) >= " + str(times))
+        return len(got) == 2 and all(r["value"][1] != "0" for r in prom.query("up"))
+
+    # The error counters are scraped at 0 before the failure, so increase() sees it.
+    wait_until(lambda: scraped(2), 30, lambda: prom.log.read_text()[-3000:], interval=0.2)
+    pool.produce("dash-app", count=600, group_size=100, prefix="d").wait()
+    pool.produce("dash-audit", count=300, group_size=100, prefix="a").wait()
+
+    def dead_lettered() -> bool:
+        return bool(prom.query('loghubd_dead_lettered_batches_total{source="app"} > 0'))
+
+    wait_until(dead_lettered, 60, daemon.log_tail, interval=0.2)
+    wait_until(lambda: scraped(5), 30, interval=0.2)
+
+    empty = [f"{title}: {expr}" for title, expr in panel_queries() if not prom.query(expand(expr))]
+    assert not empty, "panels without data:\n" + "\n".join(empty)
+
+    values = {name: prom.query(expand(q)) for name, q in variable_queries().items()}
+    assert {r["metric"]["source"] for r in values["source"]} == {"app", "audit"}
+    assert {r["metric"]["instance"] for r in values["instance"]} == {f"127.0.0.1:{daemon.ops_port}"}
+    assert values["serve_instance"], values
+
+    # The error panel during the incident: one series per counter and source, no
+    # "same labelset" error, and the failure shows.
+    (errors_panel,) = [
+        expr for title, expr in panel_queries() if title.startswith("Processor errors, retries")
+    ][:1]
+    errors = prom.query(expand(errors_panel))
+    assert {r["metric"]["source"] for r in errors} == {"app", "audit"}
+    assert float(next(r for r in errors if r["metric"]["source"] == "app")["value"][1]) > 0
+
+    promtool_check_metrics(f"http://127.0.0.1:{daemon.ops_port}/metrics")
+    promtool_check_metrics(f"{loghubd_server.endpoint}/metrics")
