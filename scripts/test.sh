@@ -7,8 +7,10 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 # Debian packages whose real tools some tests drive (COMMAND:PACKAGE, installed when missing).
 # The systemd unit is verified with systemd-analyze; Prometheus (prometheus, promtool) checks
-# the alert rules and runs the Grafana dashboard's queries.
-"$here/scripts/debs.sh" systemd-analyze:systemd promtool:prometheus
+# the alert rules and runs the Grafana dashboard's queries; the postgres processor's tests run
+# a real PostgreSQL server (Debian's binaries, outside PATH).
+"$here/scripts/debs.sh" systemd-analyze:systemd promtool:prometheus \
+  "/usr/lib/postgresql/*/bin/postgres:postgresql"
 bin="$here/.venv/bin"
 "$bin/ruff" check loghubd tests bench plugins conftest.py
 "$bin/ruff" format --check loghubd tests bench plugins conftest.py

@@ -1,0 +1,162 @@
+"""Logs → the bytes of a `COPY ... FROM STDIN` (text format), one row per log.
+
+Pure: no I/O. Each mapped field is converted here, in Python, before anything is sent: a
+value that does not convert to its column's type raises `BadRow` naming the row (its index in
+the batch and the log itself) and the reason, so the batch goes to the daemon's failure
+policy with what to fix, instead of the server refusing a whole COPY at some line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from loghubd_postgres.options import Options
+
+_INT_RANGES = {
+    "smallint": (-(2**15), 2**15 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "bigint": (-(2**63), 2**63 - 1),
+}
+_TRUE = {"t", "true", "1", "yes", "y", "on"}
+_FALSE = {"f", "false", "0", "no", "n", "off"}
+# COPY text format: backslash, newline, carriage return and tab are escaped; NUL cannot be
+# stored in text at all.
+_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+NULL = "\\N"
+
+
+class BadRow(ValueError):
+    """A log that cannot become a row of the table (its index, the log, the reason)."""
+
+
+def _text(value: Any) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if "\x00" in text:
+        raise ValueError("text cannot hold a NUL character")
+    text.encode("utf-8")  # a value that was not UTF-8 on the wire (surrogates) fails here
+    return text
+
+
+def _integer(kind: str) -> Callable[[Any], str]:
+    low, high = _INT_RANGES[kind]
+
+    def convert(value: Any) -> str:
+        number = int(value.strip()) if isinstance(value, str) else int(value)
+        if not low <= number <= high:
+            raise ValueError(f"{number} is out of range for {kind}")
+        return str(number)
+
+    return convert
+
+
+def _float(value: Any) -> str:
+    return repr(float(value))
+
+
+def _numeric(value: Any) -> str:
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ValueError(f"{value!r} is not a number") from None
+    return str(number)
+
+
+def _boolean(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return "t"
+    if text in _FALSE:
+        return "f"
+    raise ValueError(f"{value!r} is not a boolean")
+
+
+def _timestamp(value: Any) -> str:
+    """Unix seconds (an integer or a decimal string, like `__time__`) or ISO 8601."""
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC).isoformat()
+    text = str(value).strip()
+    try:
+        return datetime.fromtimestamp(float(text), UTC).isoformat()
+    except ValueError:
+        pass
+    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.isoformat()
+
+
+def _date(value: Any) -> str:
+    return date.fromisoformat(str(value).strip()).isoformat()
+
+
+def _jsonb(value: Any) -> str:
+    if isinstance(value, str):
+        json.loads(value)  # a field mapped to jsonb must hold JSON
+        return _text(value)
+    return _text(json.dumps(value, ensure_ascii=False))
+
+
+CONVERTERS: dict[str, Callable[[Any], str]] = {
+    "text": _text,
+    "smallint": _integer("smallint"),
+    "integer": _integer("integer"),
+    "bigint": _integer("bigint"),
+    "real": _float,
+    "double precision": _float,
+    "numeric": _numeric,
+    "boolean": _boolean,
+    "timestamptz": _timestamp,
+    "date": _date,
+    "jsonb": _jsonb,
+}
+
+
+class RowEncoder:
+    """Turns logs into COPY text for the column list `options.all_columns`."""
+
+    def __init__(self, options: Options) -> None:
+        self.columns = [(c.name, c.field, CONVERTERS[c.type]) for c in options.columns]
+        self.mapped = {c.field for c in options.columns}
+        self.rest = options.rest_column is not None
+        self.document = options.document_column is not None
+
+    def encode(self, logs: Iterable[dict[str, Any]]) -> tuple[bytes, int]:
+        """(COPY text, number of rows); BadRow at the first log that does not convert."""
+        lines: list[str] = []
+        for index, log in enumerate(logs):
+            fields: list[str] = []
+            for name, field, convert in self.columns:
+                value = log.get(field)
+                if value is None:
+                    fields.append(NULL)
+                    continue
+                try:
+                    fields.append(convert(value).translate(_ESCAPES))
+                except (ValueError, TypeError, OverflowError) as exc:
+                    raise BadRow(
+                        f"row {index}: field {field!r} = {str(value)[:200]!r} does not convert "
+                        f"to column {name!r}: {exc}; the log: {_short(log)}"
+                    ) from exc
+            try:
+                if self.rest:
+                    rest = {k: v for k, v in log.items() if k not in self.mapped}
+                    fields.append(_jsonb(rest).translate(_ESCAPES))
+                if self.document:
+                    fields.append(_jsonb(log).translate(_ESCAPES))
+            except (ValueError, TypeError) as exc:
+                raise BadRow(
+                    f"row {index}: not storable as jsonb: {exc}; the log: {_short(log)}"
+                ) from exc
+            lines.append("\t".join(fields))
+        if not lines:
+            return b"", 0
+        return ("\n".join(lines) + "\n").encode("utf-8"), len(lines)
+
+
+def _short(log: dict[str, Any]) -> str:
+    text = json.dumps(log, ensure_ascii=False, default=str)
+    return text if len(text) <= 500 else text[:500] + "..."

@@ -1,0 +1,121 @@
+"""Start-up checks against the database: reachable, table present (or created), columns known.
+
+Runs once, synchronously, when the daemon builds the processor: a refusal is a `ValueError`
+naming the key (`processor.postgres.dsn: cannot connect: ...`), so `loghubd run` and
+`loghubd check-config` exit 2 with the reason before consuming anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from loghubd_postgres.options import PREFIX, Options
+
+# What information_schema calls the types of TYPES (a mapped column must have one of these).
+_CATALOG_NAMES = {
+    "text": {"text", "character varying", "character"},
+    "smallint": {"smallint", "integer", "bigint", "numeric"},
+    "integer": {"integer", "bigint", "numeric"},
+    "bigint": {"bigint", "numeric"},
+    "real": {"real", "double precision", "numeric"},
+    "double precision": {"double precision", "numeric"},
+    "numeric": {"numeric"},
+    "boolean": {"boolean"},
+    "timestamptz": {"timestamp with time zone", "timestamp without time zone"},
+    "date": {"date"},
+    "jsonb": {"jsonb", "json"},
+}
+
+
+def table_name(schema: str | None, table: str) -> sql.Composable:
+    return sql.Identifier(schema, table) if schema else sql.Identifier(table)
+
+
+def positions_name(options: Options) -> sql.Composable:
+    schema, _, table = options.positions_table.rpartition(".")
+    return table_name(schema or None, table)
+
+
+def positions_ddl(options: Options) -> sql.Composed:
+    """The table of stored positions: one row per (project, group, logstore, shard)."""
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        " project text NOT NULL, consumer_group text NOT NULL, logstore text NOT NULL,"
+        " shard integer NOT NULL, cursor text, position bigint, consumer text,"
+        " rows_written bigint NOT NULL DEFAULT 0, updated_at timestamptz,"
+        " PRIMARY KEY (project, consumer_group, logstore, shard))"
+    ).format(positions_name(options))
+
+
+def table_ddl(options: Options) -> sql.Composed:
+    """The data table. No unique constraint: exactly once comes from the positions, and a
+    constraint would only hide duplicates."""
+    cols = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))
+        for name, kind in options.all_columns
+    )
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+        table_name(options.schema, options.table), cols
+    )
+
+
+def check(options: Options) -> None:
+    """Connect, create what is asked for, and check the table against the mapping."""
+    try:
+        conn = psycopg.connect(
+            options.dsn, autocommit=True, connect_timeout=max(1, int(options.connect_timeout_s))
+        )
+    except psycopg.Error as exc:
+        raise ValueError(f"{PREFIX}.dsn: cannot connect: {_first_line(exc)}") from None
+    with conn:
+        _create(conn, positions_ddl(options), "positions_table")
+        if options.create_table:
+            _create(conn, table_ddl(options), "table")
+        rows = conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns"
+            " WHERE table_name = %s AND table_schema = coalesce(%s, current_schema())",
+            (options.table, options.schema),
+        ).fetchall()
+    found = {str(name): str(kind) for name, kind in rows}
+    if not found:
+        raise ValueError(
+            f"{PREFIX}.table: no table {options.table!r} in the database "
+            "(create it, or set create_table = true)"
+        )
+    for name, kind in options.all_columns:
+        key = (
+            f"columns.{name}"
+            if name not in (options.rest_column, options.document_column)
+            else ("rest_column" if name == options.rest_column else "document_column")
+        )
+        if name not in found:
+            raise ValueError(
+                f"{PREFIX}.{key}: table {options.table!r} has no column {name!r} "
+                f"(it has {', '.join(sorted(found))})"
+            )
+        if found[name] not in _CATALOG_NAMES[kind]:
+            raise ValueError(
+                f"{PREFIX}.{key}: column {name!r} is {found[name]}, not a {kind} column"
+            )
+
+
+def _create(conn: psycopg.Connection[Any], ddl: sql.Composed, key: str) -> None:
+    # Daemons starting together race on CREATE TABLE IF NOT EXISTS (PostgreSQL may answer the
+    # loser with a unique violation on its catalog): the loser finds the table next time.
+    for attempt in range(5):
+        try:
+            conn.execute(ddl)
+            return
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+            if attempt == 4:
+                raise
+        except psycopg.Error as exc:
+            raise ValueError(f"{PREFIX}.{key}: cannot create: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

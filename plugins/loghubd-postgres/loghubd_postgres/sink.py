@@ -1,0 +1,180 @@
+"""One shard's writer: each batch's rows and the shard's new position in ONE transaction.
+
+The positions table holds, per (project, group, logstore, shard), the cursor after the last
+batch whose rows are in the table. Each batch runs:
+
+    BEGIN; SELECT position ... FOR UPDATE; COPY rows; UPDATE position = batch end; COMMIT
+
+and the `SELECT ... FOR UPDATE` decides (positions are SLS cursors as integers, `p` the stored
+one, the batch covering [start, end)):
+
+- `p` absent or `p <= start`: the rows are not in the table: write them. (`p < start` happens
+  when the group checkpoint is ahead of the table, e.g. a batch went to the dead-letter
+  directory, or the table is new.)
+- `p == end`: the rows are there already (the connection broke after COMMIT, or another
+  consumer wrote the same range): nothing to write, the batch is done.
+- otherwise (`start < p`, `p != end`): the table is ahead of this consumer: nothing is written
+  and the shard re-reads from `p` (the processor returns that cursor). This is how a newly
+  granted shard starts from the later of the group checkpoint and the stored position, and
+  how a consumer that lost the shard is fenced: whatever it read, the row lock and the check
+  make every range of the stream land in the table at most once, and the position only moves
+  forward.
+
+A broken connection (PostgreSQL down or restarting) is retried here, with backoff, for as long
+as it takes (the daemon's shutdown cancels the wait): the outcome of a COMMIT that lost its
+connection is unknown, and the next attempt's check above settles it. Anything else (a value
+the server refuses) propagates to the daemon's retry and failure policy.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import anyio
+import psycopg
+import structlog
+from psycopg import sql
+
+from loghubd import Batch, ProcessorContext, Tracker
+from loghubd.protocol import cursor as cursors
+from loghubd_postgres.options import Options
+from loghubd_postgres.rows import RowEncoder
+from loghubd_postgres.schema import positions_name, table_name
+
+log = structlog.get_logger("loghubd.postgres")
+
+
+def position(cursor: str) -> int:
+    try:
+        return cursors.decode(cursor)
+    except cursors.InvalidCursorString as exc:
+        raise ValueError(f"postgres: cannot order cursor {cursor!r}: {exc}") from exc
+
+
+class Statements:
+    """The SQL of the hot path, composed once per daemon."""
+
+    def __init__(self, options: Options) -> None:
+        positions = positions_name(options)
+        key = sql.SQL("project = %s AND consumer_group = %s AND logstore = %s AND shard = %s")
+        self.ensure = sql.SQL(
+            "INSERT INTO {} (project, consumer_group, logstore, shard) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT DO NOTHING"
+        ).format(positions)
+        self.lock = sql.SQL("SELECT cursor, position FROM {} WHERE {} FOR UPDATE").format(
+            positions, key
+        )
+        self.read = sql.SQL("SELECT cursor, position FROM {} WHERE {}").format(positions, key)
+        self.advance = sql.SQL(
+            "UPDATE {} SET cursor = %s, position = %s, consumer = %s,"
+            " rows_written = rows_written + %s, updated_at = now() WHERE {}"
+        ).format(positions, key)
+        self.copy = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            table_name(options.schema, options.table),
+            sql.SQL(", ").join(sql.Identifier(n) for n, _ in options.all_columns),
+        )
+
+
+class PostgresProcessor:
+    """The processor of one shard (async: the database waits never hold a thread)."""
+
+    def __init__(
+        self,
+        options: Options,
+        statements: Statements,
+        encoder: RowEncoder,
+        context: ProcessorContext,
+        shard: int,
+    ) -> None:
+        self.options = options
+        self.sql = statements
+        self.encoder = encoder
+        self.context = context
+        self.shard = shard
+        self.key = (context.project, context.group, context.logstore, shard)
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self._bind = {"shard": shard, "table": options.table}
+
+    async def initialize(self, shard: int) -> None:
+        await self._with_retry(self._ensure_row)
+
+    async def _ensure_row(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(self.sql.ensure, self.key)
+
+    async def process(self, batch: Batch, tracker: Tracker) -> str | None:
+        if batch.group_count == 0 and batch.cursor == batch.next_cursor:
+            tracker.save_checkpoint(persist=False)
+            return None
+        # Conversion is CPU work: off the event loop that runs the heartbeat.
+        data, rows = await anyio.to_thread.run_sync(lambda: self.encoder.encode(batch.logs()))
+        start, end = position(batch.cursor), position(batch.next_cursor)
+
+        async def attempt(conn: psycopg.AsyncConnection[Any]) -> str | None:
+            async with conn.transaction():
+                cur = await conn.execute(self.sql.lock, self.key)
+                found = await cur.fetchone()
+                stored_cursor, stored = (found[0], found[1]) if found else (None, None)
+                if stored is not None and stored == end:
+                    return None  # written already (an unknown COMMIT outcome, or a peer)
+                if stored is not None and stored > start:
+                    return str(stored_cursor)  # the table is ahead: re-read from there
+                if found is None:
+                    await conn.execute(self.sql.ensure, self.key)
+                if rows:
+                    async with conn.cursor().copy(self.sql.copy) as copy:
+                        await copy.write(data)
+                await conn.execute(
+                    self.sql.advance,
+                    (batch.next_cursor, end, self.context.consumer, rows, *self.key),
+                )
+            return None
+
+        rollback: str | None = await self._with_retry(attempt)
+        if rollback is not None:
+            log.info("postgres_table_ahead", **self._bind, cursor=batch.cursor, stored=rollback)
+            return rollback
+        tracker.save_checkpoint(persist=False)
+        return None
+
+    async def shutdown(self, tracker: Tracker) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+            self.conn = None
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        if self.conn is None or self.conn.closed:
+            self.conn = await psycopg.AsyncConnection.connect(
+                self.options.dsn,
+                autocommit=True,
+                connect_timeout=max(1, int(self.options.connect_timeout_s)),
+                application_name=f"loghubd {self.context.consumer} shard {self.shard}",
+            )
+        return self.conn
+
+    async def _with_retry(self, fn: Any) -> Any:
+        """Run `fn(conn)`; on a lost or refused connection, reconnect with backoff and run it
+        again (forever: the daemon's shutdown cancels)."""
+        attempt = 0
+        while True:
+            try:
+                conn = await self._connect()
+                return await fn(conn)
+            except psycopg.OperationalError as exc:
+                attempt += 1
+                if self.conn is not None:
+                    await self.conn.close()
+                    self.conn = None
+                ceiling = min(
+                    self.options.retry_max_backoff_s,
+                    self.options.retry_initial_backoff_s * 2 ** min(attempt - 1, 20),
+                )
+                wait = ceiling / 2 + random.uniform(0, ceiling / 2)
+                log.warning(
+                    "postgres_unavailable",
+                    **self._bind,
+                    attempt=attempt,
+                    retry_in_s=round(wait, 2),
+                    error=str(exc).strip()[:300],
+                )
+                await anyio.sleep(wait)
