@@ -5,14 +5,23 @@ and its own ops listener (`ops.listen` port + i, so /metrics of each is scraped 
 A child that dies is restarted (with a short backoff so a crash loop does not spin);
 SIGTERM/SIGINT are forwarded to every child and we wait for them to finish their graceful
 shutdown. The exit code is the worst of the children's.
+
+Under systemd (`$NOTIFY_SOCKET` set; the unit has `NotifyAccess=main`, so only we may speak)
+each child sends its sd_notify messages to a socket of ours instead, and `loghubd.ops.relay`
+decides what systemd hears: READY=1 once every child is ready, WATCHDOG=1 from this loop,
+STATUS= with how many workers are ready, STOPPING=1 when a signal arrives. A child whose own
+watchdog pings stop for a whole `WatchdogSec` is killed and restarted alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from types import FrameType
 
@@ -20,8 +29,12 @@ import structlog
 
 from loghubd.app import default_consumer_name
 from loghubd.config import Config
+from loghubd.ops.relay import Relay
+from loghubd.ops.systemd import SystemdNotifier
 
 log = structlog.get_logger("loghubd.workers")
+
+CONFIG_ERROR = 2  # `loghubd run`'s exit code for a configuration it refuses
 
 
 def _child_argv(argv: list[str], name: str) -> list[str]:
@@ -40,18 +53,74 @@ def _child_argv(argv: list[str], name: str) -> list[str]:
     return [sys.executable, "-m", "loghubd", *out, "--name", name]
 
 
-def _child_env(cfg: Config, index: int) -> dict[str, str]:
+def _child_env(cfg: Config, index: int, notify_socket: str | None) -> dict[str, str]:
     port = cfg.ops.port
     listen = f"{cfg.ops.listen.rpartition(':')[0]}:{port + index if port else 0}"
-    return {**os.environ, "LOGHUBD_OPS__LISTEN": listen}
+    env = {**os.environ, "LOGHUBD_OPS__LISTEN": listen}
+    env.pop("WATCHDOG_PID", None)  # systemd's names us; the child pings us, not systemd
+    if notify_socket is not None:
+        env["NOTIFY_SOCKET"] = notify_socket
+    return env
+
+
+class _Listeners:
+    """One datagram socket per child (`<dir>/<index>.sock`), read without blocking."""
+
+    def __init__(self, directory: str, count: int) -> None:
+        self.paths = [os.path.join(directory, f"{i}.sock") for i in range(count)]
+        self.sockets: list[socket.socket] = []
+        for path in self.paths:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(path)
+            sock.setblocking(False)
+            self.sockets.append(sock)
+
+    def drain(self) -> list[tuple[int, str]]:
+        got = []
+        for index, sock in enumerate(self.sockets):
+            while True:
+                try:
+                    got.append((index, sock.recv(4096).decode(errors="replace")))
+                except BlockingIOError:
+                    break
+        return got
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
 
 
 def run_workers(count: int, argv: list[str], cfg: Config) -> int:
+    notify = SystemdNotifier.from_env()
+    if notify.address is None:
+        return _supervise(count, argv, cfg, notify, None)
+    with tempfile.TemporaryDirectory(prefix="loghubd-notify-") as directory:
+        listeners = _Listeners(directory, count)
+        try:
+            return _supervise(count, argv, cfg, notify, listeners)
+        finally:
+            listeners.close()
+
+
+def _supervise(
+    count: int,
+    argv: list[str],
+    cfg: Config,
+    notify: SystemdNotifier,
+    listeners: _Listeners | None,
+) -> int:
     base = cfg.consumer.name or default_consumer_name()
     names = [f"{base}-{i}" for i in range(count)]
+    pet_every = SystemdNotifier.watchdog_interval()  # half of WatchdogSec
+    relay = Relay(names, watchdog_s=2 * pet_every)
+    last_pet = 0.0
+    said_ready = -1
 
     def spawn(index: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(_child_argv(argv, names[index]), env=_child_env(cfg, index))
+        sock = None if listeners is None else listeners.paths[index]
+        child = subprocess.Popen(_child_argv(argv, names[index]), env=_child_env(cfg, index, sock))
+        relay.started(names[index], time.monotonic())
+        return child
 
     children: dict[str, subprocess.Popen[bytes]] = {}
     restarts: dict[str, float] = {}
@@ -59,6 +128,8 @@ def run_workers(count: int, argv: list[str], cfg: Config) -> int:
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
+        if not stopping:
+            notify.send("STOPPING=1")
         stopping = True
         for child in children.values():
             if child.poll() is None:
@@ -71,6 +142,24 @@ def run_workers(count: int, argv: list[str], cfg: Config) -> int:
         log.info("worker_started", name=name, pid=children[name].pid)
     worst = 0
     while True:
+        if listeners is not None:
+            now = time.monotonic()
+            for index, message in listeners.drain():
+                relay.heard(names[index], message, now)
+            if relay.ready_count() != said_ready:
+                said_ready = relay.ready_count()
+                notify.send(f"STATUS={said_ready}/{count} workers ready")
+            if relay.take_ready():
+                notify.send("READY=1")
+                log.info("workers_ready", count=count)
+            if pet_every and now - last_pet >= pet_every:
+                notify.send("WATCHDOG=1")
+                last_pet = now
+            for name in [] if stopping else relay.stuck(now):
+                log.error("worker_watchdog_timeout", name=name, pid=children[name].pid)
+                with contextlib.suppress(ProcessLookupError):
+                    children[name].kill()  # restarted below, like any dead worker
+                relay.started(name, now)
         alive = False
         for name, child in list(children.items()):
             code = child.poll()
@@ -79,6 +168,14 @@ def run_workers(count: int, argv: list[str], cfg: Config) -> int:
                 continue
             if stopping:
                 worst = max(worst, code)
+                continue
+            if code == CONFIG_ERROR:
+                # The child refused its configuration (e.g. a processor's options): restarting
+                # cannot help. Stop the others, and exit 2 so systemd does not restart us
+                # either (RestartPreventExitStatus=2).
+                log.error("worker_refused_config", name=name, exit_code=code)
+                forward(signal.SIGTERM, None)
+                worst = code
                 continue
             wait = 1.0 if time.monotonic() - restarts.get(name, 0) > 30 else 5.0
             log.warning("worker_died", name=name, exit_code=code, restart_in_s=wait)

@@ -133,3 +133,79 @@ def test_run_refuses_bad_config_with_exit_2(tmp_path: Path) -> None:
     result = loghubd("run", "-c", str(path))
     assert result.returncode == 2
     assert "consumer.max_fetch_log_groups" in result.stderr
+
+
+def _security(unit_dir: Path) -> dict[str, bool]:
+    """`systemd-analyze security --offline` of the unit in `unit_dir` (with any drop-in
+    directory beside it): setting name → whether the hardening is in force."""
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze is missing: scripts/test.sh installs Debian's systemd"
+    result = subprocess.run(
+        [analyze, "security", "--offline=yes", "--json=short", str(unit_dir / "loghubd.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return {entry["name"]: entry["set"] for entry in json.loads(result.stdout)}
+
+
+def _local_unit(directory: Path) -> Path:
+    exe = Path(sys.executable).with_name("loghubd")
+    unit = (ROOT / "config" / "loghubd.service").read_text()
+    (directory / "loghubd.service").write_text(unit.replace("/usr/local/bin/loghubd", str(exe)))
+    return directory
+
+
+def test_systemd_unit_limits_restart_policy_and_documentation(tmp_path: Path) -> None:
+    lines = dict(
+        line.split("=", 1)
+        for line in (ROOT / "config" / "loghubd.service").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    # exit 2 is what `loghubd run` returns for a configuration it refuses
+    # (test_run_refuses_bad_config_with_exit_2): no restart loop on it
+    assert lines["RestartPreventExitStatus"] == "2"
+    assert int(lines["LimitNOFILE"]) >= 65536
+    assert lines["ProtectProc"] == "invisible"
+    assert lines["NotifyAccess"] == "main"
+    doc = lines["Documentation"]
+    assert doc == "file:///usr/share/doc/loghubd/systemd.md"
+    assert (ROOT / "docs" / "systemd.md").is_file()
+    security = _security(_local_unit(tmp_path))
+    assert security["MemoryDenyWriteExecute="] is True
+    assert security["ProtectProc="] is True
+
+
+def test_jvm_drop_in_lifts_memory_deny_write_execute_which_stops_a_jvm(tmp_path: Path) -> None:
+    unit_dir = _local_unit(tmp_path)
+    (unit_dir / "loghubd.service.d").mkdir()
+    shutil.copy(ROOT / "config" / "loghubd.service.d" / "jvm.conf", unit_dir / "loghubd.service.d")
+    analyze = shutil.which("systemd-analyze")
+    assert analyze
+    verify = subprocess.run(
+        [analyze, "verify", str(unit_dir / "loghubd.service")], capture_output=True, text=True
+    )
+    assert verify.returncode == 0 and not verify.stderr.strip(), verify.stderr
+    security = _security(unit_dir)
+    assert security["MemoryDenyWriteExecute="] is False  # the drop-in is in force
+    assert security["ProtectProc="] is True  # and nothing else was loosened
+    assert security["NoNewPrivileges="] is True
+    # Why: the kernel's MDWE (what MemoryDenyWriteExecute=yes sets up) stops a JVM at start.
+    java = shutil.which("java")
+    assert java, "java is missing (the Spark plugin needs a JDK 17)"
+    code = (
+        "import ctypes, os, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 1\n"
+        "if libc.prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0:\n"
+        "    sys.exit(f'prctl(PR_SET_MDWE) failed: errno {ctypes.get_errno()}')\n"
+        "os.execv(sys.argv[1], [sys.argv[1], '-version'])\n"
+    )
+    under_mdwe = subprocess.run(
+        [sys.executable, "-c", code, java], capture_output=True, text=True, timeout=60
+    )
+    assert "prctl(PR_SET_MDWE) failed" not in under_mdwe.stderr, under_mdwe.stderr
+    assert under_mdwe.returncode != 0, under_mdwe.stderr
+    plain = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
