@@ -1,25 +1,49 @@
 # loghubd consumer daemon. Config by volume (/etc/loghubd/loghubd.toml) and/or
-# LOGHUBD_<SECTION>__<KEY> environment variables.
+# LOGHUBD_<SECTION>__<KEY> environment variables. docs/container.md says more, including
+# what was verified of this file without a container engine.
 #   docker build -t loghubd .
+#   docker build -t loghubd --build-arg LOGHUBD_PLUGINS="loghubd-postgres" .
 #   docker run -v $PWD/loghubd.toml:/etc/loghubd/loghubd.toml:ro -p 9464:9464 loghubd
-FROM python:3.11-slim AS build
+#
+# The base image is pinned by digest (both stages), so a rebuild gets the same bytes. The digest
+# could not be checked against the registry where this was written (no registry access):
+# scripts/base-image-digest.sh prints the current one (needs `docker buildx`, `skopeo` or
+# `crane`) and rewrites both FROM lines with it.
+
+FROM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b AS build
 # A C compiler for the optional extension loghubd._fastlog, so that the wheel carries it (the
-# runtime stage needs no compiler).
+# runtime stage needs no compiler). hadolint DL3008 (pin apt versions) is ignored: the base
+# image's digest already fixes the Debian release, and exact Debian versions of gcc vanish
+# from the archive at each point release, which would break the build rather than pin it.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY constraints.txt pyproject.toml README.md LICENSE ./
 COPY loghubd ./loghubd
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# Extra plugin distributions (pip requirement specifiers, space-separated), built here and
+# installed beside loghubd, held to the same constraints.
+ARG LOGHUBD_PLUGINS=""
+# LOGHUBD_PLUGINS is split into several arguments on purpose (hadolint SC2086).
+# hadolint ignore=SC2086
+RUN pip wheel --no-cache-dir --constraint constraints.txt --wheel-dir /wheels . $LOGHUBD_PLUGINS
 
-FROM python:3.11-slim
-RUN useradd --system --uid 10001 --home-dir /var/lib/loghubd --create-home loghubd \
+FROM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
+# A fixed numeric UID/GID, so Kubernetes' runAsNonRoot can check it and volumes can be
+# chowned to it: 10001:10001.
+RUN groupadd --system --gid 10001 loghubd \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/loghubd --create-home loghubd \
     && mkdir -p /etc/loghubd
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+COPY constraints.txt /etc/loghubd/constraints.txt
+ARG LOGHUBD_PLUGINS=""
+# hadolint ignore=SC2086
+RUN pip install --no-cache-dir --no-index --find-links /wheels \
+        --constraint /etc/loghubd/constraints.txt loghubd $LOGHUBD_PLUGINS \
+    && rm -rf /wheels
 COPY config/loghubd.example.toml /etc/loghubd/loghubd.toml
-USER loghubd
+USER 10001:10001
 WORKDIR /var/lib/loghubd
 # Inside a container the ops listener must accept connections from outside it.
 ENV LOGHUBD_OPS__LISTEN=0.0.0.0:9464 \
