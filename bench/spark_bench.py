@@ -230,8 +230,9 @@ def run_processor(
 def per_write_overhead(
     spark: Any, runner: Any, master: str, workdir: Path, small_rows: int, n: int
 ) -> dict[str, float]:
-    from loghubd_spark.arrow import convert
     from loghubd_spark.wal import Entry, Range, Wal
+
+    from loghubd.arrow import convert
 
     [[batch]] = make_batches(1, 1, small_rows)
     table = convert(batch.shard, batch.cursor, batch.raw).table
@@ -304,8 +305,9 @@ def main() -> int:
     if args.quick:
         args.batches_per_shard, args.rounds, args.small_writes = 2, 1, 5
 
-    from loghubd_spark.arrow import convert
     from loghubd_spark.runner import SparkRunner
+
+    from loghubd.arrow import convert
 
     workdir = Path(tempfile.mkdtemp(prefix="loghubd-spark-bench-"))
     notes = C.machine_notes()

@@ -26,110 +26,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_wire.h"  /* Span, next_field, next_message, read_pair, is_utf8 */
+
 /* Keys of every record, created once. */
 static PyObject *s_time, *s_time_ns, *s_topic, *s_source, *s_tag_prefix, *s_empty;
-
-typedef struct {
-    const uint8_t *p;
-    Py_ssize_t n;
-} Span;
-
-static const uint8_t EMPTY[1] = {0};
-#define EMPTY_SPAN ((Span){EMPTY, 0})
-
-/* One decoded field: its number, wire type and payload (varint/fixed value or bytes). */
-typedef struct {
-    uint32_t num;
-    int wt;
-    uint64_t v; /* wire types 0 and 5 */
-    Span s;     /* wire type 2 */
-} Field;
-
-/* Base-128 varint of at most 10 bytes. Like upb, bits beyond the 64th (in the 10th byte)
- * are dropped rather than refused. */
-static int
-read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
-{
-    const uint8_t *p = *pp;
-    uint64_t v = 0;
-    for (int i = 0; i < 10; i++) {
-        if (p >= end)
-            return -1;
-        uint8_t b = *p++;
-        v |= (uint64_t)(b & 0x7f) << (7 * i); /* shift <= 63: defined for uint64_t */
-        if (!(b & 0x80)) {
-            *pp = p;
-            *out = v;
-            return 0;
-        }
-    }
-    return -1; /* an 11th byte would follow: malformed */
-}
-
-/* The next field of the message [*pp, end): 1 = read, 0 = end of message, -1 = malformed.
- * Unknown fields need no special case: callers ignore numbers/wire types they do not expect,
- * which is also how upb treats a known number arriving with an unexpected wire type.
- * Always inlined: it runs for every field, and the call alone is ~20% of count_logs(). */
-static inline Py_ALWAYS_INLINE int
-next_field(const uint8_t **pp, const uint8_t *end, Field *f)
-{
-    const uint8_t *p = *pp;
-    uint64_t tag, len;
-    if (p == end)
-        return 0;
-    /* upb reads a tag as a varint of at most 5 bytes that must fit in 32 bits, and
-     * refuses field number 0. */
-    if (read_varint(&p, end, &tag) < 0 || p - *pp > 5 || tag > 0xffffffffu || (tag >> 3) == 0)
-        return -1;
-    f->num = (uint32_t)(tag >> 3);
-    f->wt = (int)(tag & 7);
-    switch (f->wt) {
-    case 0: /* varint */
-        if (read_varint(&p, end, &f->v) < 0)
-            return -1;
-        break;
-    case 1: /* fixed64: no field of ours, skipped */
-        if (end - p < 8)
-            return -1;
-        p += 8;
-        break;
-    case 2: /* length-delimited: the length may not run past the enclosing message */
-        if (read_varint(&p, end, &len) < 0 || len > (uint64_t)(end - p))
-            return -1;
-        f->s.p = p;
-        f->s.n = (Py_ssize_t)len;
-        p += len;
-        break;
-    case 5: /* fixed32, little-endian */
-        if (end - p < 4)
-            return -1;
-        f->v = (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
-        p += 4;
-        break;
-    default:
-        /* 3/4 = groups: upb skips unknown groups, we refuse and let the Python path run.
-         * 6/7 do not exist. */
-        return -1;
-    }
-    *pp = p;
-    return 1;
-}
-
-/* The next field `num` of [*pp, end) that is length-delimited (an embedded message), the other
- * fields being skipped (and checked) as next_field does: 1 = read, 0 = end, -1 = malformed. */
-static int
-next_message(const uint8_t **pp, const uint8_t *end, uint32_t num, Span *msg)
-{
-    Field f;
-    int r;
-    while ((r = next_field(pp, end, &f)) > 0) {
-        if (f.num == num && f.wt == 2) {
-            *msg = f.s;
-            return 1;
-        }
-    }
-    return r;
-}
 
 static int
 malformed(void)
@@ -203,26 +103,6 @@ new_dict(Py_ssize_t n)
     (void)n;
     return PyDict_New();
 #endif
-}
-
-/* Key and Value of a Content or LogTag: the last occurrence of each wins, a missing one is
- * "" (upb does not enforce `required` when parsing). */
-static int
-read_pair(Span msg, Span *key, Span *value)
-{
-    const uint8_t *p = msg.p, *end = msg.p + msg.n;
-    Field f;
-    int r;
-    *key = *value = EMPTY_SPAN;
-    while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.wt != 2)
-            continue;
-        if (f.num == 1)
-            *key = f.s;
-        else if (f.num == 2)
-            *value = f.s;
-    }
-    return r;
 }
 
 /* One Log -> one record appended to st->out. `base` holds __topic__, __source__ and the
@@ -426,53 +306,6 @@ done:
  * nothing: so the walk below is decode_group/decode_log's, with what decoding checks by the
  * way made explicit (the framing of every Log, Content and LogTag; strict UTF-8 wherever
  * decode() makes a str that way), and no Python object is made. */
-
-/* Whether PyUnicode_DecodeUTF8(strict) accepts `s`: well-formed UTF-8 (no overlong forms, no
- * surrogates, nothing above U+10FFFF), without making the str. */
-static int
-is_utf8(Span s)
-{
-    const uint8_t *p = s.p, *end = s.p + s.n;
-    uint8_t any = 0;
-    /* Keys are almost always ASCII: one branch-free pass instead of one branch per byte. */
-    for (Py_ssize_t i = 0; i < s.n; i++)
-        any |= p[i];
-    if (any < 0x80)
-        return 1;
-    while (p < end) {
-        uint8_t b = *p++, lo = 0x80, hi = 0xbf; /* the range of the 2nd byte */
-        int more;
-        if (b < 0x80)
-            continue;
-        if (b >= 0xc2 && b <= 0xdf) {
-            more = 1;
-        }
-        else if (b >= 0xe0 && b <= 0xef) {
-            more = 2;
-            if (b == 0xe0)
-                lo = 0xa0; /* below: overlong */
-            else if (b == 0xed)
-                hi = 0x9f; /* above: surrogates */
-        }
-        else if (b >= 0xf0 && b <= 0xf4) {
-            more = 3;
-            if (b == 0xf0)
-                lo = 0x90; /* below: overlong */
-            else if (b == 0xf4)
-                hi = 0x8f; /* above: beyond U+10FFFF */
-        }
-        else {
-            return 0; /* a continuation byte, C0/C1 (overlong) or F5..FF */
-        }
-        if (end - p < more || p[0] < lo || p[0] > hi)
-            return 0;
-        for (int i = 1; i < more; i++)
-            if ((p[i] & 0xc0) != 0x80)
-                return 0;
-        p += more;
-    }
-    return 1;
-}
 
 static int
 not_utf8(void)

@@ -1,5 +1,10 @@
 """Value types shared across layers: what a processor receives.
 
+A `Batch` offers three views of its logs (docs/batch-views.md gives their cost per log):
+`logs()` (one dict per log), `jsonl()` / `jsonl_chunks()` (JSON lines as bytes) and `arrow()`
+(a pyarrow.RecordBatch, loghubd/arrow.py). The last two are built from the wire bytes without a
+Python object per log when the C extensions are there.
+
 `Batch.logs()` builds its records with the optional C extension `loghubd._fastlog` when it
 was compiled at install time (several times faster than reading the upb messages from
 Python), and with the pure Python path otherwise; `Batch.log_count` counts them with it too,
@@ -10,20 +15,27 @@ counts, so this is for comparing them and for testing the Python path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loghubd.native import load_extension
 from loghubd.protocol import pb
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Record = dict[str, Any]
 
 
 _fastlog = load_extension("loghubd._fastlog")
+_fastjsonl = load_extension("loghubd._fastjsonl")
 
 # Records the C path decodes at a time (whole log groups: a chunk may hold a few more).
 CHUNK_LOGS = 2000
+# Bytes of JSON lines per chunk of `jsonl_chunks()` (whole log groups: a chunk may hold more).
+CHUNK_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
@@ -113,6 +125,50 @@ class Batch:
             self._cache.setdefault("lgl", lgl)
         self._cache["log_count"] = done  # every log was yielded
 
+    def jsonl_chunks(self, max_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+        """The logs as JSON lines, in chunks of whole lines of about `max_bytes` each (the C
+        path ends a chunk after the log group that reaches `max_bytes`; the Python path after
+        the log that does), so that a writer never holds the whole batch's text.
+
+        Each line is `json.dumps(record) + "\\n"` for a record of `logs()`, in order: ASCII
+        only (other characters as `\\uXXXX` escapes, values that are not UTF-8 as the
+        surrogate escapes `\\udc80`..`\\udcff` of their bytes), keys in the order of `logs()`.
+        The C extension `_fastjsonl` writes them straight from the wire bytes, with the GIL
+        released; bytes it refuses take the Python twin from the log where it stopped, which
+        then decides exactly as `logs()` does (so the output is the same either way)."""
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        done = 0
+        if _fastjsonl is not None:
+            offset, end = 0, len(self.raw)
+            while offset < end:
+                try:
+                    data, offset, n = _fastjsonl.encode_chunk(self.raw, offset, max_bytes)
+                except ValueError:
+                    break  # the Python path decides, from the first log not yet written
+                done += n
+                if data:
+                    yield data
+            else:
+                self._cache["log_count"] = done
+                return
+        yield from _jsonl_py(self.logs(), done, max_bytes)
+
+    def jsonl(self) -> bytes:
+        """All of `jsonl_chunks()` as one bytes object (for small batches and tests; a
+        writer should take the chunks)."""
+        return b"".join(self.jsonl_chunks())
+
+    def arrow(self, fields: Sequence[str] | None = None) -> pa.RecordBatch:
+        """The logs as one `pyarrow.RecordBatch`: the fixed columns, then one string column per
+        field (loghubd/arrow_view.py and docs/batch-views.md say which and how a
+        field set that varies from log to log is laid out). `fields`: exactly these field
+        columns, in this order (a stable schema across batches); None: every field of the
+        batch, in order of first appearance."""
+        from loghubd import arrow_view  # pyarrow costs ~0.2 s to import: only when used
+
+        return arrow_view.fields_batch(self.shard, self.cursor, self.next_cursor, self.raw, fields)
+
     @property
     def log_count(self) -> int:
         """The number of logs in the batch, computed once (or known from `logs()`).
@@ -145,6 +201,25 @@ class Batch:
         else None: reading it never decodes anything."""
         count = self._cache.get("log_count")
         return None if count is None else int(count)
+
+
+def _jsonl_py(records: Iterator[Record], skip: int, max_bytes: int) -> Iterator[bytes]:
+    """The Python twin of `_fastjsonl.encode_chunk`: JSON lines of `records` after the first
+    `skip`, in chunks of about `max_bytes`."""
+    dumps = json.dumps
+    parts: list[str] = []
+    size = 0
+    for i, record in enumerate(records):
+        if i < skip:
+            continue
+        line = dumps(record) + "\n"
+        parts.append(line)
+        size += len(line)  # ASCII only: characters are bytes
+        if size >= max_bytes:
+            yield "".join(parts).encode()
+            parts, size = [], 0
+    if parts:
+        yield "".join(parts).encode()
 
 
 def _flatten(lgl: Any) -> Iterator[Record]:

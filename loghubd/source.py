@@ -208,8 +208,8 @@ class SourceRunner:
                 health.ShardView(
                     t.shard,
                     t.status.state,
-                    t.status.reason,
-                    t.status.fetch.caught_up,
+                    t.status.reason or t.status.processor_error,
+                    t.status.caught_up,
                     now - t.status.last_progress,
                     now - (t.status.fetch.last_pull or self.started_at),
                 )
@@ -248,7 +248,8 @@ class SourceRunner:
                     "checkpoint": t.tracker.committed if t.tracker else None,
                     "lag_log_groups": t.status.fetch.lag_log_groups,
                     "lag_seconds": t.status.fetch.lag_seconds,
-                    "caught_up": t.status.fetch.caught_up,
+                    "caught_up": t.status.caught_up,
+                    "processor_error": t.status.processor_error,
                 }
                 for t in sorted(self._tasks(), key=lambda t: t.shard)
             ],

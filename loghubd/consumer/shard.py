@@ -88,10 +88,16 @@ class ShardStatus:
     fetch: FetchStatus = field(default_factory=FetchStatus)
     state: str = "starting"  # starting | consuming | finished | stopping | failed
     reason: str = ""
+    processor_error: str = ""  # why the batch being retried failed last ("" when none is)
     last_progress: float = field(default_factory=time.monotonic)
     # When the committed position last moved, or was last seen holding nothing back (all that
     # was fetched is committed): `checkpoint_age` counts from here while data waits behind it.
     last_commit: float = field(default_factory=time.monotonic)
+
+    @property
+    def caught_up(self) -> bool:
+        """Read up to the end of the shard, and nothing is failing in between."""
+        return self.fetch.caught_up and not self.processor_error
 
 
 class ShardTask:
@@ -325,6 +331,7 @@ class ShardTask:
             self.ctx.metrics,
             mark_done=lambda: tracker.done(token),
             bind=self._bind,
+            failing=self._processor_failing,
         )
         if isinstance(outcome, ShardStopped):
             self.status.state, self.status.reason = "failed", outcome.reason
@@ -348,6 +355,9 @@ class ShardTask:
             return None
         assert isinstance(outcome, Processed)
         return outcome.rollback
+
+    def _processor_failing(self, reason: str) -> None:
+        self.status.processor_error = reason
 
     async def _wait_for_lease(self, batch: Batch) -> bool:
         """Our lease has expired (heartbeats failed past the timeout, or we were paused):

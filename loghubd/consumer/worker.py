@@ -81,7 +81,10 @@ async def process_with_retry(
     *,
     mark_done: Callable[[], None],
     bind: dict[str, Any],
+    failing: Callable[[str], None] = lambda reason: None,
 ) -> Outcome:
+    """Process `batch` until it succeeds or the policy gives up. `failing` is told why each
+    failed attempt failed, and "" once the batch is through (the shard's status shows it)."""
     attempt = 0
     while True:
         attempt += 1
@@ -89,6 +92,7 @@ async def process_with_retry(
         try:
             result = await call(processor.process, batch, tracker, abandon_on_cancel=True)
         except Exception as exc:
+            failing(f"attempt {attempt} at cursor {batch.cursor}: {exc!r}"[:300])
             metrics.processor_errors.labels(str(batch.shard)).inc()
             log.warning(
                 "process_failed",
@@ -103,6 +107,7 @@ async def process_with_retry(
                         _write_dead_letter, policy.dead_letter_dir, batch, exc, attempt
                     )
                     mark_done()
+                    failing("")
                     metrics.dead_lettered.labels(str(batch.shard)).inc()
                     log.error("batch_dead_lettered", **bind, cursor=batch.cursor, path=str(path))
                     return DeadLettered(path)
@@ -115,6 +120,8 @@ async def process_with_retry(
             log.info("process_retry_scheduled", **bind, attempt=attempt, wait_s=round(wait, 3))
             await anyio.sleep(wait)
             continue
+        if attempt > 1:
+            failing("")
         metrics.process_seconds.labels(str(batch.shard)).observe(time.perf_counter() - started)
         return Processed(result if isinstance(result, str) and result else None)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 class ShardView:
     shard: int
     state: str  # starting | consuming | finished | stopping | failed
-    reason: str
+    reason: str  # why it failed, or why its processor is failing while it retries
     caught_up: bool
     seconds_since_progress: float
     seconds_since_pull: float
@@ -65,7 +65,10 @@ def readiness(snap: Snapshot) -> Verdict:
         elif (
             s.state == "consuming" and not s.caught_up and s.seconds_since_progress > STALL_AFTER_S
         ):
-            reasons.append(f"shard {s.shard} made no progress for {s.seconds_since_progress:.0f}s")
+            reasons.append(
+                f"shard {s.shard} made no progress for {s.seconds_since_progress:.0f}s"
+                + (f": processor failing, {s.reason}" if s.reason else "")
+            )
         elif s.state == "consuming" and s.seconds_since_pull > max(STALL_AFTER_S, snap.timeout):
             reasons.append(f"shard {s.shard} has not pulled for {s.seconds_since_pull:.0f}s")
     return Verdict(not reasons, tuple(reasons))

@@ -48,6 +48,10 @@ class Processor(Protocol):
     def process(self, batch: Batch, tracker: Tracker) -> str | Awaitable[str | None] | None:
         """Handle one batch; call ``tracker.save_checkpoint`` when it is safely done.
 
+        The batch's logs can be read as dicts (``batch.logs()``), JSON lines
+        (``batch.jsonl_chunks()``) or a pyarrow RecordBatch (``batch.arrow()``):
+        docs/batch-views.md gives their layouts and their cost per log.
+
         Returning a cursor rolls the shard back: fetching restarts from that cursor. Raising
         retries the same batch with backoff (it is never skipped silently)."""
 

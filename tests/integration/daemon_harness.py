@@ -48,7 +48,7 @@ import anyio
 from loghubd import hookimpl
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorSpec, Tracker
-from loghubd.plugins.builtin import JsonlProcessor
+from loghubd.processors.jsonl import JsonlProcessor
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials

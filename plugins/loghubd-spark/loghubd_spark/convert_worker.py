@@ -34,7 +34,7 @@ from typing import IO
 import pyarrow as pa
 import structlog
 
-from loghubd_spark.arrow import Converted, Span, convert
+from loghubd.arrow import Converted, Span, convert
 
 log = structlog.get_logger("loghubd.spark")
 

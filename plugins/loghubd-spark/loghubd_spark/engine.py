@@ -33,12 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import structlog
 
-from loghubd.models import Batch
-from loghubd.plugins.api import Ack, ProcessorContext
-from loghubd.protocol import cursor as cursors
-from loghubd.protocol import pb
-from loghubd_spark import faults, jobs
-from loghubd_spark.arrow import (
+from loghubd.arrow import (
     SCHEMA,
     Converted,
     Span,
@@ -46,6 +41,11 @@ from loghubd_spark.arrow import (
     split_log_groups,
     steps_per_group,
 )
+from loghubd.models import Batch
+from loghubd.plugins.api import Ack, ProcessorContext
+from loghubd.protocol import cursor as cursors
+from loghubd.protocol import pb
+from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.runner import SparkError, SparkRunner

@@ -19,8 +19,8 @@ from typing import TypeVar
 import aiohttp
 
 from loghubd import CredentialsSource, Pulled, SlsClient
+from loghubd.arrow import position
 from loghubd.plugins.api import ProcessorContext
-from loghubd_spark.arrow import position
 from loghubd_spark.wal import Range
 
 PULL_GROUPS = 1000  # log groups per PullLogs, the service's maximum

@@ -61,10 +61,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from loghubd.arrow import convert, position, split_log_groups, steps_per_group
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
-from loghubd_spark.arrow import convert, position, split_log_groups, steps_per_group
 from loghubd_spark.source import SyncSls
 from loghubd_spark.wal import Range
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loghubd_spark.arrow import Span, position
+from loghubd.arrow import Span, position
 
 WAL_DIR = "_loghubd_wal"
 PENDING, COMMITTED = "pending", "committed"

@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from loghubd_spark import jobs
-from loghubd_spark.arrow import convert
 from loghubd_spark.engine import Engine
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.plugin import SparkFactory, SparkProcessor
@@ -22,6 +21,7 @@ from loghubd_spark.wal import COMMITTED, PENDING, Entry, Range
 from spark_harness import Source, produce, wait_until
 from spark_pipelines import FAIL_FLAG
 
+from loghubd.arrow import convert
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext
 from loghubd.protocol import cursor as cursors

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from loghubd_spark import LogHubDataSource
-from loghubd_spark.arrow import SCHEMA
 from loghubd_spark.stream import (
     LogHubStreamReader,
     OptionError,
@@ -22,6 +21,7 @@ from loghubd_spark.stream import (
 )
 from loghubd_spark.stream_app import StreamConfigError, parse
 
+from loghubd.arrow import SCHEMA
 from loghubd.protocol import cursor as cursors
 
 pytestmark = pytest.mark.spark

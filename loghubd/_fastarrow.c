@@ -1,5 +1,5 @@
 /* _fastarrow: serialized SLS LogGroups -> Arrow column buffers, without a Python object per
- * field. Optional accelerator of `loghubd_spark.arrow.convert` (which documents the columns);
+ * field. Optional accelerator of `loghubd.arrow.convert` (which documents the columns);
  * plain CPython C API, no Arrow headers: the output is byte strings laid out as Arrow buffers
  * (little-endian int64 values, int32 offsets, UTF-8 data), wrapped by pyarrow in Python.
  *
@@ -442,7 +442,7 @@ error:
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS,
      "parse(groups, start, budget, allocate) -> (stop, fallback, rows, data, sections): log "
-     "groups to Arrow buffers (see loghubd_spark.arrow)."},
+     "groups to Arrow buffers (see loghubd.arrow)."},
     {NULL, NULL, 0, NULL},
 };
 

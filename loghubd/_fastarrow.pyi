@@ -1,4 +1,4 @@
-# The optional C accelerator of loghubd_spark.arrow.convert (see _fastarrow.c).
+# The optional C accelerator of loghubd.arrow.convert (see _fastarrow.c).
 
 from collections.abc import Callable
 from typing import TypeVar

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from loghubd_spark.arrow import (
+
+from loghubd.arrow import (
     SCHEMA,
     convert,
     position,
     split_log_groups,
     steps_per_group,
 )
-
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb

@@ -66,7 +66,7 @@ CParse = Callable[
 
 
 def _load_c() -> CParse | None:
-    extension = load_extension("loghubd_spark._fastarrow")
+    extension = load_extension("loghubd._fastarrow")
     return None if extension is None else cast(CParse, extension.parse)
 
 

@@ -1,4 +1,4 @@
-"""loghubd_spark._fastarrow, the C converter behind arrow.convert(): the same tables, groups,
+"""loghubd._fastarrow, the C converter behind arrow.convert(): the same tables, groups,
 offsets and record-batch sizes as the pure Python path (upb + lists), or the same exception.
 
 These tests call the extension directly, whatever LOGHUBD_NO_C says (no SparkSession needed).
@@ -19,15 +19,13 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loghubd_spark import arrow
-from loghubd_spark.arrow import Converted, convert
 
+from loghubd import arrow
+from loghubd.arrow import Converted, convert
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 
-fastarrow: Any = pytest.importorskip(
-    "loghubd_spark._fastarrow", reason="built without a C compiler"
-)
+fastarrow: Any = pytest.importorskip("loghubd._fastarrow", reason="built without a C compiler")
 
 START = cursors.from_seq(1, 1000)
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -374,7 +372,7 @@ def test_loghubd_no_c_disables_the_extension(value: str | None) -> None:
     if value is not None:
         env["LOGHUBD_NO_C"] = value
     out = subprocess.run(
-        [sys.executable, "-c", "import loghubd_spark.arrow as a; print(a.c_parse is None)"],
+        [sys.executable, "-c", "import loghubd.arrow as a; print(a.c_parse is None)"],
         env=env,
         capture_output=True,
         text=True,

@@ -1,0 +1,1 @@
+"""The built-in processors, one module each, registered in loghubd/plugins/builtin.py."""

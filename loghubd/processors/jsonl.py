@@ -1,0 +1,224 @@
+"""The `jsonl` processor: one file of JSON lines per shard, safe to retry, optionally rotated
+and compressed (docs/jsonl.md).
+
+Each batch is written as `Batch.jsonl_chunks()` (about 1 MiB at a time, built from the wire
+bytes), so memory does not grow with the batch. A batch whose write fails (a full disk, an I/O
+error) leaves the file as it was: the file is cut back to where the batch began, at once and
+again before the retry, so a retried batch never follows a torn line or a partial copy of
+itself. The shard's checkpoint is saved only after the whole batch is written, and made
+durable (fsync) before it is committed, unless `fsync = "never"`.
+
+Rotation and compression happen between batches, before a batch is written: a failure there
+fails the batch before any of it is written (the retry starts clean). Closed files are named
+`shard-<shard>.<UTC time of closing, %Y%m%dT%H%M%S.%fZ>.jsonl` (`.gz` / `.zst` appended once
+compressed), so that sorting the names sorts them in write order.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+import zstandard
+
+from loghubd.files import write_all
+from loghubd.models import Batch
+from loghubd.plugins.api import Tracker
+from loghubd.processors.options import check_options
+
+log = structlog.get_logger("loghubd.processors.jsonl")
+
+FSYNC_MODES = ("batch", "interval", "never")
+COMPRESSIONS = ("none", "gzip", "zstd")
+SUFFIXES = {"gzip": ".gz", "zstd": ".zst"}
+
+
+@dataclass(frozen=True, slots=True)
+class JsonlOptions:
+    """The `[processor.jsonl]` table (docs/jsonl.md)."""
+
+    # batch: fsync after every batch; interval: before each checkpoint commit (every
+    # `checkpoint_interval`; the default, as before these options); never: leave it to the OS
+    fsync: str = "interval"
+    rotate_bytes: int = 0  # close the file once it holds this many bytes (0: never)
+    rotate_seconds: float = 0.0  # close the file this long after it was opened (0: never)
+    compress: str = "none"  # compress each closed file: none, gzip or zstd
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> tuple[Path, JsonlOptions]:
+        check_options(
+            "jsonl",
+            options,
+            {
+                "path": str,
+                "fsync": str,
+                "rotate_bytes": int,
+                "rotate_seconds": (int, float),
+                "compress": str,
+            },
+        )
+        if not options.get("path"):
+            raise ValueError("processor.jsonl.path: required (a directory for the output)")
+        fsync = options.get("fsync", "interval")
+        if fsync not in FSYNC_MODES:
+            raise ValueError(
+                f"processor.jsonl.fsync: one of {', '.join(FSYNC_MODES)}, not {fsync!r}"
+            )
+        compress = options.get("compress", "none")
+        if compress not in COMPRESSIONS:
+            raise ValueError(
+                f"processor.jsonl.compress: one of {', '.join(COMPRESSIONS)}, not {compress!r}"
+            )
+        rotate_bytes = options.get("rotate_bytes", 0)
+        rotate_seconds = float(options.get("rotate_seconds", 0))
+        if isinstance(rotate_bytes, bool) or rotate_bytes < 0:
+            raise ValueError("processor.jsonl.rotate_bytes: a number of bytes >= 0 (0: never)")
+        if isinstance(options.get("rotate_seconds"), bool) or rotate_seconds < 0:
+            raise ValueError("processor.jsonl.rotate_seconds: seconds >= 0 (0: never)")
+        opts = cls(fsync, rotate_bytes, rotate_seconds, compress)
+        return Path(options["path"]), opts
+
+
+class JsonlProcessor:
+    """One shard's file, `<path>/shard-<shard>.jsonl`."""
+
+    def __init__(self, directory: Path, shard: int, options: JsonlOptions | None = None) -> None:
+        self.directory = directory
+        self.shard = shard
+        self.path = directory / f"shard-{shard}.jsonl"
+        self.options = options or JsonlOptions()
+        self._fd = -1
+        self._size = 0  # bytes of whole batches in the open file
+        self._torn = False  # a failed write may have left bytes past _size
+        self._opened = 0.0  # time.time() when the open file was opened
+        self._lock = threading.Lock()
+
+    def initialize(self, shard: int) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._compress_closed()
+        self._open()
+
+    def _open(self) -> None:
+        # O_APPEND: every write goes to the end, wherever a truncation left it.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._opened = time.time()
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        with self._lock:
+            if self._torn:  # the retry of a failed batch: cut what it left first
+                os.ftruncate(self._fd, self._size)
+                self._torn = False
+            if self._rotation_due():
+                self._rotate()
+            start = self._size
+            try:
+                for chunk in batch.jsonl_chunks():
+                    write_all(self._fd, chunk)
+                    self._size += len(chunk)
+                if self.options.fsync == "batch":
+                    os.fsync(self._fd)
+            except BaseException:
+                self._size, self._torn = start, True
+                self._cut_back()
+                raise
+        tracker.save_checkpoint(persist=False)
+
+    def _cut_back(self) -> None:
+        """Remove a failed batch's partial write now (shrinking needs no free space); if even
+        that fails, the retry does it before writing."""
+        try:
+            os.ftruncate(self._fd, self._size)
+            self._torn = False
+        except OSError as e:
+            log.warning("jsonl_truncate_failed", path=str(self.path), error=str(e))
+
+    def _rotation_due(self) -> bool:
+        o = self.options
+        if self._size == 0:
+            return False
+        if o.rotate_bytes and self._size >= o.rotate_bytes:
+            return True
+        return bool(o.rotate_seconds) and time.time() - self._opened >= o.rotate_seconds
+
+    def _rotate(self) -> None:
+        """Close the file under its final name and open a new, empty one."""
+        if self.options.fsync != "never":
+            os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        closed = self.directory / f"shard-{self.shard}.{stamp}.jsonl"
+        os.rename(self.path, closed)
+        self._sync_directory()
+        self._open()
+        log.info("jsonl_rotated", shard=self.shard, closed=str(closed))
+        self._compress_closed()
+
+    def _compress_closed(self) -> None:
+        """Compress every closed, not yet compressed file of this shard (also those a crash
+        left behind). A failure is logged and tried again at the next rotation or start."""
+        method = self.options.compress
+        if method == "none":
+            return
+        for closed in sorted(self.directory.glob(f"shard-{self.shard}.*Z.jsonl")):
+            target = closed.with_name(closed.name + SUFFIXES[method])
+            part = target.with_name(target.name + ".part")
+            try:
+                with open(closed, "rb") as src, open(part, "wb") as raw:
+                    if method == "gzip":
+                        with gzip.GzipFile(filename=closed.name, mode="wb", fileobj=raw) as out:
+                            shutil.copyfileobj(src, out, 1 << 20)
+                    else:
+                        zstandard.ZstdCompressor().copy_stream(src, raw)
+                    raw.flush()
+                    if self.options.fsync != "never":
+                        os.fsync(raw.fileno())
+                os.rename(part, target)
+                self._sync_directory()
+                closed.unlink()
+            except OSError as e:
+                part.unlink(missing_ok=True)
+                log.warning("jsonl_compress_failed", path=str(closed), error=str(e))
+                return
+
+    def _sync_directory(self) -> None:
+        if self.options.fsync == "never":
+            return
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._fd >= 0 and self.options.fsync != "never":
+                os.fsync(self._fd)
+
+    def shutdown(self, tracker: Tracker) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                if self._torn:
+                    self._cut_back()
+                if self.options.fsync != "never":
+                    os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
+
+
+class JsonlFactory:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.directory, self.options = JsonlOptions.parse(options)
+
+    def __call__(self, shard: int) -> JsonlProcessor:
+        return JsonlProcessor(self.directory, shard, self.options)

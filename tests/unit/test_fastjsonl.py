@@ -1,0 +1,246 @@
+"""loghubd._fastjsonl, the C encoder behind Batch.jsonl(): its JSON lines are byte for byte
+`json.dumps(record) + "\\n"` of the records the Python path makes (upb parse + models._flatten,
+what the `jsonl` processor wrote before it existed), or it raises ValueError and Batch.jsonl()
+takes the Python twin. These tests call the extension directly, whatever LOGHUBD_NO_C says."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loghubd import models
+from loghubd.models import Batch
+from loghubd.protocol import pb
+from tests.unit.test_fastlog import content, ld, log_group_lists, one_log_list, vi
+
+fastjsonl: Any = pytest.importorskip("loghubd._fastjsonl", reason="built without a C compiler")
+
+
+def reference(raw: bytes) -> bytes:
+    """What the `jsonl` processor wrote before this view: json.dumps per record of the Python
+    path (the UTF-8 schema, the Raw one where a value is not UTF-8)."""
+    with_c, models._fastlog = models._fastlog, None
+    try:
+        return "".join(json.dumps(r) + "\n" for r in Batch(0, "c", "n", raw, 1).logs()).encode()
+    finally:
+        models._fastlog = with_c
+
+
+def encode(raw: bytes, max_bytes: int = 1 << 30) -> bytes:
+    """Every chunk of encode_chunk() from the start, checking offsets and log counts."""
+    offset, out, logs = 0, [], 0
+    while offset < len(raw):
+        data, next_offset, n = fastjsonl.encode_chunk(raw, offset, max_bytes)
+        assert offset < next_offset <= len(raw)
+        assert data.count(b"\n") == n
+        offset = next_offset
+        out.append(data)
+        logs += n
+    return b"".join(out)
+
+
+def outcome(raw: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Any]:
+    """Batch.jsonl() with or without the extension, or the exception type it raises."""
+    monkeypatch.setattr(models, "_fastjsonl", fastjsonl if fast else None)
+    try:
+        return ("ok", Batch(0, "c", "n", raw, 1).jsonl())
+    except Exception as e:
+        return ("raised", type(e))
+
+
+def check(raw: bytes) -> None:
+    """The C output equals the reference, or C refuses (ValueError) where decode() refuses."""
+    try:
+        expected: bytes | None = reference(raw)
+    except Exception:
+        expected = None
+    try:
+        fast: bytes | None = encode(raw)
+    except ValueError:
+        fast = None
+    if fast is not None:
+        assert fast == expected
+        for max_bytes in (1, 100, 4096):
+            assert encode(raw, max_bytes) == fast
+    try:
+        import loghubd._fastlog as fastlog
+
+        fastlog.decode(raw)
+        accepted = True
+    except ValueError:
+        accepted = False
+    assert (fast is not None) == accepted  # refuses exactly what the dict decoder refuses
+
+
+# -- generated lists: unicode, invalid UTF-8, shadowing and repeated keys ------------------
+
+
+@settings(max_examples=400)
+@given(log_group_lists())
+def test_same_bytes_as_json_dumps_of_the_python_records(raw: bytes) -> None:
+    check(raw)
+
+
+_unicode = st.text(st.characters(codec="utf-8"), max_size=20)
+_bytes_values = st.one_of(_unicode.map(str.encode), st.binary(max_size=12))
+
+
+@st.composite
+def wide_lists(draw: st.DrawFn) -> bytes:
+    """Empty groups, many tags, many contents, any unicode, any bytes in values."""
+    lgl = pb.LogGroupListRaw()
+    for _ in range(draw(st.integers(0, 3))):
+        group = lgl.LogGroups.add(Topic=draw(_unicode), Source=draw(_unicode))
+        for k, v in draw(st.lists(st.tuples(_unicode, _unicode), max_size=40)):
+            group.LogTags.add(Key=k, Value=v)
+        for _ in range(draw(st.integers(0, 3))):
+            log = group.Logs.add(Time=draw(st.integers(0, 2**32 - 1)))
+            if draw(st.booleans()):
+                log.Time_ns = draw(st.integers(0, 2**32 - 1))
+            for k, v in draw(st.lists(st.tuples(_unicode, _bytes_values), max_size=40)):
+                log.Contents.add(Key=k, Value=v)
+    raw: bytes = lgl.SerializeToString()
+    return raw
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(wide_lists())
+def test_unicode_many_tags_many_fields_and_empty_groups(raw: bytes) -> None:
+    check(raw)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(b"x" * (3 << 20), id="3 MiB ascii"),
+        pytest.param('é😀\n\x00"\\'.encode() * 100_000, id="escapes"),
+        pytest.param(bytes(range(256)) * 4000, id="every byte"),
+    ],
+)
+def test_huge_values(value: bytes) -> None:
+    raw = one_log_list(vi(1, 7) + ld(2, content(b"big", value)) + ld(2, content(b"k", b"v")))
+    check(raw)
+
+
+def test_every_control_character_and_del() -> None:
+    value = bytes(range(0x20)) + b'\x7f"\\/'
+    raw = one_log_list(vi(1, 1) + ld(2, content(value, value)))
+    check(raw)
+    assert (
+        encode(raw)
+        == (
+            json.dumps(
+                {"__time__": 1, "__topic__": "", "__source__": "", value.decode(): value.decode()}
+            )
+            + "\n"
+        ).encode()
+    )
+
+
+def test_keys_shadowing_the_record_own_keys_keep_their_place() -> None:
+    group = pb.LogGroup(Topic="t", Source="s")
+    group.LogTags.add(Key="h", Value="1")
+    group.LogTags.add(Key="h", Value="2")
+    log = group.Logs.add(Time=3)
+    for k, v in [
+        ("a", "1"),
+        ("__time__", "x"),
+        ("__tag__:h", "y"),
+        ("a", "2"),
+        ("__time_ns_part__", "z"),
+        ("__source__", ""),
+    ]:
+        log.Contents.add(Key=k, Value=v)
+    raw = pb.frame_log_groups([group.SerializeToString()])
+    check(raw)
+    assert encode(raw) == (
+        b'{"__time__": "x", "__topic__": "t", "__source__": "", "__tag__:h": "y", "a": "2", '
+        b'"__time_ns_part__": "z"}\n'
+    )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(one_log_list(ld(2, content(b"\xff", b"v"))), id="content key"),
+        pytest.param(one_log_list(b"", ld(3, b"t\xff")), id="topic"),
+        pytest.param(one_log_list(b"", ld(6, ld(1, b"h") + ld(2, b"\xed\xa0\x80"))), id="tag"),
+        pytest.param(b"\x0a\x05\x0a\x03\x08", id="truncated"),
+    ],
+)
+def test_refused_bytes_take_the_python_path_with_the_same_outcome(
+    raw: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match=r"malformed|not UTF-8"):
+        fastjsonl.encode_chunk(raw, 0, 100)
+    assert outcome(raw, True, monkeypatch) == outcome(raw, False, monkeypatch)
+
+
+def test_a_refusal_after_good_groups_resumes_in_python_after_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    good = ld(1, ld(1, vi(1, 1) + ld(2, content(b"k", b"v"))) * 3)
+    empty_group = bytes([9 << 3 | 3, 9 << 3 | 4])  # legal protobuf, left to Python by C
+    bad = ld(1, ld(1, vi(1, 2) + empty_group + ld(2, content(b"k", b"w"))))
+    raw = good * 2 + bad + good
+    monkeypatch.setattr(models, "_fastjsonl", fastjsonl)
+    chunks = list(Batch(0, "c", "n", raw, 1).jsonl_chunks(1))
+    assert b"".join(chunks) == reference(raw)
+    assert chunks[0].count(b"\n") == 3  # C wrote the first groups before the refusal
+
+
+# -- fuzz: arbitrary and broken bytes never crash and never differ --------------------------
+
+_fuzz = settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_fuzz
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes(raw: bytes) -> None:
+    check(raw)
+
+
+@_fuzz
+@given(log_group_lists(), st.data())
+def test_truncated_and_mutated_encodings(raw: bytes, data: st.DataObject) -> None:
+    check(raw[: data.draw(st.integers(0, len(raw)))])
+    if raw:
+        mutated = bytearray(raw)
+        for _ in range(data.draw(st.integers(1, 3))):
+            mutated[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+        check(bytes(mutated))
+
+
+def test_bad_arguments_raise() -> None:
+    raw = one_log_list(vi(1, 1))
+    for offset, max_bytes in ((-1, 10), (len(raw) + 1, 10), (0, 0)):
+        with pytest.raises(ValueError, match=r"outside|positive"):
+            fastjsonl.encode_chunk(raw, offset, max_bytes)
+    with pytest.raises(TypeError):
+        fastjsonl.encode_chunk("not bytes", 0, 10)
+    assert fastjsonl.encode_chunk(b"", 0, 10) == (b"", 0, 0)
+    with pytest.raises(ValueError, match="positive"):
+        next(Batch(0, "c", "n", raw, 1).jsonl_chunks(0))
+
+
+def test_loghubd_no_c_disables_the_extension() -> None:
+    code = "import loghubd.models as m; print(m._fastjsonl is None)"
+
+    def run(**env: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            env={**{k: v for k, v in os.environ.items() if k != "LOGHUBD_NO_C"}, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    assert run(LOGHUBD_NO_C="1") == "True"
+    assert run() == "False"

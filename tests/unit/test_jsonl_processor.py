@@ -1,0 +1,217 @@
+"""The `jsonl` processor on its own: a failed write is cut back before the retry (an injected
+ENOSPC, and a real full tmpfs), options are checked, files rotate and get compressed."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from loghubd.models import Batch
+from loghubd.processors import jsonl
+from loghubd.processors.jsonl import JsonlFactory, JsonlOptions, JsonlProcessor
+from loghubd.protocol import pb
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self.saved = 0
+
+    def save_checkpoint(self, persist: bool = True) -> None:
+        self.saved += 1
+
+    def get_checkpoint(self) -> str:
+        return ""
+
+    def defer(self) -> None:
+        raise NotImplementedError
+
+
+def batch(first: int, count: int, size: int = 40) -> Batch:
+    group = pb.LogGroup(Topic="t")
+    for i in range(first, first + count):
+        group.Logs.add(Time=i).Contents.add(Key="id", Value=f"{i:06d}" + "x" * size)
+    raw = pb.frame_log_groups([group.SerializeToString()])
+    return Batch(0, "c", "n", raw, 1)
+
+
+def ids(path: Path) -> list[int]:
+    text = path.read_bytes()
+    assert not text or text.endswith(b"\n"), "a torn last line"
+    return [int(json.loads(line)["id"][:6]) for line in text.splitlines()]
+
+
+def test_lines_are_batch_jsonl(tmp_path: Path) -> None:
+    p = JsonlProcessor(tmp_path, 0)
+    p.initialize(0)
+    b = batch(0, 5)
+    p.process(b, Tracker())
+    p.shutdown(Tracker())
+    assert (tmp_path / "shard-0.jsonl").read_bytes() == b.jsonl()
+
+
+def test_injected_enospc_mid_batch_is_cut_back_before_the_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = JsonlProcessor(tmp_path, 0)
+    p.initialize(0)
+    tracker = Tracker()
+    p.process(batch(0, 100), tracker)
+    real = jsonl.write_all
+    calls = {"n": 0}
+
+    def half_then_full(fd: int, data: bytes) -> None:
+        calls["n"] += 1
+        real(fd, data[: len(data) // 2 + 7])  # a torn line on disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(jsonl, "write_all", half_then_full)
+    failing = batch(100, 100)
+    with pytest.raises(OSError, match="No space"):
+        p.process(failing, tracker)
+    assert calls["n"] == 1 and tracker.saved == 1  # not saved: the batch failed
+    assert ids(tmp_path / "shard-0.jsonl") == list(range(100))  # cut back at once
+    monkeypatch.setattr(jsonl, "write_all", real)
+    p.process(failing, tracker)
+    p.process(batch(200, 10), tracker)
+    p.shutdown(tracker)
+    assert ids(tmp_path / "shard-0.jsonl") == list(range(210))
+
+
+def test_cut_back_fails_too_the_retry_cuts_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = JsonlProcessor(tmp_path, 0)
+    p.initialize(0)
+    p.process(batch(0, 10), Tracker())
+    real_write, real_truncate = jsonl.write_all, os.ftruncate
+
+    def torn(fd: int, data: bytes) -> None:
+        real_write(fd, data[:13])
+        raise OSError(errno.EIO, "I/O error")
+
+    def refuse(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(jsonl, "write_all", torn)
+    monkeypatch.setattr(os, "ftruncate", refuse)
+    with pytest.raises(OSError, match="I/O"):
+        p.process(batch(10, 10), Tracker())
+    monkeypatch.setattr(jsonl, "write_all", real_write)
+    monkeypatch.setattr(os, "ftruncate", real_truncate)
+    p.process(batch(10, 10), Tracker())
+    p.shutdown(Tracker())
+    assert ids(tmp_path / "shard-0.jsonl") == list(range(20))
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A real 256 KiB tmpfs (needs root, as the test machines run): a full disk for real."""
+    where = tmp_path / "tmpfs"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        pytest.fail(f"this test needs `mount -t tmpfs` (root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_real_full_tmpfs_then_grown_leaves_no_torn_line_or_duplicate(tiny_tmpfs: Path) -> None:
+    p = JsonlProcessor(tiny_tmpfs / "out", 0, JsonlOptions(fsync="batch"))
+    p.initialize(0)
+    tracker = Tracker()
+    first = failures = 0
+    errors: list[int | None] = []
+    while first < 5000:
+        b = batch(first, 50, size=200)
+        try:
+            p.process(b, tracker)
+        except OSError as e:
+            errors.append(e.errno)
+            failures += 1
+            if failures == 3:  # retried twice on the full disk: now grow it
+                subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_tmpfs)], check=True)
+            continue
+        first += 50
+    p.shutdown(tracker)
+    assert errors == [errno.ENOSPC] * 3
+    assert ids(tiny_tmpfs / "out" / "shard-0.jsonl") == list(range(5000))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "processor.jsonl.path: required"),
+        ({"path": "x", "fsync": "always"}, "processor.jsonl.fsync: one of batch"),
+        ({"path": "x", "compress": "lz4"}, "processor.jsonl.compress: one of none"),
+        ({"path": "x", "rotate_bytes": -1}, "processor.jsonl.rotate_bytes"),
+        ({"path": "x", "rotate_bytes": "1MB"}, "processor.jsonl.rotate_bytes: expected int"),
+        ({"path": "x", "rotate_seconds": -2.0}, "processor.jsonl.rotate_seconds"),
+        ({"path": "x", "rotate": 1}, "processor.jsonl.rotate: unknown key"),
+    ],
+)
+def test_bad_options_name_the_key(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        JsonlFactory(options)
+
+
+@pytest.mark.parametrize("compress", ["none", "gzip", "zstd"])
+def test_rotation_by_size_names_and_compresses_closed_files(tmp_path: Path, compress: str) -> None:
+    p = JsonlFactory({"path": str(tmp_path), "rotate_bytes": 3000, "compress": compress})(2)
+    p.initialize(2)
+    for first in range(0, 400, 20):
+        p.process(batch(first, 20), Tracker())
+    p.shutdown(Tracker())
+    closed = sorted(tmp_path.glob("shard-2.*Z.jsonl*"))
+    assert len(closed) >= 3
+    suffix = {"none": ".jsonl", "gzip": ".jsonl.gz", "zstd": ".jsonl.zst"}[compress]
+    assert all(f.name.endswith(suffix) for f in closed)
+    text = b""
+    for f in closed:
+        data = f.read_bytes()
+        if compress == "gzip":
+            data = gzip.decompress(data)
+        elif compress == "zstd":
+            data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        assert 3000 <= len(data) < 3000 + 20 * 80  # closed at the first batch past the size
+        text += data
+    text += (tmp_path / "shard-2.jsonl").read_bytes()
+    assert [int(json.loads(x)["id"][:6]) for x in text.splitlines()] == list(range(400))
+
+
+def test_rotation_by_time(tmp_path: Path) -> None:
+    p = JsonlFactory({"path": str(tmp_path), "rotate_seconds": 0.2})(0)
+    p.initialize(0)
+    p.process(batch(0, 5), Tracker())
+    p.process(batch(5, 5), Tracker())
+    assert not list(tmp_path.glob("shard-0.*Z.jsonl"))
+    time.sleep(0.3)
+    p.process(batch(10, 5), Tracker())
+    p.shutdown(Tracker())
+    [closed] = tmp_path.glob("shard-0.*Z.jsonl")
+    assert ids(closed) == list(range(10))
+    assert ids(tmp_path / "shard-0.jsonl") == list(range(10, 15))
+
+
+def test_a_crash_between_rotation_and_compression_is_finished_at_start(tmp_path: Path) -> None:
+    left = tmp_path / "shard-1.20260101T000000.000000Z.jsonl"
+    left.write_bytes(batch(0, 3).jsonl())
+    p = JsonlFactory({"path": str(tmp_path), "compress": "gzip"})(1)
+    p.initialize(1)
+    p.shutdown(Tracker())
+    assert not left.exists()
+    assert gzip.decompress(left.with_name(left.name + ".gz").read_bytes()) == batch(0, 3).jsonl()
