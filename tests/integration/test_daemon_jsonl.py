@@ -1,0 +1,146 @@
+"""The `jsonl` processor through a real daemon: a really full disk (a 256 KiB tmpfs, grown to
+64 MiB while the daemon retries) loses and repeats nothing and tears no line, and /status
+names the failing shard meanwhile; rotation, compression and `fsync = "batch"` on a live
+stream."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+
+from loghubd.protocol import cursor as cursors
+from tests.integration.daemon_harness import Pool, delivery_report, short, wait_until
+
+pytestmark = pytest.mark.slow
+
+COUNT = 20_000  # 200 groups of 100 over 2 shards: ~2.6 MB of JSON lines
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    where = tmp_path / "tmpfs"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        pytest.fail(f"this test needs `mount -t tmpfs` (root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def at_end(pool: Pool, logstore: str, group: str, shards: int) -> bool:
+    cps = pool.admin.checkpoints(logstore, group)
+    return len(cps) == shards and all(
+        cp["checkpoint"]
+        and cursors.to_seq(s, cp["checkpoint"])
+        == cursors.to_seq(s, pool.admin.cursor(logstore, s, "end"))
+        for s, cp in cps.items()
+    )
+
+
+def lines(paths: list[Path]) -> list[bytes]:
+    out: list[bytes] = []
+    for path in paths:
+        data = path.read_bytes()
+        if path.suffix == ".zst":
+            data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        assert not data or data.endswith(b"\n"), f"{path}: a torn last line"
+        out += data.splitlines()
+    return out
+
+
+def ids_of(raw_lines: list[bytes]) -> list[str]:
+    out = []
+    for line in raw_lines:
+        record = json.loads(line)  # a torn or glued line fails here
+        out.append(str(record["id"]))
+    return out
+
+
+def test_full_disk_then_grown_no_missing_no_duplicate_and_status_says_why(
+    daemon_pool: Pool, tmpfs: Path
+) -> None:
+    pool = daemon_pool
+    pool.admin.create_logstore("full", 2)
+    pool.produce("full", count=COUNT, group_size=100, prefix="d").wait()
+    out = tmpfs / "out"
+    daemon = pool.daemon(
+        "full",
+        "full-group",
+        "disk",
+        processor_options={"path": str(out)},
+        consumer={
+            "max_fetch_log_groups": 10,
+            "retry_initial_backoff": 0.1,
+            "retry_max_backoff": 0.5,
+        },
+    ).wait_ready()
+
+    failing: list[dict[str, Any]] = []
+
+    def a_shard_fails() -> bool:
+        shards = daemon.status()["shards"]
+        failing[:] = [s for s in shards if s["processor_error"]]
+        return bool(failing)
+
+    wait_until(a_shard_fails, 30, daemon.log_tail)
+    assert all(not s["caught_up"] for s in failing), failing
+    assert all("No space left on device" in s["processor_error"] for s in failing), failing
+    wait_until(lambda: len(daemon.events("process_failed")) >= 6, 30, daemon.log_tail)
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tmpfs)], check=True)
+    wait_until(lambda: at_end(pool, "full", "full-group", 2), 60, daemon.log_tail)
+    wait_until(
+        lambda: all(s["caught_up"] and not s["processor_error"] for s in daemon.status()["shards"]),
+        30,
+        lambda: str(daemon.status()["shards"]),
+    )
+    assert daemon.stop() == 0, daemon.log_tail()
+
+    report = delivery_report(
+        [f"d{n}" for n in range(COUNT)], ids_of(lines(sorted(out.glob("shard-*.jsonl"))))
+    )
+    assert report == {"missing": [], "duplicated": {}, "unexpected": []}, {
+        k: short(v) for k, v in report.items()
+    }
+
+
+def test_rotation_compression_and_fsync_per_batch(daemon_pool: Pool) -> None:
+    pool = daemon_pool
+    pool.admin.create_logstore("rot", 1)
+    count = 3000
+    pool.produce("rot", count=count, group_size=50, prefix="r").wait()
+    out = pool.dir / "rot-out"
+    daemon = pool.daemon(
+        "rot",
+        "rot-group",
+        "rot",
+        processor_options={
+            "path": str(out),
+            "rotate_bytes": 40_000,
+            "compress": "zstd",
+            "fsync": "batch",
+        },
+        consumer={"max_fetch_log_groups": 4},
+    ).wait_ready()
+    wait_until(lambda: at_end(pool, "rot", "rot-group", 1), 60, daemon.log_tail)
+    assert daemon.stop() == 0, daemon.log_tail()
+
+    closed = sorted(out.glob("shard-0.*Z.jsonl*"))
+    names = [p.name for p in closed]
+    assert len(closed) >= 5, names
+    assert all(re.fullmatch(r"shard-0\.\d{8}T\d{6}\.\d{6}Z\.jsonl\.zst", n) for n in names), names
+    delivered = ids_of(lines([*closed, out / "shard-0.jsonl"]))
+    assert delivered == [f"r{n}" for n in range(count)]  # in order: names sort as written
