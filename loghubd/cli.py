@@ -13,13 +13,18 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from loghubd import __version__
 from loghubd import config as config_mod
 from loghubd import logging as loghubd_logging
+from loghubd.admin.errors import FAILED, UNREACHABLE, USAGE, UserError
+from loghubd.admin.helpfmt import DefaultsFormatter
 from loghubd.config import Config
 from loghubd.ops.systemd import SystemdNotifier
 
 if TYPE_CHECKING:
     from loghubd.app import Daemon
+
+Fmt = DefaultsFormatter
 
 
 async def wait_for_signal() -> None:
@@ -45,6 +50,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         expire_interval=args.expire_interval,
         fsync=args.fsync,
     )
+    try:  # the data directory first, so a problem with it is not taken for the port's
+        opts.data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile_in(opts.data_dir):
+            pass
+    except OSError as exc:
+        print(
+            f"loghubd serve: --data-dir {opts.data_dir} cannot be used: "
+            f"{exc.strerror or exc}; pick a writable directory",
+            file=sys.stderr,
+        )
+        return USAGE
     try:
         anyio.run(lambda: serve(opts, shutdown_trigger=wait_for_signal))
     except AccessKeysError as exc:
@@ -54,6 +70,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"loghubd serve: cannot listen on {opts.host}:{opts.port}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def tempfile_in(directory: Path) -> Iterator[None]:
+    """Prove `directory` is writable: make and remove a file there."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".loghubd-probe-"):
+        yield
 
 
 def _load_config(path: str | None, overrides: dict[str, object]) -> Config:
@@ -88,7 +113,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except config_mod.ConfigError as exc:
         print(f"loghubd run: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
-    loghubd_logging.configure(cfg.log.level, cfg.log.format)
+    # A --log-level/--log-format flag wins over the config's [log].
+    loghubd_logging.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format)
     if args.workers > 1:  # this process supervises N daemon processes
         from loghubd.workers import run_workers
 
@@ -109,6 +135,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         )
     except BaseExceptionGroup as group:
+        if _port_taken(group):
+            print(
+                f"loghubd run: ops.listen {cfg.ops.listen} is already in use (another loghubd "
+                "run?): stop that process, or set ops.listen (LOGHUBD_OPS__LISTEN)",
+                file=sys.stderr,
+            )
+            return UNREACHABLE
         matched, rest = group.split(StartupError)
         if matched is None or rest is not None:
             raise
@@ -119,6 +152,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"loghubd run: cannot start: {exc}", file=sys.stderr)
         return 1
     return code
+
+
+def _port_taken(exc: BaseException) -> bool:
+    import errno
+
+    from loghubd.admin.errors import leaves
+
+    return any(isinstance(e, OSError) and e.errno == errno.EADDRINUSE for e in leaves(exc))
 
 
 def _build_daemon(cfg: Config) -> Daemon | int:
@@ -137,8 +178,12 @@ def _build_daemon(cfg: Config) -> Daemon | int:
 def _cmd_produce(args: argparse.Namespace) -> int:
     import os
 
+    from loghubd.admin.connect import env_credentials
+    from loghubd.admin.errors import check_endpoint
     from loghubd.produce import ProduceOptions, run
 
+    check_endpoint(args.endpoint)
+    creds = env_credentials(os.environ)
     return run(
         ProduceOptions(
             endpoint=args.endpoint,
@@ -151,8 +196,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             prefix=args.prefix,
             start=args.start,
             create_shards=args.create_shards,
-            access_key_id=os.environ.get("LOGHUBD_ACCESS_KEY_ID", ""),
-            access_key_secret=os.environ.get("LOGHUBD_ACCESS_KEY_SECRET", ""),
+            access_key_id=creds.access_key_id,
+            access_key_secret=creds.access_key_secret,
         )
     )
 
@@ -162,6 +207,9 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
     from loghubd.plugins.manager import PluginError, Plugins
 
+    args.file = args.file or args.config_file
+    if not args.file:
+        raise UserError(USAGE, "which config file? loghubd check-config FILE (or -c FILE)")
     try:
         cfg = _load_config(args.file, {})
         # Each processor validates its own table: build it the way `run` would (no I/O).
@@ -183,15 +231,16 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    from loghubd.status import run_status
-
+def _config_or_none(path: str | None) -> Config | None:
+    """The -c config of an operator command (None without -c); bad config: exit 2."""
+    if not path:
+        return None
     try:
-        cfg = _load_config(args.config, {}) if args.config else None
+        return _load_config(path, {})
     except config_mod.ConfigError as exc:
-        print(f"loghubd status: invalid configuration:\n{exc}", file=sys.stderr)
-        return 2
-    return run_status(args, cfg)
+        raise UserError(
+            USAGE, f"{path}: invalid configuration: {'; '.join(exc.problems)}"
+        ) from None
 
 
 def _cmd_spark_stream(args: argparse.Namespace) -> int:
@@ -208,18 +257,41 @@ def _cmd_spark_stream(args: argparse.Namespace) -> int:
     return code
 
 
+EPILOG = """exit codes: 0 done; 1 failed (the service refused, or some work failed); 2 usage or
+configuration error; 3 not found (project, logstore, group, shard); 4 cannot reach the
+service, or a local port is taken; 5 refused for safety (live consumers: --force; no
+confirmation: --yes); 130 interrupted. --debug prints the traceback of an error."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loghubd", description=__doc__)
-    parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    parser = argparse.ArgumentParser(
+        prog="loghubd",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--log-format", default="auto", choices=["auto", "json", "console"])
+    parser.add_argument("--version", action="version", version=f"loghubd {__version__}")
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="default: info (run: log.level of the config; this flag wins)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["auto", "json", "console"],
+        help="default: auto (run: log.format of the config; this flag wins)",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="print the Python traceback of an error"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run a local LogHub (SLS-compatible) service")
+    serve = sub.add_parser(
+        "serve", formatter_class=Fmt, help="run a local LogHub (SLS-compatible) service"
+    )
     serve.add_argument("--data-dir", default="./.loghubd-data", help="where SQLite data lives")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=7100)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=7100, help="port to listen on")
     serve.add_argument(
         "--access-keys",
         metavar="FILE",
@@ -255,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_cmd_serve)
 
-    run = sub.add_parser("run", help="run the consumer daemon")
+    run = sub.add_parser("run", formatter_class=Fmt, help="run the consumer daemon")
     run.add_argument("-c", "--config", required=True, help="TOML config file")
     run.add_argument("--name", help="consumer name (overrides consumer.name)")
     run.add_argument(
@@ -268,13 +340,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     produce = sub.add_parser(
         "produce",
+        formatter_class=Fmt,
         help="write synthetic logs (unique ids), optionally keyed and rate-limited",
-        description="Credentials, if the service checks them, come from LOGHUBD_ACCESS_KEY_ID "
-        "and LOGHUBD_ACCESS_KEY_SECRET.",
+        description="Credentials, if the service checks them, come from "
+        "LOGHUBD_SOURCE__ACCESS_KEY_ID and LOGHUBD_SOURCE__ACCESS_KEY_SECRET (the names "
+        "`loghubd run` reads). Ctrl-C stops it and still prints the summary.",
     )
-    produce.add_argument("--endpoint", default="http://127.0.0.1:7100")
-    produce.add_argument("--project", required=True)
-    produce.add_argument("--logstore", required=True)
+    produce.add_argument("--endpoint", default="http://127.0.0.1:7100", help="service URL")
+    produce.add_argument("--project", required=True, help="project to write to")
+    produce.add_argument("--logstore", required=True, help="logstore to write to")
     produce.add_argument("--count", type=int, default=10_000, help="logs to write")
     produce.add_argument("--rate", type=float, default=0.0, help="logs/s, 0 = unlimited")
     produce.add_argument("--group-size", type=int, default=100, help="logs per log group")
@@ -292,27 +366,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     produce.set_defaults(func=_cmd_produce)
 
-    check = sub.add_parser("check-config", help="validate a config file; print it, secrets masked")
-    check.add_argument("file")
+    check = sub.add_parser(
+        "check-config",
+        formatter_class=Fmt,
+        help="validate a config file; print it, secrets masked",
+    )
+    check.add_argument("file", nargs="?", help="the TOML config file (or -c FILE)")
+    check.add_argument("-c", "--config", dest="config_file", help="the TOML config file")
     check.set_defaults(func=_cmd_check_config)
 
-    status = sub.add_parser(
-        "status", help="describe a consumer group: each shard's owner, state, checkpoint, lag"
-    )
-    status.add_argument(
-        "-c",
-        "--config",
-        help="take endpoint, project, logstore, credentials and group from this config file",
-    )
-    status.add_argument("--endpoint")
-    status.add_argument("--project")
-    status.add_argument("--logstore")
-    status.add_argument("--group")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.set_defaults(func=_cmd_status)
+    from loghubd.admin import commands as admin_commands
+    from loghubd.admin import deadletters
+
+    admin_commands.add_parsers(sub, _config_or_none)
+    deadletters.add_parser(sub, _config_or_none)
 
     stream = sub.add_parser(
         "spark-stream",
+        formatter_class=Fmt,
         help="run a Spark Structured Streaming pipeline over a logstore (the loghubd-spark plugin)",
         description="Reads [source], [consumer] and [spark_stream] (or [processor.spark]) of the "
         "config file; see plugins/loghubd-spark/README.md.",
@@ -332,10 +403,40 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     logs_are_output = args.func in (_cmd_run, _cmd_serve, _cmd_spark_stream)
     loghubd_logging.configure(
-        args.log_level, args.log_format, stream=sys.stdout if logs_are_output else sys.stderr
+        args.log_level or "info",
+        args.log_format or "auto",
+        stream=sys.stdout if logs_are_output else sys.stderr,
     )
     try:
         code: int = args.func(args)
     except BrokenPipeError:  # e.g. `loghubd status | head`
         return 0
+    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:
+        return _report(args, exc)
+    return code
+
+
+def _report(args: argparse.Namespace, exc: BaseException) -> int:
+    """One line naming the problem and the fix, and its exit code; --debug adds the
+    traceback. Everything a command did not handle itself ends here."""
+    import traceback
+
+    from loghubd.admin.errors import Context, explain
+
+    if args.debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    ctx = getattr(args, "context", None) or Context(
+        endpoint=getattr(args, "endpoint", None) or "",
+        project=getattr(args, "project", None) or "",
+        logstore=getattr(args, "logstore", None) or "",
+        group=getattr(args, "group", None) or "",
+    )
+    known = explain(exc, ctx)
+    if known is None:
+        code, line = FAILED, f"unexpected error: {exc!r}"
+        if not args.debug:
+            line += " (run again with --debug for the traceback, and please report it)"
+    else:
+        code, line = known
+    print(f"loghubd {args.command}: {line}", file=sys.stderr)
     return code

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import sys
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -54,7 +55,46 @@ async def ensure_logstore(client: SlsClient, logstore: str, shards: int) -> None
         await client.create_logstore(logstore, shards)
 
 
-async def produce(opts: ProduceOptions) -> dict[str, int | float]:
+async def produce(
+    opts: ProduceOptions, progress: Callable[[int], None] | None = None
+) -> dict[str, int | float]:
+    """Write the logs; Ctrl-C (SIGINT) or SIGTERM stops early, and the summary then says how
+    many were written (`"interrupted": 1`)."""
+    written = 0
+    interrupted = False
+    started = time.monotonic()
+
+    def count(n: int) -> None:
+        nonlocal written
+        written = n
+        if progress is not None:
+            progress(n)
+
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            nonlocal interrupted
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    interrupted = True
+                    tg.cancel_scope.cancel()
+
+        tg.start_soon(stop_on_signal)
+        await _write(opts, count)
+        tg.cancel_scope.cancel()
+    elapsed = time.monotonic() - started
+    summary: dict[str, int | float] = {
+        "written": written,
+        "first_id": opts.start,
+        "last_id": opts.start + written - 1,
+        "seconds": round(elapsed, 3),
+    }
+    if interrupted:
+        summary["interrupted"] = 1
+    return summary
+
+
+async def _write(opts: ProduceOptions, count: Callable[[int], None]) -> None:
     creds = Credentials(opts.access_key_id, opts.access_key_secret)
     started = time.monotonic()
     written = 0
@@ -90,24 +130,16 @@ async def produce(opts: ProduceOptions) -> dict[str, int | float]:
                 opts.logstore, group.SerializeToString(), hash_key=key_hash(key) if key else None
             )
             written = n - opts.start
+            count(written)
             if opts.rate > 0:
                 ahead = written / opts.rate - (time.monotonic() - started)
                 if ahead > 0:
                     await anyio.sleep(ahead)
-    elapsed = time.monotonic() - started
-    return {
-        "written": written,
-        "first_id": opts.start,
-        "last_id": opts.start + written - 1,
-        "seconds": round(elapsed, 3),
-    }
 
 
 def run(opts: ProduceOptions) -> int:
-    try:
-        summary = anyio.run(produce, opts)
-    except E.SlsError as exc:
-        print(f"loghubd produce: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(summary))
-    return 0
+    """Print the summary as one JSON line; exit 130 when interrupted. Errors (an unreachable
+    service, a refusal) propagate to the CLI, which names them in one line."""
+    summary = anyio.run(produce, opts)
+    print(json.dumps(summary), flush=True)
+    return 130 if summary.get("interrupted") else 0

@@ -160,6 +160,8 @@ class SlsClient:
         }
         if extra:
             headers.update(extra)
+        # Both official SDKs declare the raw size of every request, 0 when there is no body.
+        headers.setdefault("x-log-bodyrawsize", str(len(body)))
         if creds.access_key_id:
             if self._auth_version == "v4":
                 now = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -390,6 +392,9 @@ class SlsClient:
             await self._json("GET", f"/logstores/{logstore}/consumergroups/{group}", params) or []
         )
         return result
+
+    async def delete_group(self, logstore: str, group: str) -> None:
+        await self._json("DELETE", f"/logstores/{logstore}/consumergroups/{group}")
 
     async def group_status(self, logstore: str, group: str) -> dict[str, Any]:
         """loghubd's extension: the coordinator's view of the group."""

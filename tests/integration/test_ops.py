@@ -210,16 +210,20 @@ def test_status_describes_a_group_of_three(tmp_path: Path, loghubd_server: Serve
 
         wait_until(settled, 20)
         desc = status()
-        assert sorted(desc["consumers"]) == ["c0", "c1", "c2"]  # type: ignore[arg-type]
+        consumers = desc["consumers"]
+        assert sorted(c["name"] for c in consumers) == ["c0", "c1", "c2"]  # type: ignore[attr-defined,index]
+        assert all(c["live"] and c["heartbeat_age"] < 10 for c in consumers)  # type: ignore[attr-defined,index]
         shards = desc["shards"]
         assert [s["shard"] for s in shards] == list(range(6))  # type: ignore[attr-defined,index]
         owners = {s["shard"]: s["owner"] for s in shards}  # type: ignore[attr-defined,index]
         for d in daemons:
             assert {s for s, o in owners.items() if o == d.name} == d.held()
-        assert all(s["state"] == "already_alloc" for s in shards)  # type: ignore[attr-defined,index]
+        # operator words, not the coordinator's internal state names
+        assert all(s["state"] == "assigned" for s in shards)  # type: ignore[attr-defined,index]
         assert all(s["checkpoint"] for s in shards)  # type: ignore[attr-defined,index]
         text = run_status()
-        assert "already_alloc" in text and "c0" in text and "LAG" in text
+        assert "assigned" in text and "c0" in text and "LAG" in text
+        assert "already_alloc" not in text
     finally:
         for d in daemons:
             assert d.stop() == 0

@@ -123,6 +123,7 @@ def _shard_list(text: str) -> frozenset[int] | None:
 
 def _group_status(service: LogService, ls: Any, name: str) -> dict[str, object]:
     group = service.group_view(ls, name)
+    now = service.clock()
     shards = {s.shard_id: s for s in service.storage.list_shards(ls.id)}
     cps = {c["shard"]: c for c in service.checkpoints(ls, name, None)}
     out = []
@@ -146,6 +147,10 @@ def _group_status(service: LogService, ls: Any, name: str) -> dict[str, object]:
         "timeout": group.timeout,
         "order": group.order,
         "consumers": sorted(group.consumers),
+        # loghubd extension: seconds since each live consumer's last heartbeat
+        "heartbeatAge": {
+            c: round(max(0.0, now - seen), 3) for c, seen in sorted(group.consumers.items())
+        },
         "shards": out,
         # loghubd extension: consumers' shard allow-lists (heartbeat `shards=`)
         "allowed": {c: sorted(s) for c, s in sorted(group.allowed.items())},

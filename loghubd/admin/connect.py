@@ -1,0 +1,108 @@
+"""Where an operator command connects: flags, else the `-c` config file, else the
+environment; and the client it uses (signed as the daemon signs).
+
+One credentials convention for every command: the config file's `[source]`, overridden by
+`LOGHUBD_SOURCE__ACCESS_KEY_ID`, `LOGHUBD_SOURCE__ACCESS_KEY_SECRET` and
+`LOGHUBD_SOURCE__SECURITY_TOKEN` (the names `loghubd run` reads). The older
+`LOGHUBD_ACCESS_KEY_ID` / `_SECRET` of `loghubd produce` are still read when those are unset.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import aiohttp
+import anyio
+
+from loghubd.admin.errors import USAGE, Context, UserError, check_endpoint
+from loghubd.config import Config
+from loghubd.consumer.client import SlsClient
+from loghubd.credentials import CredentialsProvider, StaticCredentials, provider_for
+from loghubd.protocol.signing import Credentials
+
+
+def env_credentials(environ: Mapping[str, str]) -> Credentials:
+    def pick(new: str, old: str) -> str:
+        return environ.get(f"LOGHUBD_SOURCE__{new}") or environ.get(f"LOGHUBD_{old}", "")
+
+    return Credentials(
+        pick("ACCESS_KEY_ID", "ACCESS_KEY_ID"),
+        pick("ACCESS_KEY_SECRET", "ACCESS_KEY_SECRET"),
+        pick("SECURITY_TOKEN", "SECURITY_TOKEN"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    endpoint: str
+    project: str
+    logstore: str
+    group: str
+    provider: CredentialsProvider
+    auth_version: str = "v1"
+    region: str = ""
+    timeout: float = 10.0
+
+    @property
+    def context(self) -> Context:
+        return Context(self.endpoint, self.project, self.logstore, self.group)
+
+
+def target(
+    args: argparse.Namespace,
+    cfg: Config | None,
+    environ: Mapping[str, str],
+    *,
+    need_group: bool = True,
+) -> Target:
+    src = cfg.source if cfg else None
+    endpoint = getattr(args, "endpoint", None) or (src.endpoint if src else "")
+    project = getattr(args, "project", None) or (src.project if src else "")
+    logstore = getattr(args, "logstore", None) or (src.logstore if src else "")
+    group = getattr(args, "group", None) or (cfg.consumer.group if cfg else "")
+    wanted = [("--endpoint", endpoint), ("--project", project), ("--logstore", logstore)]
+    if need_group:
+        wanted.append(("GROUP (or --group)", group))
+    missing = [name for name, value in wanted if not value]
+    if missing:
+        raise UserError(
+            USAGE, f"{', '.join(missing)} required, or -c CONFIG to take them from a config file"
+        )
+    check_endpoint(endpoint)
+    provider: CredentialsProvider
+    if src is not None:
+        provider = provider_for(src)
+    else:
+        provider = StaticCredentials(env_credentials(environ))
+    return Target(
+        endpoint=endpoint,
+        project=project,
+        logstore=logstore,
+        group=group or "",
+        provider=provider,
+        auth_version=src.auth_version if src else "v1",
+        region=src.region if src else "",
+        timeout=float(getattr(args, "timeout", 10.0) or 10.0),
+    )
+
+
+@asynccontextmanager
+async def client_for(t: Target) -> AsyncIterator[SlsClient]:
+    """A client to `t`, its credentials loaded (a file read, a command run) and kept fresh."""
+    async with aiohttp.ClientSession() as session, anyio.create_task_group() as tg:
+        await tg.start(t.provider.run_refresh)
+        try:
+            yield SlsClient(
+                session,
+                t.endpoint,
+                t.project,
+                t.provider.get,
+                auth_version=t.auth_version,
+                region=t.region,
+                request_timeout=t.timeout,
+            )
+        finally:
+            tg.cancel_scope.cancel()

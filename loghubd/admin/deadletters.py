@@ -1,0 +1,205 @@
+"""`loghubd dead-letters`: list the batches in `consumer.dead_letter_dir`, print their logs, or
+replay them through the configured processor, removing each only after it succeeded.
+
+A dead letter is a pair written by the worker (`consumer/worker.py`): `<stem>.pb`, the raw
+LogGroupList, and `<stem>.json`, where it came from (shard, cursors) and why it failed. Replay
+makes one processor per shard from the config's `[processor]`, as `loghubd run` would, feeds it
+each batch in the order they were written, and treats the batch as done when `process`
+returned without raising and the processor marked it done (`save_checkpoint` or a deferred
+ack) by the time the shard's processor was flushed and shut down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from loghubd.admin.errors import FAILED, OK, USAGE, UserError
+from loghubd.admin.helpfmt import DefaultsFormatter
+from loghubd.config import Config
+from loghubd.models import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    note: Path  # the .json
+    data: Path  # the .pb
+    shard: int
+    cursor: str
+    next_cursor: str
+    log_groups: int
+    error: str
+
+    def batch(self) -> Batch:
+        raw = self.data.read_bytes()
+        return Batch(self.shard, self.cursor, self.next_cursor, raw, self.log_groups, len(raw))
+
+    def remove(self) -> None:
+        self.data.unlink(missing_ok=True)
+        self.note.unlink(missing_ok=True)
+
+
+def find(directory: Path) -> list[DeadLetter]:
+    """The dead letters under `directory`, oldest first (their names start with the time)."""
+    found = []
+    for note in sorted(directory.glob("shard-*/*.json"), key=lambda p: p.name):
+        try:
+            meta = json.loads(note.read_text())
+            found.append(
+                DeadLetter(
+                    note=note,
+                    data=note.with_name(str(meta.get("data") or note.stem + ".pb")),
+                    shard=int(meta["shard"]),
+                    cursor=str(meta.get("cursor", "")),
+                    next_cursor=str(meta.get("next_cursor", "")),
+                    log_groups=int(meta.get("log_groups", 0)),
+                    error=str(meta.get("error", "")),
+                )
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            print(f"skipping {note}: not a dead-letter note ({exc})", file=sys.stderr)
+    return found
+
+
+@dataclass(slots=True)
+class _Tracker:
+    """The checkpoint handle replayed batches get: records whether the batch was finished."""
+
+    cursor: str
+    done: bool = False
+    acks: list[_Ack] = field(default_factory=list)
+
+    def save_checkpoint(self, persist: bool = True) -> None:
+        self.done = True
+
+    def get_checkpoint(self) -> str:
+        return self.cursor
+
+    def defer(self) -> _Ack:
+        ack = _Ack()
+        self.acks.append(ack)
+        return ack
+
+    @property
+    def finished(self) -> bool:
+        return self.done or (bool(self.acks) and all(a.finished for a in self.acks))
+
+
+@dataclass(slots=True)
+class _Ack:
+    finished: bool = False
+
+    def done(self, persist: bool = False) -> None:
+        self.finished = True
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    result = await anyio.to_thread.run_sync(fn, *args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+async def replay(factory: Any, letters: list[DeadLetter]) -> tuple[int, list[str]]:
+    """Feed `letters` to processors made by `factory`; remove each one that succeeded.
+    Returns (replayed, failures as lines)."""
+    ok, failures = 0, []
+    by_shard: dict[int, list[DeadLetter]] = {}
+    for letter in letters:
+        by_shard.setdefault(letter.shard, []).append(letter)
+    start = getattr(factory, "start", None)
+    if start is not None:
+        await _call(start)
+    try:
+        for shard, batch_letters in sorted(by_shard.items()):
+            processor = factory(shard)
+            await _call(processor.initialize, shard)
+            tried: list[tuple[DeadLetter, _Tracker]] = []
+            for letter in batch_letters:
+                tracker = _Tracker(letter.cursor)
+                try:
+                    await _call(processor.process, letter.batch(), tracker)
+                except Exception as exc:
+                    failures.append(f"{letter.note}: {exc!r}")
+                    continue
+                tried.append((letter, tracker))
+            flush = getattr(processor, "flush", None)
+            if flush is not None:
+                await _call(flush)
+            await _call(processor.shutdown, _Tracker(""))
+            for letter, tracker in tried:
+                if tracker.finished:
+                    letter.remove()
+                    ok += 1
+                else:
+                    failures.append(f"{letter.note}: the processor did not mark it done")
+    finally:
+        close = getattr(factory, "close", None)
+        if close is not None:
+            await _call(close)
+    return ok, failures
+
+
+def print_logs(letters: list[DeadLetter]) -> None:
+    for letter in letters:
+        for record in letter.batch().logs():
+            print(json.dumps(dict(record), default=str))
+
+
+def add_parser(sub: Any, load: Callable[[str | None], Config | None]) -> None:
+    p = sub.add_parser(
+        "dead-letters",
+        formatter_class=DefaultsFormatter,
+        help="list, print or replay the batches in consumer.dead_letter_dir",
+        description="list: one line per dead letter. print: their logs as JSON lines. replay: "
+        "through the config's processor; each dead letter is removed only after it succeeded.",
+    )
+    p.add_argument("action", choices=["list", "print", "replay"])
+    p.add_argument("-c", "--config", required=True, help="the daemon's TOML config file")
+    p.add_argument("--dir", help="the dead-letter directory (default: consumer.dead_letter_dir)")
+    p.add_argument("--source", help="with several [sources.*]: which one")
+    p.set_defaults(func=lambda a: _run(a, load(a.config)))
+
+
+def _run(args: argparse.Namespace, cfg: Config | None) -> int:
+    assert cfg is not None  # -c is required
+    specs = list(cfg.sources)
+    if args.source:
+        specs = [s for s in specs if s.name == args.source]
+        if not specs:
+            names = ", ".join(s.name for s in cfg.sources)
+            raise UserError(USAGE, f"--source {args.source}: the config has {names}")
+    if len(specs) > 1:
+        names = ", ".join(s.name for s in specs)
+        raise UserError(USAGE, f"the config has several sources ({names}): pick one with --source")
+    spec = specs[0]
+    directory = Path(args.dir) if args.dir else Path(spec.consumer.dead_letter_dir)
+    if not directory.is_dir():
+        raise UserError(USAGE, f"no dead-letter directory {directory} (consumer.dead_letter_dir)")
+    letters = find(directory)
+    if args.action == "list":
+        for d in letters:
+            print(f"{d.note}  shard {d.shard}  {d.log_groups} log groups  {d.error[:120]}")
+        print(f"{len(letters)} dead letter(s) in {directory}")
+        return OK
+    if args.action == "print":
+        print_logs(letters)
+        return OK
+    from loghubd.plugins.manager import Plugins
+
+    factory = Plugins().processor(spec.processor.name).create(spec.processor.selected_options)
+    replayed, failures = anyio.run(replay, factory, letters)
+    for line in failures:
+        print(f"not replayed: {line}", file=sys.stderr)
+    print(f"replayed {replayed} of {len(letters)} dead letter(s) through {spec.processor.name}")
+    return FAILED if failures else OK

@@ -1,0 +1,135 @@
+"""Errors as one line an operator can act on, and the exit codes every command uses.
+
+`explain` turns what a command raised (an SLS error answer, an unreachable service, a port in
+use, Ctrl-C, possibly wrapped in exception groups by anyio) into an exit code and a line that
+names the thing and the fix. Anything it does not recognise is left to the caller, which
+prints a generic line (and the traceback with --debug).
+
+Exit codes (docs/operations.md):
+
+| code | meaning |
+|---|---|
+| 0 | done |
+| 1 | failed: the service refused, or some work failed (a shard, a checkpoint, a batch) |
+| 2 | usage or configuration error (a flag, a config key, a URL) |
+| 3 | not found: project, logstore, consumer group, shard |
+| 4 | cannot reach the service, or a local port is taken |
+| 5 | refused for safety: live consumers (use --force), no confirmation (use --yes) |
+| 130 | interrupted (Ctrl-C) |
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from loghubd.consumer.client import Unreachable
+from loghubd.protocol import errors as E
+
+OK, FAILED, USAGE, NOT_FOUND, UNREACHABLE, REFUSED, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
+
+
+class UserError(Exception):
+    """A problem a command reports as one line with an exit code (no traceback)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the command was pointed at, to name it in the message."""
+
+    endpoint: str = ""
+    project: str = ""
+    logstore: str = ""
+    group: str = ""
+
+
+def check_endpoint(text: str, flag: str = "--endpoint") -> str:
+    """`text` if it is an http(s) URL with a host, else a UserError saying what is expected."""
+    parts = urlsplit(text if "://" in text else f"http://{text}")
+    host = parts.hostname or ""
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    looks_like_host = host == "localhost" or "." in host or ":" in host
+    if parts.scheme not in ("http", "https") or not looks_like_host or not port_ok:
+        raise UserError(
+            USAGE,
+            f"{flag} {text!r} is not a service URL: use http://HOST:PORT for loghubd serve "
+            "(e.g. http://127.0.0.1:7100) or https://REGION.log.aliyuncs.com for SLS",
+        )
+    return text
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or [exc]."""
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for inner in exc.exceptions:
+            out += leaves(inner)
+        return out
+    return [exc]
+
+
+def explain(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
+    """(exit code, one line) for a known failure, or None."""
+    found = [r for r in (_one(e, ctx) for e in leaves(exc)) if r is not None]
+    if not found:
+        return None
+    return min(found, key=lambda r: _RANK.get(r[0], 9))
+
+
+_RANK = {INTERRUPTED: 0, USAGE: 1, UNREACHABLE: 2, NOT_FOUND: 3, REFUSED: 4, FAILED: 5}
+
+
+def _one(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
+    where = ctx.endpoint or "the service"
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED, "interrupted"
+    if isinstance(exc, UserError):
+        return exc.code, exc.message
+    if isinstance(exc, E.ProjectNotExist):
+        return NOT_FOUND, (
+            f"project {ctx.project!r} does not exist at {where}: check --project (source.project)"
+        )
+    if isinstance(exc, E.LogStoreNotExist):
+        return NOT_FOUND, (
+            f"logstore {ctx.logstore!r} does not exist in project {ctx.project!r}: check "
+            "--logstore (source.logstore)"
+        )
+    if isinstance(exc, E.ConsumerGroupNotExist):
+        return NOT_FOUND, (
+            f"consumer group {ctx.group!r} does not exist on {ctx.project}/{ctx.logstore}: "
+            f"`loghubd group list` shows the groups there"
+        )
+    if isinstance(exc, E.ShardNotExist):
+        return NOT_FOUND, f"{exc.message}: `loghubd group describe` lists the shards"
+    if isinstance(exc, E.InvalidCursor):
+        return USAGE, f"the service refused the cursor: {exc.message}"
+    if isinstance(exc, Unreachable):
+        return UNREACHABLE, (
+            f"cannot reach {where}: is the service running and the URL right? (--endpoint, "
+            "source.endpoint)"
+        )
+    if isinstance(
+        exc, E.Unauthorized | E.SignatureNotMatch | E.InvalidAccessKeyId | E.SecurityTokenExpired
+    ):
+        return FAILED, (
+            f"{where} refused the credentials ({exc.error_code}): set LOGHUBD_ACCESS_KEY_ID "
+            "and LOGHUBD_ACCESS_KEY_SECRET, or -c a config whose [source] has them"
+        )
+    from loghubd.credentials import CredentialsError, CredentialsUnavailable
+
+    if isinstance(exc, CredentialsUnavailable | CredentialsError):
+        return FAILED, f"no credentials to sign with: {exc}"
+    if isinstance(exc, E.SlsError):
+        return FAILED, f"{where} answered {exc}"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return UNREACHABLE, f"address already in use: {exc.strerror}"
+    return None
