@@ -19,9 +19,8 @@ import anyio
 
 from loghubd.admin.errors import USAGE, Context, UserError, check_endpoint
 from loghubd.config import Config
-from loghubd.consumer.client import SlsClient
-from loghubd.credentials import CredentialsProvider, StaticCredentials, provider_for
 from loghubd.protocol.signing import Credentials
+from loghubd.sls import CredentialsProvider, SlsClient, StaticCredentials, provider_for
 
 
 def env_credentials(environ: Mapping[str, str]) -> Credentials:

@@ -24,8 +24,8 @@ import errno
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from loghubd.consumer.client import Unreachable
 from loghubd.protocol import errors as E
+from loghubd.sls import Unreachable
 
 OK, FAILED, USAGE, NOT_FOUND, UNREACHABLE, REFUSED, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 
@@ -124,7 +124,7 @@ def _one(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
             f"{where} refused the credentials ({exc.error_code}): set LOGHUBD_ACCESS_KEY_ID "
             "and LOGHUBD_ACCESS_KEY_SECRET, or -c a config whose [source] has them"
         )
-    from loghubd.credentials import CredentialsError, CredentialsUnavailable
+    from loghubd.sls import CredentialsError, CredentialsUnavailable
 
     if isinstance(exc, CredentialsUnavailable | CredentialsError):
         return FAILED, f"no credentials to sign with: {exc}"

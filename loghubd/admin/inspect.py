@@ -15,10 +15,10 @@ from typing import Any
 import anyio
 
 from loghubd.admin.view import ConsumerRow, GroupView, ShardRow, state_word
-from loghubd.consumer.client import SlsClient
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
+from loghubd.sls import SlsClient
 
 # Log groups read to count the logs behind a checkpoint exactly; beyond it, an estimate.
 EXACT_LOG_GROUPS = 3000
@@ -115,10 +115,10 @@ async def describe(
             row.checkpoint_time = await client.cursor_time(logstore, sid, row.checkpoint)
         if row.lag_log_groups != 0:
             row.end_time = await client.cursor_time(logstore, sid, row.end_cursor)
-            base = row.checkpoint_time
-            if base is None:
-                base = await client.cursor_time(logstore, sid, start)
-            row.lag_seconds = max(0, row.end_time - base)
+            oldest = row.checkpoint_time  # the write time of the first unread log group
+            if oldest is None:
+                oldest = await client.cursor_time(logstore, sid, start)
+            row.lag_seconds = max(0, round(now - oldest))
             if count:
                 row.lag_logs, row.lag_logs_exact = await count_logs(
                     client, logstore, sid, start, row.end_cursor, row.lag_log_groups

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from loghubd.admin.view import iso
-from loghubd.consumer.client import SlsClient
+from loghubd.sls import SlsClient
 
 _DURATION = re.compile(r"^([+-]?)(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -40,7 +40,7 @@ class ShardRow:
     lag_log_groups: int | None = None
     lag_logs: int | None = None
     lag_logs_exact: bool = True
-    lag_seconds: int | None = None
+    lag_seconds: int | None = None  # age of the oldest unread log group (0: nothing unread)
 
 
 @dataclass(slots=True)
@@ -172,8 +172,8 @@ def render(view: GroupView) -> str:
     t = view.totals()
     lines.append(
         f"total  {t['shards']} shard(s), lag {_count(t['lag_log_groups'])} log groups, "
-        f"{_count(t['lag_logs'], t['lag_logs_exact'])} logs, oldest unread "
-        f"{age(t['max_lag_seconds'])} behind the newest"
+        f"{_count(t['lag_logs'], t['lag_logs_exact'])} logs, oldest unread written "
+        f"{age(t['max_lag_seconds'])} ago"
     )
     if not t["lag_logs_exact"]:
         lines.append("  (~ estimated from the logs per group read so far)")

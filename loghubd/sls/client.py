@@ -160,14 +160,17 @@ class SlsClient:
         }
         if extra:
             headers.update(extra)
-        # Both official SDKs declare the raw size of every request, 0 when there is no body.
-        headers.setdefault("x-log-bodyrawsize", str(len(body)))
+        if not body:  # as both official SDKs do on every body-less request
+            headers.setdefault("x-log-bodyrawsize", "0")
         if creds.access_key_id:
             if self._auth_version == "v4":
                 now = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
                 signing.sign_v4(creds, self._region, now, method, path, params, headers, body)
             else:
                 signing.sign_v1(creds, method, path, params, headers, body)
+                # As the official SDK does after a v1 signature: a copy of Date for proxies
+                # that drop it (not signed).
+                headers["x-log-date"] = headers["date"]
         async with self._session.request(
             method,
             self._base + path,
@@ -190,10 +193,16 @@ class SlsClient:
         params: Mapping[str, str] | None = None,
         payload: object = None,
         timeout: float | None = None,
+        *,
+        sized: bool = True,
+        json_type: bool = False,
     ) -> Any:
+        """A JSON call. The headers follow the official SDK's per call: `x-log-bodyrawsize`
+        on a JSON body unless `sized` is False (heartbeat, checkpoint), a JSON content type
+        also on some body-less GETs (`json_type`: GetCursor, GetCursorTime)."""
         body = b"" if payload is None else json.dumps(payload).encode()
-        headers = {"content-type": "application/json"} if payload is not None else {}
-        if payload is not None:
+        headers = {"content-type": "application/json"} if payload is not None or json_type else {}
+        if payload is not None and sized:
             headers["x-log-bodyrawsize"] = str(len(body))
         _status, _h, data = await self.request(
             method, path, params, body=body, headers=headers, timeout=timeout
@@ -257,7 +266,10 @@ class SlsClient:
 
     async def get_cursor(self, logstore: str, shard: int, where: str) -> str:
         data = await self._json(
-            "GET", f"/logstores/{logstore}/shards/{shard}", {"type": "cursor", "from": where}
+            "GET",
+            f"/logstores/{logstore}/shards/{shard}",
+            {"type": "cursor", "from": where},
+            json_type=True,
         )
         return str(data["cursor"])
 
@@ -266,6 +278,7 @@ class SlsClient:
             "GET",
             f"/logstores/{logstore}/shards/{shard}",
             {"type": "cursor_time", "cursor": cursor},
+            json_type=True,
         )
         return int(data["cursor_time"])
 
@@ -348,6 +361,7 @@ class SlsClient:
             params,
             payload=held,
             timeout=timeout,
+            sized=False,
         )
         if not isinstance(data, list) or not all(isinstance(s, int) for s in data):
             raise E.SlsError(
@@ -382,6 +396,7 @@ class SlsClient:
                 "forceSuccess": "true" if force else "false",
             },
             payload={"shard": shard, "checkpoint": cursor},
+            sized=False,
         )
 
     async def checkpoints(

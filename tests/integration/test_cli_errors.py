@@ -1,0 +1,168 @@
+"""No traceback reaches a user: each failure of issue #18, through the real CLI (a subprocess),
+gives one line naming the thing and the fix, and its documented exit code (`loghubd --help`,
+docs/operations.md); `--debug` gives the traceback."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loghubd.testing.process import ServerProcess, free_port
+from tests.integration.daemon_harness import PROJECT, Admin, Producer, dump_toml
+
+LOGSTORE, GROUP = "errstore", "errgroup"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("server")).start()
+    admin = Admin(proc.endpoint)
+    admin.create_logstore(LOGSTORE, 1)
+    admin.create_group(LOGSTORE, GROUP, 10, False)
+    yield proc
+    proc.stop()
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loghubd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_line(done: subprocess.CompletedProcess[str], code: int, *words: str) -> str:
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output, output
+    assert done.returncode == code, (done.returncode, output)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("loghubd ")]
+    assert len(lines) == 1, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def where(server: ServerProcess, **kw: str) -> list[str]:
+    values = {"endpoint": server.endpoint, "project": PROJECT, "logstore": LOGSTORE, **kw}
+    return [x for k, v in values.items() for x in (f"--{k}", v)]
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ({"group": "nosuchgroup"}, ["consumer group 'nosuchgroup' does not exist", "group list"]),
+        ({"logstore": "nosuchstore"}, ["logstore 'nosuchstore' does not exist", "--logstore"]),
+        ({"project": "nosuchproject"}, ["project 'nosuchproject' does not exist", "--project"]),
+    ],
+)
+def test_status_of_something_that_does_not_exist(
+    server: ServerProcess, override: dict[str, str], words: list[str]
+) -> None:
+    args = where(server, **{"group": GROUP, **override})
+    one_line(cli("status", *args), 3, *words)
+
+
+def test_debug_gives_the_traceback(server: ServerProcess) -> None:
+    done = cli("--debug", "status", *where(server, group="nosuchgroup"))
+    assert done.returncode == 3 and "Traceback" in done.stderr, done.stderr
+    assert "does not exist" in done.stderr
+
+
+def test_status_against_an_unreachable_endpoint() -> None:
+    port = free_port()  # nothing listens there
+    args = ["--endpoint", f"http://127.0.0.1:{port}", "--project", PROJECT, "--logstore", "x"]
+    started = time.monotonic()
+    done = cli("status", *args, "--group", "g", "--timeout", "1")
+    one_line(done, 4, f"cannot reach http://127.0.0.1:{port}", "--endpoint")
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize("command", ["status", "produce"])
+def test_an_endpoint_that_is_not_a_url(command: str) -> None:
+    args = ["--endpoint", "not-a-url", "--project", PROJECT, "--logstore", "x"]
+    if command == "status":
+        args += ["--group", "g"]
+    started = time.monotonic()
+    one_line(cli(command, *args), 2, "'not-a-url' is not a service URL", "http://HOST:PORT")
+    assert time.monotonic() - started < 10, "refused before any network call"
+
+
+def test_run_when_the_ops_port_is_taken(server: ServerProcess, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "c.toml"
+        config.write_text(
+            dump_toml(
+                {
+                    "source": {
+                        "endpoint": server.endpoint,
+                        "project": PROJECT,
+                        "logstore": LOGSTORE,
+                    },
+                    "consumer": {"group": "porttest"},
+                    "processor": {"name": "jsonl", "jsonl": {"path": str(tmp_path / "out")}},
+                    "ops": {"listen": f"127.0.0.1:{port}"},
+                }
+            )
+        )
+        done = cli("run", "-c", str(config))
+    one_line(done, 4, f"ops.listen 127.0.0.1:{port} is already in use", "LOGHUBD_OPS__LISTEN")
+
+
+def test_serve_blames_an_unusable_data_dir() -> None:
+    one_line(cli("serve", "--data-dir", "/proc/nope", "--port", str(free_port())), 2,
+             "--data-dir /proc/nope cannot be used")  # fmt: skip
+
+
+def interrupt(args: list[str], after: float) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loghubd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(after)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_ctrl_c_on_produce_keeps_the_summary(server: ServerProcess) -> None:
+    done = interrupt(
+        ["produce", *where(server), "--count", "1000000", "--rate", "200", "--prefix", "int-"],
+        after=3.0,
+    )
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    import json
+
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["interrupted"] == 1 and 0 < summary["written"] < 1_000_000, summary
+
+
+def test_ctrl_c_on_status_watch(server: ServerProcess, tmp_path: Path) -> None:
+    Producer(tmp_path, server.endpoint, LOGSTORE, count=10).start().wait()
+    done = interrupt(["status", *where(server, group=GROUP), "--watch", "--interval", "0.5"], 4.0)
+    one_line(done, 130, "interrupted")
+    assert f"group {GROUP}" in done.stdout, "it showed the group before the interrupt"
+
+
+def test_version_and_check_config_dash_c(tmp_path: Path) -> None:
+    from loghubd import __version__
+
+    assert cli("--version").stdout.strip() == f"loghubd {__version__}"
+    config = tmp_path / "c.toml"
+    config.write_text('[source]\nendpoint = "http://127.0.0.1:1"\nproject = "pp1"\n')
+    done = cli("check-config", "-c", str(config))
+    assert done.returncode == 2 and "source.logstore" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,167 @@
+"""The pure parts of the operator tools: reset targets, durations, shard lists, endpoint
+checks, the error lines and the describe table."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loghubd.admin import errors, reset, view
+from loghubd.protocol import errors as E
+from loghubd.sls import Unreachable
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("-1h", -3600), ("+30m", 1800), ("-90s", -90), ("90", 90), ("-2d", -172800), ("1.5h", 5400)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert reset.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "h", "-1w", "1h30m", "ten"])
+def test_bad_durations_say_what_is_accepted(text: str) -> None:
+    with pytest.raises(reset.TargetError, match="-1h, \\+30m, -90s"):
+        reset.parse_duration(text)
+
+
+@given(st.integers(-(10**6), 10**6), st.sampled_from(["s", "m", "h", "d"]))
+def test_any_whole_duration_round_trips(n: int, unit: str) -> None:
+    assert reset.parse_duration(f"{n}{unit}") == n * reset._UNIT[unit]
+
+
+@pytest.mark.parametrize(
+    ("to", "cursor", "shift", "want"),
+    [
+        ("begin", None, None, reset.Target("begin")),
+        ("end", None, None, reset.Target("end")),
+        ("1700000000", None, None, reset.Target("time", time=1700000000)),
+        ("2023-11-14T22:13:20Z", None, None, reset.Target("time", time=1700000000)),
+        ("2023-11-14T22:13:20", None, None, reset.Target("time", time=1700000000)),
+        (None, "MTAw", None, reset.Target("cursor", cursor="MTAw")),
+        (None, None, "-1h", reset.Target("shift", shift=-3600)),
+    ],
+)
+def test_targets(to: str | None, cursor: str | None, shift: str | None, want: reset.Target) -> None:
+    assert reset.parse_target(to, cursor, shift) == want
+
+
+@pytest.mark.parametrize(
+    ("to", "cursor", "shift", "message"),
+    [
+        (None, None, None, "exactly one"),
+        ("begin", "MTAw", None, "exactly one"),
+        ("yesterday", None, None, "unix seconds or ISO-8601"),
+        (None, "", None, "needs a cursor"),
+    ],
+)
+def test_bad_targets(to: str | None, cursor: str | None, shift: str | None, message: str) -> None:
+    with pytest.raises(reset.TargetError, match=message):
+        reset.parse_target(to, cursor, shift)
+
+
+def test_shard_lists() -> None:
+    assert reset.parse_shards(None, [2, 0, 1]) == [0, 1, 2]
+    assert reset.parse_shards("0,2-3", [0, 1, 2, 3]) == [0, 2, 3]
+    with pytest.raises(reset.TargetError, match="no shard 7"):
+        reset.parse_shards("7", [0, 1])
+    with pytest.raises(reset.TargetError, match="ids and ranges"):
+        reset.parse_shards("a", [0, 1])
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:7100", "https://cn-hangzhou.log.aliyuncs.com", "localhost:7100",
+     "http://[::1]:7100", "127.0.0.1:7100"],
+)  # fmt: skip
+def test_endpoints_accepted(url: str) -> None:
+    assert errors.check_endpoint(url) == url
+
+
+@pytest.mark.parametrize("url", ["not-a-url", "ftp://x.example", "http://:80", "http://h.x:99999"])
+def test_endpoints_refused(url: str) -> None:
+    with pytest.raises(errors.UserError) as caught:
+        errors.check_endpoint(url)
+    assert caught.value.code == errors.USAGE and "http://HOST:PORT" in caught.value.message
+
+
+CTX = errors.Context("http://h.example:1", "proj", "store", "grp")
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "words"),
+    [
+        (E.ProjectNotExist("x"), errors.NOT_FOUND, "project 'proj'"),
+        (E.LogStoreNotExist("x"), errors.NOT_FOUND, "logstore 'store'"),
+        (E.ConsumerGroupNotExist("x"), errors.NOT_FOUND, "consumer group 'grp'"),
+        (Unreachable("x"), errors.UNREACHABLE, "cannot reach http://h.example:1"),
+        (E.SignatureNotMatch("x"), errors.FAILED, "refused the credentials"),
+        (KeyboardInterrupt(), errors.INTERRUPTED, "interrupted"),
+        (OSError(errno.EADDRINUSE, "Address in use"), errors.UNREACHABLE, "in use"),
+        # anyio wraps errors in exception groups: the leaf is named
+        (ExceptionGroup("g", [E.ConsumerGroupNotExist("x")]), errors.NOT_FOUND, "'grp'"),
+        (BaseExceptionGroup("g", [ValueError(), KeyboardInterrupt()]), errors.INTERRUPTED, ""),
+    ],
+)
+def test_explain(exc: BaseException, code: int, words: str) -> None:
+    got = errors.explain(exc, CTX)
+    assert got is not None and got[0] == code and words in got[1], got
+
+
+def test_unknown_errors_are_left_to_the_caller() -> None:
+    assert errors.explain(ValueError("x"), CTX) is None
+
+
+def test_describe_table_uses_operator_words_and_times() -> None:
+    v = view.GroupView(
+        project="proj",
+        logstore="store",
+        group="grp",
+        timeout=20,
+        order=False,
+        consumers=[view.ConsumerRow("c1", [0], heartbeat_age=1.0, commit_age=3.0, live=True)],
+        shards=[
+            view.ShardRow(
+                0,
+                "readwrite",
+                state=view.state_word("already_alloc"),
+                owner="c1",
+                checkpoint="MTAw",
+                checkpoint_time=1700000000,
+                lag_log_groups=5,
+                lag_logs=500,
+                lag_logs_exact=False,
+                lag_seconds=75,
+            ),
+            view.ShardRow(
+                1,
+                "readonly",
+                state=view.state_word("not_alloc"),
+                lag_log_groups=0,
+                lag_logs=0,
+                lag_seconds=0,
+            ),
+        ],
+        source="loghubd serve",
+    )
+    text = view.render(v)
+    assert "assigned" in text and "unassigned (read-only)" in text and "already_alloc" not in text
+    assert "2023-11-14T22:13:20Z" in text and "~500" in text and "1m15s" in text
+    assert "none (start setting)" in text and "estimated" in text
+    data = view.to_json(v)
+    assert data["shards"][0]["checkpoint_at"] == "2023-11-14T22:13:20Z"
+    assert data["totals"] == {
+        "shards": 2, "lag_log_groups": 5, "lag_logs": 500, "lag_logs_exact": False,
+        "max_lag_seconds": 75,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(None, "-"), (0, "0s"), (59.4, "59s"), (61, "1m01s"), (7260, "2h01m"),
+                          (90000, "1d01h")]
+)  # fmt: skip
+def test_ages(seconds: float | None, text: str) -> None:
+    assert view.age(seconds) == text
