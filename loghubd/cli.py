@@ -198,7 +198,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             create_shards=args.create_shards,
             access_key_id=creds.access_key_id,
             access_key_secret=creds.access_key_secret,
-        )
+        ),
+        progress_every=args.progress,
     )
 
 
@@ -363,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="create the project and logstore with N shards if missing",
+    )
+    produce.add_argument(
+        "--progress",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help='every SECONDS, a line {"written": N, "rate": R} on stderr (0: none)',
     )
     produce.set_defaults(func=_cmd_produce)
 

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,9 +138,23 @@ async def _write(opts: ProduceOptions, count: Callable[[int], None]) -> None:
                     await anyio.sleep(ahead)
 
 
-def run(opts: ProduceOptions) -> int:
-    """Print the summary as one JSON line; exit 130 when interrupted. Errors (an unreachable
-    service, a refusal) propagate to the CLI, which names them in one line."""
-    summary = anyio.run(produce, opts)
+def run(opts: ProduceOptions, progress_every: float = 0.0) -> int:
+    """Print the summary as one JSON line; exit 130 when interrupted. With `progress_every`,
+    a JSON line `{"written": N, "rate": R}` goes to stderr every that many seconds. Errors (an
+    unreachable service, a refusal) propagate to the CLI, which names them in one line."""
+    last = [time.monotonic(), 0]
+
+    def progress(written: int) -> None:
+        now = time.monotonic()
+        if progress_every > 0 and now - last[0] >= progress_every:
+            rate = (written - last[1]) / (now - last[0])
+            print(json.dumps({"written": written, "rate": round(rate)}), file=sys.stderr)
+            last[0], last[1] = now, written
+
+    try:
+        summary = anyio.run(produce, opts, progress)
+    except KeyboardInterrupt:  # before the signal handler was in place: nothing written
+        summary = {"written": 0, "first_id": opts.start, "last_id": opts.start - 1}
+        summary["seconds"], summary["interrupted"] = 0, 1
     print(json.dumps(summary), flush=True)
     return 130 if summary.get("interrupted") else 0

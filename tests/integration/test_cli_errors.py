@@ -124,23 +124,32 @@ def test_serve_blames_an_unusable_data_dir() -> None:
              "--data-dir /proc/nope cannot be used")  # fmt: skip
 
 
-def interrupt(args: list[str], after: float) -> subprocess.CompletedProcess[str]:
+def interrupt(
+    args: list[str], after: float, ready: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run, SIGINT `after` seconds (counted from the first `ready` line on stderr if given)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "loghubd", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    first = ""
+    if ready is not None:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        assert ready in first, first
     time.sleep(after)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, first + err)
 
 
 def test_ctrl_c_on_produce_keeps_the_summary(server: ServerProcess) -> None:
     done = interrupt(
-        ["produce", *where(server), "--count", "1000000", "--rate", "200", "--prefix", "int-"],
-        after=3.0,
+        ["produce", *where(server), "--count", "1000000", "--rate", "500", "--progress", "0.5"],
+        after=0.5,
+        ready='"written"',
     )
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
     assert done.returncode == 130, (done.returncode, done.stderr)
