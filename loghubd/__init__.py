@@ -5,32 +5,41 @@ The public API for plugin authors lives here; everything else is internal: the p
 credentials providers and errors (`loghubd.sls`).
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 import pluggy
 
 from loghubd.models import Batch, Record
 from loghubd.plugins.api import (
     Ack,
+    Bindable,
+    Closable,
+    Flushable,
     Processor,
     ProcessorContext,
     ProcessorFactory,
     ProcessorSpec,
+    Startable,
     Tracker,
 )
-from loghubd.sls import (
-    CommandCredentials,
-    Credentials,
-    CredentialsError,
-    CredentialsProvider,
-    CredentialsSource,
-    CredentialsUnavailable,
-    FileCredentials,
-    Pulled,
-    SlsClient,
-    SlsError,
-    StaticCredentials,
-    Unreachable,
-    provider_for,
-)
+
+if TYPE_CHECKING:
+    from loghubd.sls import (
+        CommandCredentials,
+        Credentials,
+        CredentialsError,
+        CredentialsProvider,
+        CredentialsSource,
+        CredentialsUnavailable,
+        FileCredentials,
+        Pulled,
+        SlsClient,
+        SlsError,
+        StaticCredentials,
+        Unreachable,
+        provider_for,
+    )
 
 __version__ = "0.1.0"
 
@@ -39,6 +48,8 @@ hookimpl = pluggy.HookimplMarker("loghubd")
 __all__ = [
     "Ack",
     "Batch",
+    "Bindable",
+    "Closable",
     "CommandCredentials",
     "Credentials",
     "CredentialsError",
@@ -46,6 +57,7 @@ __all__ = [
     "CredentialsSource",
     "CredentialsUnavailable",
     "FileCredentials",
+    "Flushable",
     "Processor",
     "ProcessorContext",
     "ProcessorFactory",
@@ -54,6 +66,7 @@ __all__ = [
     "Record",
     "SlsClient",
     "SlsError",
+    "Startable",
     "StaticCredentials",
     "Tracker",
     "Unreachable",
@@ -61,3 +74,33 @@ __all__ = [
     "hookimpl",
     "provider_for",
 ]
+
+# The SLS client's names are imported on first use: `import loghubd` (every plugin, the
+# server, `loghubd check-config`) does not pay for aiohttp unless it talks to SLS.
+_LAZY = {
+    name: "loghubd.sls"
+    for name in (
+        "CommandCredentials",
+        "Credentials",
+        "CredentialsError",
+        "CredentialsProvider",
+        "CredentialsSource",
+        "CredentialsUnavailable",
+        "FileCredentials",
+        "Pulled",
+        "SlsClient",
+        "SlsError",
+        "StaticCredentials",
+        "Unreachable",
+        "provider_for",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loghubd' has no attribute {name!r}")
+    value = importlib.import_module(module).__dict__[name]
+    globals()[name] = value
+    return value

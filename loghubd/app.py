@@ -47,6 +47,8 @@ class Daemon:
         self.cfg = cfg
         self.consumer = cfg.consumer.name or default_consumer_name()
         self.runners: list[SourceRunner] = []
+        for warning in cfg.warnings:
+            log.warning("config_key_deprecated", problem=warning)
         for spec in cfg.sources:
             try:
                 self.runners.append(SourceRunner(spec, plugins, self.consumer))

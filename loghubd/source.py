@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +28,27 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from loghubd.backoff import Backoff
 from loghubd.config import ConsumerConfig, SourceSpec
 from loghubd.consumer.assignment import Assignment
-from loghubd.consumer.fetcher import ByteBudget, FetchSettings, ShardCatalog, reached
-from loghubd.consumer.flusher import run_flusher
+from loghubd.consumer.budget import ByteBudget
+from loghubd.consumer.fetcher import PULL_BACKOFF, FetchSettings, ShardCatalog, reached
 from loghubd.consumer.heartbeat import HeartbeatSettings, HeartbeatState, run_heartbeat
+from loghubd.consumer.processing import RetryPolicy
 from loghubd.consumer.shard import WINDOW_SETTLE_S, ShardContext
 from loghubd.consumer.supervisor import Supervisor, Waker
-from loghubd.consumer.worker import RetryPolicy, call
 from loghubd.ops import health
 from loghubd.ops.metrics import Metrics
-from loghubd.plugins.api import ProcessorContext, ProcessorFactory
+from loghubd.plugins.api import ProcessorContext
+from loghubd.plugins.loaded import LoadedFactory
 from loghubd.plugins.manager import Plugins
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
 from loghubd.sls import CredentialsProvider, SlsClient, provider_for
 
 log = structlog.get_logger("loghubd.source")
+
+STARTUP_BACKOFF = Backoff(initial=1.0, cap=30.0)
 
 
 async def ensure_group(client: SlsClient, logstore: str, c: ConsumerConfig) -> None:
@@ -86,7 +91,7 @@ async def _retry_until_ok(what: str, fn: Callable[[], Awaitable[None]]) -> None:
             if not exc.retryable:
                 raise StartupError(f"{what}: {exc}") from exc
             attempt += 1
-            wait = min(30.0, 0.5 * 2 ** min(attempt, 6))
+            wait = STARTUP_BACKOFF.wait(attempt)
             log.warning("startup_call_failed", call=what, error=str(exc)[:300], retry_in_s=wait)
             await anyio.sleep(wait)
 
@@ -104,7 +109,7 @@ class SourceRunner:
         self.consumer = consumer
         self.metrics = Metrics()
         proc = spec.processor
-        self.factory: ProcessorFactory = plugins.processor(proc.name).create(proc.selected_options)
+        self.factory: LoadedFactory = plugins.create(proc.name, proc.selected_options)
         shards = spec.consumer.shards
         self.heartbeat = HeartbeatState()
         self.assignment = Assignment(None if shards is None else frozenset(shards))
@@ -162,22 +167,25 @@ class SourceRunner:
         ctx = ShardContext(
             client=client,
             settings=FetchSettings(
-                s.logstore,
-                c.max_fetch_log_groups,
-                c.fetch_interval,
-                c.retry_max_backoff,
-                c.query or None,
+                logstore=s.logstore,
+                max_log_groups=c.max_fetch_log_groups,
+                fetch_interval=c.fetch_interval,
+                backoff=replace(PULL_BACKOFF, cap=c.pull_retry_max_backoff),
+                query=c.query or None,
             ),
             group=c.group,
             consumer=self.consumer,
             start=start,
             factory=self.factory,
             retry=RetryPolicy(
-                c.max_attempts,
-                c.on_failure,
-                c.retry_initial_backoff,
-                c.retry_max_backoff,
-                Path(c.dead_letter_dir),
+                max_attempts=c.max_attempts,
+                on_failure=c.on_failure,
+                backoff=Backoff(
+                    initial=c.retry_initial_backoff,
+                    cap=c.processor_retry_max_backoff,
+                    jitter=0.5,
+                ),
+                dead_letter_dir=Path(c.dead_letter_dir),
             ),
             metrics=self.metrics,
             budget=ByteBudget(c.max_bytes_in_flight, self.metrics),
@@ -185,6 +193,7 @@ class SourceRunner:
             lease_valid=lambda: self.heartbeat.lease_valid(c.timeout),
             end=c.end,
             on_finished=self.window_waker.wake,
+            checkpoint_interval=c.checkpoint_interval,
         )
         self.client = client
         self.supervisor = Supervisor(ctx, self.assignment, self.metrics, self.waker)
@@ -296,12 +305,10 @@ class SourceRunner:
                         await _retry_until_ok(
                             "ensure_group", lambda: ensure_group(client, spec.source.logstore, c)
                         )
-                        bind_factory = getattr(self.factory, "bind", None)
-                        if bind_factory is not None:
-                            bind_factory(self.processor_context())
-                        start_factory = getattr(self.factory, "start", None)
-                        if start_factory is not None:
-                            await call(start_factory)
+                        if self.factory.bind is not None:
+                            self.factory.bind(self.processor_context())
+                        if self.factory.start is not None:
+                            await self.factory.start()
                     except StartupError as exc:
                         self.state, self.error, self.clean = "failed", str(exc), False
                         log.error("source_cannot_start", **bind, error=self.error)
@@ -313,10 +320,10 @@ class SourceRunner:
                 await self._consume(tg, stop, started, client, supervisor)
                 tg.cancel_scope.cancel()
         finally:
-            close = getattr(self.factory, "close", None)
+            close = self.factory.close
             if close is not None and self.state not in ("starting", "failed"):
                 with anyio.CancelScope(shield=True):
-                    await call(close)
+                    await close()
         if supervisor.unflushed:
             self.clean = False
             log.error("shutdown_unclean", **bind, unflushed_shards=supervisor.unflushed)
@@ -341,12 +348,12 @@ class SourceRunner:
                 await run_heartbeat(
                     client,
                     HeartbeatSettings(
-                        spec.source.logstore,
-                        c.group,
-                        self.consumer,
-                        c.heartbeat_interval,
-                        c.timeout,
-                        c.shards,
+                        logstore=spec.source.logstore,
+                        group=c.group,
+                        consumer=self.consumer,
+                        interval=c.heartbeat_interval,
+                        timeout=c.timeout,
+                        allowed=c.shards,
                     ),
                     self.assignment,
                     supervisor,
@@ -359,7 +366,6 @@ class SourceRunner:
                 heartbeat_done.set()
 
         tg.start_soon(heartbeat)
-        tg.start_soon(run_flusher, supervisor, c.checkpoint_interval, self.metrics)
         window_done = anyio.Event()
         if c.end is not None:
             tg.start_soon(self._watch_window, client, window_done)

@@ -26,6 +26,9 @@ Rules:
   TOML literals when they parse as one (`true`, `3`, `[1, 2]`), strings otherwise, and stay
   strings where the file already has a string. `LOGHUBD_*` names without `__` are not config
   keys and are ignored (the CLI may use them).
+- Deprecated keys are still accepted and set the keys that replace them (unless those are
+  given too); `Config.warnings` says which to change (the daemon logs them at start-up):
+  `consumer.retry_max_backoff` → `pull_retry_max_backoff` and `processor_retry_max_backoff`.
 - `credentials = "env"` (in `[source]` or a `[[sources]]` entry) takes the keys from the
   Alibaba Cloud SDKs' `ALIBABA_CLOUD_ACCESS_KEY_ID` / `_SECRET` / `ALIBABA_CLOUD_SECURITY_TOKEN`
   in the same environ; the keys themselves are then refused in the file.
@@ -100,7 +103,8 @@ def _build(
     ops = _construct(OpsConfig, top["ops"], problems, "ops")
     log = _construct(LogConfig, top["log"], problems, "log")
     _raise_if(problems)
-    return Config(specs, ops, log, multi=layers.multi)
+    warnings = tuple(dict.fromkeys(layers.warnings))  # a shared key warns once
+    return Config(specs, ops, log, multi=layers.multi, warnings=warnings)
 
 
 def loads(

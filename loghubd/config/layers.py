@@ -42,6 +42,7 @@ class _Layers:
         self.sources: dict[str, tuple[str, _Tables]] = {}
         self.multi = False  # the file has `[[sources]]`
         self.problems: list[str] = []
+        self.warnings: list[str] = []  # deprecated keys: accepted, but should be changed
 
     def set(self, path: Sequence[str], value: Any, origin: str, textual: bool) -> None:
         section, key = path[0], ".".join(path)

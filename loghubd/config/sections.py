@@ -142,7 +142,10 @@ class ConsumerConfig:
     max_attempts: int = 0  # 0 = unlimited
     on_failure: Literal["retry", "dead_letter", "stop"] = "retry"  # after max_attempts
     dead_letter_dir: str = "dead-letter"
-    retry_initial_backoff: float = 0.5
+    retry_initial_backoff: float = 0.5  # the first wait before retrying a failed batch
+    processor_retry_max_backoff: float = 30.0  # the longest wait between a batch's attempts
+    pull_retry_max_backoff: float = 30.0  # the longest wait between failed pulls of a shard
+    # Deprecated: sets both maxima above (the loader does it, with a warning); unused itself.
     retry_max_backoff: float = 30.0
     request_timeout: float = 5.0  # below timeout, so a slow call cannot cost us the shards
     query: str = ""  # SPL query applied by the server when pulling; "" = none
@@ -176,6 +179,10 @@ class ConsumerConfig:
             (self.retry_initial_backoff > 0, "retry_initial_backoff", "must be > 0"),
             (self.retry_max_backoff >= self.retry_initial_backoff, "retry_max_backoff",
              f"must be >= consumer.retry_initial_backoff ({self.retry_initial_backoff})"),
+            (self.processor_retry_max_backoff >= self.retry_initial_backoff,
+             "processor_retry_max_backoff",
+             f"must be >= consumer.retry_initial_backoff ({self.retry_initial_backoff})"),
+            (self.pull_retry_max_backoff > 0, "pull_retry_max_backoff", "must be > 0"),
             (0 < self.request_timeout < self.timeout, "request_timeout",
              f"must be > 0 and < consumer.timeout ({self.timeout})"),
             (self.end is None or self.start != "end", "end",
@@ -306,6 +313,8 @@ class Config:
     ops: OpsConfig = field(default_factory=OpsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     multi: bool = False
+    # Deprecated keys the configuration used, one message each (see `loghubd.config`).
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.sources:

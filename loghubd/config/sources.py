@@ -24,11 +24,25 @@ from loghubd.config.sections import (
 from loghubd.config.values import _construct, _raise_if, _section_kwargs, _Value
 
 
-def _derive(consumer: dict[str, Any]) -> None:
-    """Derived defaults: only when the key was not given, so an explicit value is validated."""
+def _derive(consumer: dict[str, Any], warnings: list[str], label: Callable[[str], str]) -> None:
+    """Derived defaults: only when the key was not given, so an explicit value is validated.
+    Deprecated keys set their replacements (unless those are given too) and add a warning."""
     heartbeat = consumer.get("heartbeat_interval", _DEFAULT_HEARTBEAT)
     consumer.setdefault("timeout", 3 * heartbeat)
     consumer.setdefault("request_timeout", min(10.0, consumer["timeout"] / 3))
+    for old, new in _DEPRECATED.items():
+        if old in consumer:
+            for key in new:
+                consumer.setdefault(key, consumer[old])
+            where = label(old).removesuffix(old)  # the table the old key was given in
+            warnings.append(
+                f"{where}{old} is deprecated: it sets "
+                f"{' and '.join(where + key for key in new)}, give those instead"
+            )
+
+
+# consumer key → the keys it stands for now (docs/configuration.md, "Retries").
+_DEPRECATED = {"retry_max_backoff": ("pull_retry_max_backoff", "processor_retry_max_backoff")}
 
 
 def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,7 +94,7 @@ def _build_single(layers: _Layers, environ: Mapping[str, str]) -> tuple[SourceSp
         )
         for name in _PER_SOURCE
     }
-    _derive(kwargs["consumer"])
+    _derive(kwargs["consumer"], layers.warnings, _top_label("consumer"))
     _env_keys(kwargs["source"], environ, problems, _top_label("source"))
     kwargs["processor"]["options"] = top.options
     _raise_if(problems)
@@ -141,7 +155,11 @@ def _build_multi(layers: _Layers, environ: Mapping[str, str]) -> tuple[SourceSpe
                 _source_label(name, section, mine, shared),
                 _source_hint(name, section),
             )
-        _derive(kwargs["consumer"])
+        _derive(
+            kwargs["consumer"],
+            layers.warnings,
+            _source_label(name, "consumer", own.get("consumer", {}), top.core.get("consumer", {})),
+        )
         _env_keys(kwargs["source"], environ, problems, _source_label(name, "source", {}, {}))
         kwargs["processor"]["options"] = _merged(top.options, tables.options)
         staged.append((name, kwargs))

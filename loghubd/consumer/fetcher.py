@@ -22,6 +22,8 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectSendStream
 
+from loghubd.backoff import Backoff
+from loghubd.consumer.budget import ByteBudget
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import cursor as cursors
@@ -34,6 +36,7 @@ log = structlog.get_logger("loghubd.fetcher")
 FULL_PULL_BYTES = 4 * 1024 * 1024
 CATALOG_TTL_S = 10.0
 LAG_PROBE_INTERVAL_S = 5.0
+PULL_BACKOFF = Backoff(initial=0.4, cap=30.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,35 +80,6 @@ def reached(cursor: str, end: str) -> bool:
         return False
 
 
-class ByteBudget:
-    """Bounds the fetched-but-unfinished bytes across all shards (memory by bytes, not counts).
-
-    A shard waits before pulling while the budget is spent; a single batch larger than the
-    whole budget still passes when nothing else is in flight, so progress is never blocked.
-    """
-
-    def __init__(self, limit: int, metrics: Metrics) -> None:
-        self.limit = limit
-        self.used = 0
-        self._metrics = metrics
-        self._freed = anyio.Event()
-
-    async def wait_for_room(self) -> None:
-        while self.used >= self.limit:
-            freed = self._freed
-            await freed.wait()
-
-    def take(self, n: int) -> None:
-        self.used += n
-        self._metrics.bytes_in_flight.set(self.used)
-
-    def give_back(self, n: int) -> None:
-        self.used -= n
-        self._metrics.bytes_in_flight.set(self.used)
-        self._freed.set()
-        self._freed = anyio.Event()
-
-
 class ShardCatalog:
     """Which shards are read-only, from ListShards, cached for a few seconds (one call serves
     every shard task of the logstore)."""
@@ -138,13 +112,14 @@ class FetchStatus:
     logs_per_group: float = 1.0  # recent average, kept by the shard task
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FetchSettings:
     logstore: str
     max_log_groups: int
     fetch_interval: float
-    retry_max_backoff: float
-    query: str | None
+    # Failed pulls and start-position look-ups (`consumer.pull_retry_max_backoff`).
+    backoff: Backoff = PULL_BACKOFF
+    query: str | None = None
 
 
 async def run_fetcher(
@@ -231,15 +206,10 @@ async def run_fetcher(
                 if dropped > 0:
                     metrics.filtered_logs.labels(label).inc(dropped)
             if pulled.count:
-                budget.take(len(pulled.data))
                 batch = Batch(
                     shard, cursor, pulled.next_cursor, pulled.data, pulled.count, pulled.raw_size
                 )
-                try:
-                    await send.send(batch)
-                except BaseException:
-                    budget.give_back(len(pulled.data))
-                    raise
+                await budget.hand_over(batch, send)
             elif pulled.next_cursor != cursor:
                 await send.send(Skipped(cursor, pulled.next_cursor))
             cursor = pulled.next_cursor
@@ -273,7 +243,7 @@ async def _back_off(
     event: str, exc: E.SlsError, failures: int, settings: FetchSettings, bind: dict[str, object]
 ) -> None:
     """Log a failed call and wait before the next try (exponential, capped)."""
-    wait = min(settings.retry_max_backoff, 0.2 * 2 ** min(failures, 10))
+    wait = settings.backoff.wait(failures)
     log.warning(event, **bind, error=str(exc), attempt=failures, wait_s=round(wait, 2))
     await anyio.sleep(wait)
 

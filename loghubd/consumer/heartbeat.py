@@ -57,7 +57,7 @@ class HeartbeatState:
         return self.joined and time.monotonic() - self.last_ok < timeout
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatSettings:
     logstore: str
     group: str

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
+from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.fetcher import (
-    ByteBudget,
     CursorReset,
     EndOfShard,
     EndOfWindow,
@@ -32,25 +32,24 @@ from loghubd.consumer.fetcher import (
     Skipped,
     run_fetcher,
 )
-from loghubd.consumer.tracking import ShardTracker
-from loghubd.consumer.worker import (
+from loghubd.consumer.processing import (
     DeadLettered,
     Processed,
     RetryPolicy,
     ShardStopped,
-    call,
     process_with_retry,
 )
+from loghubd.consumer.tracking import ShardTracker
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
-from loghubd.plugins.api import Processor, ProcessorFactory
+from loghubd.plugins.loaded import LoadedFactory, LoadedProcessor
 from loghubd.protocol import errors as E
 from loghubd.sls import SlsClient
 
 log = structlog.get_logger("loghubd.shard")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ShardContext:
     """Everything a shard task needs, shared by all shards of one consumer."""
 
@@ -59,7 +58,7 @@ class ShardContext:
     group: str
     consumer: str
     start: str  # "begin", "end" or unix seconds, for shards without a checkpoint
-    factory: ProcessorFactory
+    factory: LoadedFactory
     retry: RetryPolicy
     metrics: Metrics
     budget: ByteBudget
@@ -71,6 +70,8 @@ class ShardContext:
     end: float | None = None
     # Called when a shard reached the end of its window (or of its data) and committed it.
     on_finished: Callable[[], None] = lambda: None
+    # How often every held shard commits its lowest unfinished position (`Supervisor`).
+    checkpoint_interval: float = 5.0
 
 
 # Bounded runs: within this many seconds of `consumer.end` nothing is pulled until the end
@@ -107,7 +108,7 @@ class ShardTask:
         self.status = ShardStatus(shard)
         self.stop_requested = anyio.Event()
         self.tracker: ShardTracker | None = None
-        self.processor: Processor | None = None
+        self.processor: LoadedProcessor | None = None
         self.lost = False  # another consumer owns the shard: never commit again
         self.commit_failed = False  # the last commit attempt failed for another reason
         self._commit_lock = anyio.Lock()
@@ -127,10 +128,10 @@ class ShardTask:
                 if tracker.committed == tracker.fetch_cursor:  # nothing waits behind it
                     self.status.last_commit = time.monotonic()
                 return True
-            flush = getattr(self.processor, "flush", None)
+            flush = None if self.processor is None else self.processor.flush
             try:
                 if flush is not None:
-                    await call(flush)  # make the processor's output durable first
+                    await flush()  # make the processor's output durable first
                 await self.ctx.client.commit(
                     self.ctx.settings.logstore,
                     self.ctx.group,
@@ -186,7 +187,7 @@ class ShardTask:
                 raise
             except E.SlsError as exc:
                 attempt += 1
-                wait = min(self.ctx.retry.max_backoff, 0.2 * 2 ** min(attempt, 8))
+                wait = self.ctx.settings.backoff.wait(attempt)
                 log.warning(
                     "shard_start_failed",
                     **self._bind,
@@ -200,8 +201,8 @@ class ShardTask:
         try:
             start, committed = await self._initial_with_retry()
             self.tracker = ShardTracker(start, committed=committed)
-            self.processor = c.factory(self.shard)
-            await call(self.processor.initialize, self.shard)
+            self.processor = c.factory.processor(self.shard)
+            await self.processor.initialize(self.shard)
             log.info("shard_started", **self._bind, cursor=start, from_checkpoint=bool(committed))
             self.status.state = "consuming"
             await self._consume()
@@ -221,7 +222,7 @@ class ShardTask:
         await self.commit()
         try:
             with anyio.fail_after(30):
-                await call(self.processor.shutdown, self.tracker, abandon_on_cancel=True)
+                await self.processor.shutdown(self.tracker)
         except Exception as exc:
             log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
         await self.commit()
@@ -260,7 +261,7 @@ class ShardTask:
                         try:
                             rollback = await self._handle(item)
                         finally:
-                            self.ctx.budget.give_back(len(item.raw))
+                            self.ctx.budget.handled(item)
                     elif isinstance(item, EndOfShard):
                         await self._end_of_shard(item.cursor)
                     elif isinstance(item, EndOfWindow):

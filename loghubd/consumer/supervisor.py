@@ -1,4 +1,10 @@
-"""Starts and stops one shard task per held shard, inside the supervisor's own task group.
+"""Starts and stops one shard task per held shard, inside the supervisor's own task group,
+and commits them all every `checkpoint_interval` (processors that saved with
+`persist=False` rely on it).
+
+Every commit goes through `ShardTask.commit` (fenced, after the processor's `flush`); what
+starts one: this timer, a processor's `save_checkpoint(persist=True)` or `ack.done(persist=
+True)` (the shard task, after the batch), a finished shard or window, and a shard's stop.
 
 A shard whose processor failed under the `stop` policy is *parked*: still held (reported in
 heartbeats, so no other consumer repeats the failure) but not consumed, and readiness says
@@ -59,8 +65,15 @@ class Supervisor:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            tg.start_soon(self._commit_periodically)
             task_status.started()
             await anyio.sleep_forever()
+
+    async def _commit_periodically(self) -> None:
+        while True:
+            await anyio.sleep(self.ctx.checkpoint_interval)
+            for task in self.all_tasks():
+                await task.commit()
 
     def apply(self, diff: Diff) -> None:
         for shard in sorted(diff.to_stop):

@@ -4,7 +4,14 @@ A plugin registers :class:`ProcessorSpec` values through the `loghubd_register_p
 hook. At start-up the daemon calls ``spec.create(options)`` once, with the processor's own
 ``[processor.<name>]`` table; the result is a :class:`ProcessorFactory`, called once per held
 shard to make a :class:`Processor`. Methods may be plain functions (run in a worker thread) or
-coroutines (run on the event loop; they must not block it).
+coroutines (run on the event loop; they must not block it); which one is decided once, when
+the object is made, not at every call.
+
+Optional capabilities are Protocols of their own: a processor may also be :class:`Flushable`;
+a factory may also be :class:`Bindable`, :class:`Startable` and :class:`Closable`. Defining the
+method is all it takes; the daemon checks the shapes once, when it creates the object
+(`loghubd.plugins.loaded`), and a wrong one stops start-up with an error naming the
+processor.
 """
 
 from __future__ import annotations
@@ -58,17 +65,44 @@ class Processor(Protocol):
     def shutdown(self, tracker: Tracker) -> Awaitable[None] | None:
         """Called once when the shard is let go (rebalance or shutdown), after the last batch."""
 
-    # Optional: ``flush()``, sync or async, is called before this shard's checkpoint is
-    # committed; a processor that writes files makes them durable there (fsync).
+
+@runtime_checkable
+class Flushable(Protocol):
+    """Optional, on a processor: ``flush()``, sync or async, is called before this shard's
+    checkpoint is committed; a processor that writes files makes them durable there (fsync)."""
+
+    def flush(self) -> Awaitable[None] | None: ...
 
 
 class ProcessorFactory(Protocol):
-    """Per daemon: makes one processor per shard. May also define ``bind(context)`` (a plain
-    function, called once with a :class:`ProcessorContext` before ``start()``), ``start()``
-    (before the first shard; the daemon is not ready until it returns) and ``close()`` (at
-    shutdown); ``start`` and ``close`` may be sync or async."""
+    """Per daemon: makes one processor per shard. May also be :class:`Bindable`,
+    :class:`Startable` and :class:`Closable`."""
 
     def __call__(self, shard: int) -> Processor: ...
+
+
+@runtime_checkable
+class Bindable(Protocol):
+    """Optional, on a factory: ``bind(context)``, a plain function, called once with a
+    :class:`ProcessorContext` before ``start()``."""
+
+    def bind(self, context: ProcessorContext) -> None: ...
+
+
+@runtime_checkable
+class Startable(Protocol):
+    """Optional, on a factory: ``start()``, sync or async, before the first shard; the daemon
+    is not ready until it returns."""
+
+    def start(self) -> Awaitable[None] | None: ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """Optional, on a factory: ``close()``, sync or async, once at shutdown (after every
+    shard's processor has shut down)."""
+
+    def close(self) -> Awaitable[None] | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,14 @@ match no spec (a misspelt hook name is an error, not silence).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pluggy
 
 from loghubd.plugins import builtin, hookspecs
 from loghubd.plugins.api import ProcessorSpec
+from loghubd.plugins.loaded import LoadedFactory, ShapeError, load_factory
 
 PROJECT = "loghubd"
 
@@ -58,3 +60,13 @@ class Plugins:
             raise PluginError(
                 f"processor.name: no processor named {name!r} (installed: {known})"
             ) from None
+
+    def create(self, name: str, options: Mapping[str, Any]) -> LoadedFactory:
+        """The factory of processor `name` made from its options, its shape checked once.
+        A processor refusing its options raises ValueError ("<key>: why"); a factory of the
+        wrong shape is a PluginError naming the processor."""
+        factory = self.processor(name).create(options)
+        try:
+            return load_factory(name, factory)
+        except ShapeError as exc:
+            raise PluginError(str(exc)) from exc

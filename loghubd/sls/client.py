@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import anyio
 
+from loghubd.backoff import Backoff
 from loghubd.protocol import compress as codec
 from loghubd.protocol import errors as E
 from loghubd.protocol import signing
@@ -82,8 +82,7 @@ class SlsClient:
         self._auth_version = auth_version
         self._region = region
         self.request_timeout = request_timeout
-        self._initial_backoff = initial_backoff
-        self._max_backoff = max_backoff
+        self._backoff = Backoff(initial=initial_backoff, cap=max_backoff, jitter=1.0)
         self._accept = accept_compress
         self._user_agent = user_agent
         self._on_auth_error = on_auth_error
@@ -133,8 +132,7 @@ class SlsClient:
                             raise error
                         return status, rheaders, rbody
                     last_error = _error(status, rheaders, rbody)
-                backoff = min(self._max_backoff, self._initial_backoff * 2 ** (attempt - 1))
-                await anyio.sleep(random.uniform(0, backoff))
+                await anyio.sleep(self._backoff.wait(attempt))
         assert scope.cancel_called
         if isinstance(last_error, E.SlsError):
             raise last_error

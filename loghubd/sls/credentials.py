@@ -59,6 +59,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from loghubd.backoff import Backoff
 from loghubd.config import SourceConfig
 from loghubd.protocol.signing import Credentials
 from loghubd.sls.errors import CredentialsError, CredentialsUnavailable
@@ -72,6 +73,7 @@ INVALIDATE_GAP_S = 2.0  # auth errors come in bursts (every shard at once): one 
 FILE_CHECK_INTERVAL_S = 1.0
 BACKOFF_INITIAL_S = 1.0
 BACKOFF_MAX_S = 30.0
+COMMAND_BACKOFF = Backoff(initial=BACKOFF_INITIAL_S, cap=BACKOFF_MAX_S)
 STDERR_SHOWN = 300  # characters of a failed command's stderr in the log
 
 Clock = Callable[[], float]  # wall clock, unix seconds (expirations are wall-clock times)
@@ -153,7 +155,7 @@ def refresh_at(fetched_at: float, expiration: float) -> float:
 
 def backoff(failures: int) -> float:
     """Wait after `failures` (>= 1) failed runs in a row: 1, 2, 4 … 30 s."""
-    return min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2.0 ** min(failures - 1, 16))
+    return COMMAND_BACKOFF.wait(failures)
 
 
 def iso(when: float | None) -> str | None:

@@ -13,8 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
+from loghubd.backoff import Backoff
+from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.fetcher import (
-    ByteBudget,
     CursorReset,
     EndOfShard,
     FetchSettings,
@@ -61,7 +62,12 @@ class Flaky:
 
 
 async def _run(client: Flaky, start: str = END) -> list[Item]:
-    settings = FetchSettings("ls", 100, fetch_interval=0.01, retry_max_backoff=0.02, query=None)
+    settings = FetchSettings(
+        logstore="ls",
+        max_log_groups=100,
+        fetch_interval=0.01,
+        backoff=Backoff(initial=0.02, cap=0.02),
+    )
     metrics = Metrics()
     send, receive = anyio.create_memory_object_stream[Item](10)
     with anyio.fail_after(10):

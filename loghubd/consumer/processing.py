@@ -1,4 +1,5 @@
-"""Run processor code: off the event loop when it is synchronous, and with the retry policy.
+"""Process one batch with the retry policy (the processor's calls are `LoadedProcessor`s:
+sync or async was decided when it was made, `loghubd.plugins.loaded`).
 
 A failing batch is retried with exponential backoff and jitter, never skipped silently and
 never in a tight loop. After `max_attempts` (0 = unlimited) the policy decides: keep
@@ -7,9 +8,7 @@ retrying, write the batch to the dead-letter directory and go on, or stop the sh
 
 from __future__ import annotations
 
-import inspect
 import json
-import random
 import time
 import traceback
 from collections.abc import Callable
@@ -20,38 +19,27 @@ from typing import Any
 import anyio
 import structlog
 
+from loghubd.backoff import Backoff
 from loghubd.files import write_durably
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
-from loghubd.plugins.api import Processor, Tracker
+from loghubd.plugins.api import Tracker
+from loghubd.plugins.loaded import LoadedProcessor
 
 log = structlog.get_logger("loghubd.worker")
 
 
-async def call(fn: Callable[..., Any], *args: Any, abandon_on_cancel: bool = False) -> Any:
-    """Call processor code: coroutine functions on the loop, plain ones in a worker thread,
-    so a blocking processor never delays the heartbeat."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args)
-    result = await anyio.to_thread.run_sync(lambda: fn(*args), abandon_on_cancel=abandon_on_cancel)
-    if inspect.isawaitable(result):
-        return await result
-    return result
+PROCESSOR_BACKOFF = Backoff(initial=0.5, cap=30.0, jitter=0.5)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
     max_attempts: int = 0  # 0: retry for ever
     on_failure: str = "retry"  # "retry" | "dead_letter" | "stop", once max_attempts is reached
-    initial_backoff: float = 0.5
-    max_backoff: float = 30.0
+    # Doubles each time, half of it jittered: the waits grow while retrying processes do not
+    # synchronise (`consumer.retry_initial_backoff`, `processor_retry_max_backoff`).
+    backoff: Backoff = PROCESSOR_BACKOFF
     dead_letter_dir: Path = Path("dead-letter")
-
-    def backoff(self, attempt: int) -> float:
-        """Wait before attempt `attempt + 1`: doubles each time, half of it jittered, so the
-        waits grow while retrying processes do not synchronise."""
-        ceiling = min(self.max_backoff, self.initial_backoff * 2.0 ** (attempt - 1))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +61,7 @@ Outcome = Processed | DeadLettered | ShardStopped
 
 
 async def process_with_retry(
-    processor: Processor,
+    processor: LoadedProcessor,
     batch: Batch,
     tracker: Tracker,
     policy: RetryPolicy,
@@ -90,7 +78,7 @@ async def process_with_retry(
         attempt += 1
         started = time.perf_counter()
         try:
-            result = await call(processor.process, batch, tracker, abandon_on_cancel=True)
+            result = await processor.process(batch, tracker)
         except Exception as exc:
             failing(f"attempt {attempt} at cursor {batch.cursor}: {exc!r}"[:300])
             metrics.processor_errors.labels(str(batch.shard)).inc()
@@ -115,7 +103,7 @@ async def process_with_retry(
                     reason = f"processor failed {attempt} times at cursor {batch.cursor}: {exc!r}"
                     log.error("shard_stopped_on_failure", **bind, reason=reason[:500])
                     return ShardStopped(reason)
-            wait = policy.backoff(attempt)
+            wait = policy.backoff.wait(attempt)
             metrics.processor_retries.labels(str(batch.shard)).inc()
             log.info("process_retry_scheduled", **bind, attempt=attempt, wait_s=round(wait, 3))
             await anyio.sleep(wait)
