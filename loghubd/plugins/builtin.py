@@ -4,6 +4,7 @@
 - ``stdout``: JSON lines on standard output (demos).
 - ``null``: counts the logs and drops them (smoke tests, benchmarks); with ``records = true``
   it builds every log's dict first, as a real processor would.
+- ``http``: NDJSON POSTs to a URL, at least once (loghubd/processors/http.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from loghubd import hookimpl
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorFactory, ProcessorSpec, Tracker
+from loghubd.processors.http import HttpFactory
 from loghubd.processors.jsonl import JsonlFactory, JsonlProcessor
 from loghubd.processors.options import check_options
 
@@ -78,4 +80,5 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
         ProcessorSpec("jsonl", JsonlFactory, "JSON lines, one file per shard, fsynced"),
         ProcessorSpec("stdout", _stdout, "JSON lines on standard output"),
         ProcessorSpec("null", _null, "count the logs, keep nothing"),
+        ProcessorSpec("http", HttpFactory, "NDJSON POSTs to a URL, at least once"),
     ]

@@ -1,0 +1,272 @@
+"""The `http` processor: POST each batch as NDJSON to a URL, at least once.
+
+A batch is cut into requests of `batch_size` logs (one JSON object per line, optionally
+gzipped), sent with up to `concurrency` requests in flight per shard. A request is done when
+the endpoint answers 2xx. 429, 5xx, time-outs and connection errors are retried with
+exponential backoff and jitter, waiting at least what a `Retry-After` header asks; any other
+answer (4xx) fails the batch, which then follows the daemon's failure policy
+(`consumer.max_attempts` / `on_failure`). The shard's checkpoint moves only once every request
+of the batch was acknowledged, so a crash re-sends, never skips: **at least once**. When the
+daemon retries a failed batch, the requests already acknowledged are not sent again.
+
+Each request carries `X-Loghubd-Shard`, `X-Loghubd-Cursor` (where its batch starts) and
+`X-Loghubd-Part` (`<index>/<count>` within the batch): a receiver that wants exactly once can
+drop a (shard, cursor, part) it has already stored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import aiohttp
+import anyio
+import structlog
+from yarl import URL
+
+from loghubd.models import Batch
+from loghubd.plugins.api import Tracker
+
+log = structlog.get_logger("loghubd.http")
+
+PREFIX = "processor.http"
+MAX_RETRY_AFTER_S = 300.0  # a Retry-After longer than this is taken as this
+
+
+class HttpRejected(Exception):
+    """The endpoint refused a request with a status that retrying cannot fix (4xx)."""
+
+
+class GaveUp(Exception):
+    """`max_retries` retryable failures in a row for one request."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpOptions:
+    url: str
+    headers: Mapping[str, str]
+    gzip: bool
+    batch_size: int
+    concurrency: int
+    timeout_s: float
+    retry_initial_backoff_s: float
+    retry_max_backoff_s: float
+    max_retries: int  # 0: retry retryable failures for ever
+
+
+_ALLOWED: dict[str, Any] = {
+    "url": str,
+    "headers": Mapping,
+    "bearer_token": str,
+    "gzip": bool,
+    "batch_size": int,
+    "concurrency": int,
+    "timeout_s": (int, float),
+    "retry_initial_backoff_s": (int, float),
+    "retry_max_backoff_s": (int, float),
+    "max_retries": int,
+}
+
+
+def parse(options: Mapping[str, Any]) -> HttpOptions:
+    """The `[processor.http]` table, checked; ValueError naming the key."""
+    for key, value in options.items():
+        if key not in _ALLOWED:
+            raise ValueError(f"{PREFIX}.{key}: unknown key")
+        want = _ALLOWED[key]
+        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+            raise ValueError(f"{PREFIX}.{key}: wrong type {type(value).__name__}")
+    raw_url = options.get("url")
+    if not raw_url:
+        raise ValueError(f"{PREFIX}.url: required (the endpoint logs are POSTed to)")
+    try:
+        url = URL(raw_url)
+    except ValueError as exc:
+        raise ValueError(f"{PREFIX}.url: {raw_url!r} is not a URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"{PREFIX}.url: {raw_url!r} is not an http:// or https:// URL")
+    headers = {}
+    for name, value in dict(options.get("headers", {})).items():
+        if not isinstance(value, str) or "\n" in value or "\r" in value:
+            raise ValueError(f"{PREFIX}.headers.{name}: must be a one-line string")
+        headers[str(name)] = value
+    token = options.get("bearer_token")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    numbers = {
+        "batch_size": int(options.get("batch_size", 1000)),
+        "concurrency": int(options.get("concurrency", 2)),
+    }
+    for key, value in numbers.items():
+        if value < 1:
+            raise ValueError(f"{PREFIX}.{key}: must be >= 1, got {value}")
+    timeout = float(options.get("timeout_s", 30.0))
+    initial = float(options.get("retry_initial_backoff_s", 0.5))
+    maximum = float(options.get("retry_max_backoff_s", 30.0))
+    if timeout <= 0:
+        raise ValueError(f"{PREFIX}.timeout_s: must be > 0")
+    if not 0 < initial <= maximum:
+        raise ValueError(f"{PREFIX}.retry_initial_backoff_s: must be > 0 and <= the maximum")
+    retries = int(options.get("max_retries", 0))
+    if retries < 0:
+        raise ValueError(f"{PREFIX}.max_retries: must be >= 0 (0: for ever)")
+    return HttpOptions(
+        url=str(url),
+        headers=headers,
+        gzip=bool(options.get("gzip", False)),
+        batch_size=numbers["batch_size"],
+        concurrency=numbers["concurrency"],
+        timeout_s=timeout,
+        retry_initial_backoff_s=initial,
+        retry_max_backoff_s=maximum,
+        max_retries=retries,
+    )
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """Seconds a `Retry-After` header asks for (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
+    try:
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return min(max(0.0, when - now), MAX_RETRY_AFTER_S)
+
+
+def bodies(batch: Batch, size: int, compress: bool) -> list[bytes]:
+    """The batch's logs as NDJSON request bodies of up to `size` logs each."""
+    out: list[bytes] = []
+    lines: list[str] = []
+    for record in batch.logs():
+        lines.append(json.dumps(record))
+        if len(lines) == size:
+            out.append(("\n".join(lines) + "\n").encode())
+            lines = []
+    if lines:
+        out.append(("\n".join(lines) + "\n").encode())
+    if compress:
+        out = [gzip.compress(b, compresslevel=1) for b in out]
+    return out
+
+
+class HttpProcessor:
+    def __init__(self, factory: HttpFactory, shard: int) -> None:
+        self.factory = factory
+        self.options = factory.options
+        self.shard = shard
+        # Requests of a failed batch that were acknowledged: not sent again when the daemon
+        # retries the batch (keyed by where it starts).
+        self._acked: dict[str, set[int]] = {}
+
+    def initialize(self, shard: int) -> None:
+        pass
+
+    async def process(self, batch: Batch, tracker: Tracker) -> None:
+        o = self.options
+        parts = await anyio.to_thread.run_sync(bodies, batch, o.batch_size, o.gzip)
+        acked = self._acked.setdefault(batch.cursor, set())
+        limit = anyio.Semaphore(o.concurrency)
+
+        async def send(index: int, body: bytes) -> None:
+            async with limit:
+                await self._post(batch, index, len(parts), body)
+            acked.add(index)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for index, body in enumerate(parts):
+                    if index not in acked:
+                        tg.start_soon(send, index, body)
+        except ExceptionGroup as group:
+            # One refused request fails the batch; report the first reason, not a group.
+            first = group.exceptions[0]
+            while isinstance(first, ExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+        del self._acked[batch.cursor]
+        tracker.save_checkpoint(persist=False)
+
+    async def _post(self, batch: Batch, index: int, count: int, body: bytes) -> None:
+        o = self.options
+        session = self.factory.session
+        assert session is not None, "factory.start() first"
+        headers = {
+            **o.headers,
+            "Content-Type": "application/x-ndjson",
+            "X-Loghubd-Shard": str(batch.shard),
+            "X-Loghubd-Cursor": batch.cursor,
+            "X-Loghubd-Part": f"{index}/{count}",
+        }
+        if o.gzip:
+            headers["Content-Encoding"] = "gzip"
+        attempt = 0
+        while True:
+            attempt += 1
+            asked: float | None = None
+            try:
+                async with session.post(
+                    o.url,
+                    data=body,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=o.timeout_s),
+                ) as resp:
+                    if 200 <= resp.status < 300:
+                        await resp.read()
+                        return
+                    text = (await resp.text(errors="replace"))[:300]
+                    if resp.status != 429 and resp.status < 500:
+                        raise HttpRejected(
+                            f"{o.url} answered {resp.status} {resp.reason}: {text!r} "
+                            f"(shard {batch.shard}, cursor {batch.cursor}, part {index}/{count})"
+                        )
+                    asked = retry_after(resp.headers.get("Retry-After"), time.time())
+                    reason = f"{resp.status} {resp.reason}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                reason = repr(exc)[:200]
+            if o.max_retries and attempt > o.max_retries:
+                raise GaveUp(f"{o.url}: {attempt} failures in a row, the last: {reason}")
+            ceiling = min(o.retry_max_backoff_s, o.retry_initial_backoff_s * 2 ** (attempt - 1))
+            wait = ceiling / 2 + random.uniform(0, ceiling / 2)
+            if asked is not None:
+                wait = max(wait, asked)
+            log.warning(
+                "http_retry",
+                shard=batch.shard,
+                part=index,
+                attempt=attempt,
+                reason=reason,
+                retry_in_s=round(wait, 3),
+            )
+            await anyio.sleep(wait)
+
+    def shutdown(self, tracker: Tracker) -> None:
+        pass
+
+
+class HttpFactory:
+    """Per daemon: one aiohttp session (connection pool) shared by the shards."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = parse(options)
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(auto_decompress=True)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    def __call__(self, shard: int) -> HttpProcessor:
+        return HttpProcessor(self, shard)

@@ -1,0 +1,115 @@
+"""A real HTTP endpoint for the `http` processor's tests and benchmark: an aiohttp server in a
+thread of the test process that records every request it gets (time, headers, the ids of
+the logs in its NDJSON body, and how it answered), and answers as its `script` says.
+
+`script(n, now)` is called for the n-th request (from 0), `now` seconds after the first
+request arrived, and returns the answer: an HTTP
+status (with `Retry-After: <retry_after>` on 429), or `STALL` to hold the request longer than
+the client waits and then answer 200 (which the client never sees).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from loghubd.testing import free_port
+
+STALL = -1
+
+
+@dataclass
+class Received:
+    at: float  # when the answer was sent (after the stall, for a stalled request)
+    shard: int
+    cursor: str
+    part: str
+    ids: list[str]
+    status: int  # what was answered; STALL when the client had given up
+    auth: str = ""
+    gzip: bool = False
+
+
+@dataclass
+class Receiver:
+    script: Callable[[int, float], int] = lambda n, now: 200
+    retry_after: int = 1
+    stall_s: float = 3.0
+    record_ids: bool = True
+    port: int = field(default_factory=free_port)
+    received: list[Received] = field(default_factory=list)
+    requests: int = 0
+    started: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/ingest"
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        n = self.requests
+        self.requests += 1
+        if n == 0:
+            self.started = time.monotonic()
+        body = await request.read()
+        zipped = request.headers.get("Content-Encoding") == "gzip"
+        if zipped and body[:2] == b"\x1f\x8b":  # aiohttp may have inflated it already
+            body = gzip.decompress(body)
+        ids: list[str] = []
+        if self.record_ids:
+            ids = [json.loads(line).get("id", "") for line in body.splitlines() if line]
+        answer = self.script(n, time.monotonic() - self.started)
+        if answer == STALL:
+            await asyncio.sleep(self.stall_s)
+        note = Received(
+            time.time(),
+            int(request.headers.get("X-Loghubd-Shard", "-1")),
+            request.headers.get("X-Loghubd-Cursor", ""),
+            request.headers.get("X-Loghubd-Part", ""),
+            ids,
+            answer,
+            request.headers.get("Authorization", ""),
+            zipped,
+        )
+        self.received.append(note)
+        if answer == STALL:
+            return web.Response(status=200)
+        headers = {"Retry-After": str(self.retry_after)} if answer == 429 else {}
+        return web.Response(status=answer, text=f"answer {answer}", headers=headers)
+
+    def start(self) -> Receiver:
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        async def serve() -> None:
+            app = web.Application(client_max_size=256 * 1024**2)
+            app.router.add_post("/ingest", self._handle)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+            ready.set()
+
+        def run() -> None:
+            self._loop.run_until_complete(serve())
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError(f"the HTTP receiver did not start on port {self.port}")
+        return self
+
+    def stop(self) -> None:
+        async def down() -> None:
+            await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(down(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()

@@ -1,0 +1,202 @@
+"""The `http` processor against a real aiohttp endpoint that fails for a while.
+
+For its first seconds the endpoint answers 500, 429 (with Retry-After) and stalls past the
+client's time-out, in turn with some 200s; then only 200. A real daemon consumes a logstore
+into it while the test watches the committed checkpoints:
+
+- every log arrives at least once in a request answered 200;
+- a committed checkpoint never passes a batch some request of which was not yet acknowledged;
+- a log arrives more than once only in requests that were retried (an earlier copy of it was
+  answered with an error or stalled).
+
+Also: a 4xx goes to the failure policy (dead letter) with the status and body; bad options fail
+naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from loghubd.processors.http import parse
+from loghubd.protocol import cursor as cursors
+from tests.integration.daemon_harness import Pool, short, wait_until
+from tests.integration.http_receiver import STALL, Receiver
+
+pytestmark = pytest.mark.slow
+
+LOGSTORE = "web"
+GROUP = "web-group"
+COUNT = 20_000
+FAILING_S = 4.0
+TOKEN = "s3cret"
+
+
+def flaky(n: int, now: float) -> int:
+    if now >= FAILING_S:
+        return 200
+    return (500, 429, STALL, 200)[n % 4]
+
+
+def committed(pool: Pool) -> dict[int, str]:
+    return {s: cp["checkpoint"] for s, cp in pool.admin.checkpoints(LOGSTORE, GROUP).items()}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver(script=flaky, retry_after=1, stall_s=2.0).start()
+    yield r
+    r.stop()
+
+
+def test_every_log_at_least_once_and_checkpoints_wait_for_acks(
+    daemon_pool: Pool, receiver: Receiver
+) -> None:
+    pool = daemon_pool
+    pool.admin.create_logstore(LOGSTORE, 2)
+    pool.produce(LOGSTORE, count=COUNT, group_size=100, prefix="h").wait()
+    daemon = pool.daemon(
+        LOGSTORE,
+        GROUP,
+        "http",
+        processor="http",
+        processor_options={
+            "url": receiver.url,
+            "bearer_token": TOKEN,
+            "gzip": True,
+            "batch_size": 500,
+            "concurrency": 2,
+            "timeout_s": 0.5,
+            "retry_initial_backoff_s": 0.1,
+            "retry_max_backoff_s": 0.5,
+        },
+        consumer={"max_fetch_log_groups": 20},
+    ).wait_ready()
+
+    # Watch the committed checkpoints while the endpoint fails.
+    polls: list[tuple[float, dict[int, str]]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            cps = pool.admin.checkpoints(LOGSTORE, GROUP)
+            polls.append((time.time(), {s: cp["checkpoint"] for s, cp in cps.items()}))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        ok = lambda: {i for r in list(receiver.received) if r.status == 200 for i in r.ids}  # noqa: E731
+        wait_until(lambda: len(ok()) == COUNT, 60, lambda: daemon.log_tail())
+        end = {s: pool.admin.cursor(LOGSTORE, s, "end") for s in (0, 1)}
+        wait_until(
+            lambda: (
+                {s: cp["checkpoint"] for s, cp in pool.admin.checkpoints(LOGSTORE, GROUP).items()}
+                == end
+            ),
+            30,
+            lambda: daemon.log_tail(),
+        )
+    finally:
+        stop.set()
+        watcher.join()
+    assert daemon.stop() == 0, daemon.log_tail()
+    got = list(receiver.received)
+
+    # The failures happened, all three kinds, and were retried.
+    answers = Counter(r.status for r in got)
+    assert answers[500] and answers[429] and answers[STALL], answers
+    assert daemon.events("http_retry"), daemon.log_tail()
+    assert all(r.auth == f"Bearer {TOKEN}" and r.gzip for r in got)
+
+    # Every log arrived at least once in an acknowledged request.
+    acked = Counter(i for r in got if r.status == 200 for i in r.ids)
+    assert set(acked) == {f"h{n}" for n in range(COUNT)}
+
+    # Duplicates only from retried requests: every copy of an id beyond the first accepted
+    # one is explained by a failed (error or stalled) copy of the same request.
+    failed = Counter(i for r in got if r.status != 200 for i in r.ids)
+    stalled = Counter(i for r in got if r.status == STALL for i in r.ids)
+    extra = {i: n - 1 for i, n in acked.items() if n > 1}
+    unexplained = {i: n for i, n in extra.items() if n > stalled[i]}
+    assert not unexplained, short(unexplained)
+    assert sum(acked.values()) + sum(failed.values()) > COUNT  # there were retries
+
+    # No committed checkpoint passed a batch before all its requests were acknowledged:
+    # a batch [cursor, next) is acknowledged at the time of its last first-200 part.
+    acked_at: dict[tuple[int, str], dict[str, float]] = defaultdict(dict)
+    parts: dict[tuple[int, str], int] = {}
+    for r in got:
+        if r.status == 200:
+            key = (r.shard, r.cursor)
+            index, count = r.part.split("/")
+            parts[key] = int(count)
+            acked_at[key].setdefault(index, r.at)
+    done_at = {k: max(v.values()) for k, v in acked_at.items() if len(v) == parts[k]}
+    last_failure = max(r.at for r in got if r.status != 200)
+    moving = [
+        at
+        for at, cps in polls
+        for s, cp in cps.items()
+        if at < last_failure and cp and cp != end[s] and cursors.to_seq(s, cp) > 0
+    ]
+    assert moving, "no checkpoint was seen moving while the endpoint failed"
+    for shard in (0, 1):
+        starts = sorted((cursors.decode(c), t) for (s, c), t in done_at.items() if s == shard)
+        for at, cps in polls:
+            if shard not in cps or not cps[shard]:
+                continue
+            committed = cursors.decode(cps[shard])
+            # every batch starting before the committed position was acknowledged by then
+            late = [(pos, t) for pos, t in starts if pos < committed and t > at]
+            assert not late, (shard, committed, at, late[:3])
+            first_unacked = [pos for pos, t in starts if t > at]
+            assert not first_unacked or committed <= min(first_unacked), (shard, at)
+
+
+def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
+    receiver = Receiver(script=lambda n, now: 400).start()
+    try:
+        pool = daemon_pool
+        pool.admin.create_logstore(LOGSTORE, 1)
+        pool.produce(LOGSTORE, count=100, group_size=100, prefix="x").wait()
+        daemon = pool.daemon(
+            LOGSTORE,
+            GROUP,
+            "http",
+            processor="http",
+            processor_options={"url": receiver.url},
+            consumer={"max_attempts": 2, "on_failure": "dead_letter"},
+        ).wait_ready()
+        wait_until(lambda: daemon.events("batch_dead_lettered"), 30, daemon.log_tail)
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        receiver.stop()
+    notes = list((daemon.dead_letter / "shard-0").glob("*.json"))
+    assert len(notes) == 1
+    error = json.loads(notes[0].read_text())["error"]
+    assert "answered 400" in error and "answer 400" in error, error
+    assert receiver.requests == 2  # one per attempt: a 4xx is not retried by the processor
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "processor.http.url: required"),
+        ({"url": "ftp://example.com/x"}, "processor.http.url: 'ftp://example.com/x' is not an"),
+        ({"url": "http://"}, "processor.http.url"),
+        ({"url": "http://h/", "batch_size": 0}, "processor.http.batch_size: must be >= 1"),
+        ({"url": "http://h/", "gzip": "yes"}, "processor.http.gzip: wrong type str"),
+        ({"url": "http://h/", "header": {}}, "processor.http.header: unknown key"),
+    ],
+)
+def test_bad_options_name_the_key(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=r"processor\.http\.") as info:
+        parse(options)
+    assert message in str(info.value)
