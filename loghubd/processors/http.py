@@ -32,6 +32,7 @@ from yarl import URL
 
 from loghubd.models import Batch
 from loghubd.plugins.api import Tracker
+from loghubd.processors.options import check_options
 
 log = structlog.get_logger("loghubd.http")
 
@@ -60,7 +61,7 @@ class HttpOptions:
     max_retries: int  # 0: retry retryable failures for ever
 
 
-_ALLOWED: dict[str, Any] = {
+_ALLOWED: dict[str, type | tuple[type, ...]] = {
     "url": str,
     "headers": Mapping,
     "bearer_token": str,
@@ -76,12 +77,7 @@ _ALLOWED: dict[str, Any] = {
 
 def parse(options: Mapping[str, Any]) -> HttpOptions:
     """The `[processor.http]` table, checked; ValueError naming the key."""
-    for key, value in options.items():
-        if key not in _ALLOWED:
-            raise ValueError(f"{PREFIX}.{key}: unknown key")
-        want = _ALLOWED[key]
-        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
-            raise ValueError(f"{PREFIX}.{key}: wrong type {type(value).__name__}")
+    check_options("http", options, _ALLOWED)
     raw_url = options.get("url")
     if not raw_url:
         raise ValueError(f"{PREFIX}.url: required (the endpoint logs are POSTed to)")

@@ -192,7 +192,7 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
         ({"url": "ftp://example.com/x"}, "processor.http.url: 'ftp://example.com/x' is not an"),
         ({"url": "http://"}, "processor.http.url"),
         ({"url": "http://h/", "batch_size": 0}, "processor.http.batch_size: must be >= 1"),
-        ({"url": "http://h/", "gzip": "yes"}, "processor.http.gzip: wrong type str"),
+        ({"url": "http://h/", "gzip": "yes"}, "processor.http.gzip: expected bool, got str"),
         ({"url": "http://h/", "header": {}}, "processor.http.header: unknown key"),
     ],
 )
