@@ -11,7 +11,9 @@ Shutdown order, per source (SIGTERM/SIGINT, or the injected trigger in tests): s
 let in-flight batches finish within `shutdown_grace` while heartbeats go on (so the shards
 stay ours meanwhile); commit fenced checkpoints; run processor shutdowns; hand the shards back
 (`leave`, a loghubd extension; against a server without it we simply stop heartbeating and
-the group timeout frees them); exit 0 — or 1 when some checkpoint could not be flushed.
+the group timeout frees them); exit 0 — or 1 when some checkpoint could not be flushed, or
+some processor was still busy when the grace ended. Processor code that never returns does
+not keep the process alive: see `loghubd.shutdown`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import anyio
 import structlog
 
+from loghubd import shutdown
 from loghubd.config import Config
 from loghubd.ops import health
 from loghubd.ops.metrics import labelled_by_source
@@ -34,6 +37,8 @@ from loghubd.plugins.manager import Plugins
 from loghubd.source import SourceRunner, StartupError
 
 log = structlog.get_logger("loghubd.app")
+
+STUCK_POLL_S = 0.1  # how often a shutdown looks whether only stuck processor code is left
 
 
 def default_consumer_name() -> str:
@@ -97,6 +102,7 @@ class Daemon:
                     stop.set()
 
                 tg.start_soon(trigger)
+                tg.start_soon(self._exit_if_stuck)
                 waiting = len(self.runners)
                 settled = anyio.Event()
 
@@ -127,6 +133,34 @@ class Daemon:
             return 1
         log.info("shutdown_complete")
         return 0
+
+    def abandoned(self) -> list[str]:
+        """Shards whose processor was still busy when the shutdown grace ended, as
+        `source/shard`: their worker threads may never end (see `loghubd.shutdown`)."""
+        return [
+            f"{r.name}/{shard}"
+            for r in self.runners
+            if r.supervisor is not None
+            for shard in r.supervisor.abandoned
+        ]
+
+    async def _exit_if_stuck(self) -> None:
+        """Once every source has finished its shutdown (committed, left the group), a shard
+        task that never ended (processor code ignoring cancellation) would keep the task
+        groups, and the process, open for ever: end the process then, exit code 1."""
+        final = ("stopped", "done", "failed")
+        while True:
+            await anyio.sleep(STUCK_POLL_S)
+            if not all(r.state in final for r in self.runners):
+                continue
+            stuck = [
+                f"{r.name}/{shard}"
+                for r in self.runners
+                if r.supervisor is not None
+                for shard in r.supervisor.unreturned
+            ]
+            if stuck:
+                shutdown.exit_now(1, "exiting_with_stuck_processors", shards=stuck)
 
 
 def _ready(runner: SourceRunner) -> float:

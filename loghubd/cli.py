@@ -123,13 +123,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         daemon = _build_daemon(cfg)
     if isinstance(daemon, int):
         return daemon
+    from loghubd import shutdown
     from loghubd.source import StartupError
 
     notify = SystemdNotifier.from_env()
     try:
         code: int = anyio.run(
             lambda: daemon.run(
-                wait_for_signal,
+                shutdown.first_signal,
                 on_ready=notify.send,
                 watchdog_interval=notify.watchdog_interval(),
             )
@@ -151,6 +152,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"loghubd run: cannot start: {exc}", file=sys.stderr)
         return 1
+    if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
+        shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
     return code
 
 

@@ -79,6 +79,9 @@ class ShardContext:
 # service, and logs received just before the end but stored a moment later.
 WINDOW_SETTLE_S = 1.0
 LEASE_POLL_S = 0.05  # how often a shard holding a batch looks whether the lease is back
+# A shard abandoned at the end of the shutdown grace: how long its processor's flush and
+# shutdown may take (they may wait on the very call that is stuck).
+ABANDONED_CALL_S = 1.0
 
 
 @dataclass
@@ -111,6 +114,8 @@ class ShardTask:
         self.processor: LoadedProcessor | None = None
         self.lost = False  # another consumer owns the shard: never commit again
         self.commit_failed = False  # the last commit attempt failed for another reason
+        # Still busy when the shutdown grace ended: processor calls are bounded from now on.
+        self.abandoned = False
         self._commit_lock = anyio.Lock()
         self._waiting: anyio.CancelScope | None = None
         self._bind = {"group": ctx.group, "consumer": ctx.consumer, "shard": shard}
@@ -130,8 +135,14 @@ class ShardTask:
                 return True
             flush = None if self.processor is None else self.processor.flush
             try:
-                if flush is not None:
-                    await flush()  # make the processor's output durable first
+                if flush is not None and self.processor is not None:
+                    # Make the processor's output durable first. An abandoned shard's
+                    # processor may be stuck: its flush is not waited for for ever.
+                    if self.abandoned and self.processor.flush_abandoning is not None:
+                        with anyio.fail_after(ABANDONED_CALL_S):
+                            await self.processor.flush_abandoning()
+                    else:
+                        await flush()
                 await self.ctx.client.commit(
                     self.ctx.settings.logstore,
                     self.ctx.group,
@@ -221,7 +232,7 @@ class ShardTask:
             return
         await self.commit()
         try:
-            with anyio.fail_after(30):
+            with anyio.fail_after(ABANDONED_CALL_S if self.abandoned else 30):
                 await self.processor.shutdown(self.tracker)
         except Exception as exc:
             log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])

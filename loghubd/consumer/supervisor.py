@@ -25,6 +25,10 @@ from loghubd.ops.metrics import Metrics
 
 log = structlog.get_logger("loghubd.supervisor")
 
+# After the shutdown grace: how long cancelled shard tasks get to commit, shut their processor
+# down and end, and then how long a commit of a task that did not end may take.
+ABANDON_BOUND_S = 2.0
+
 
 class Waker:
     """Lets the heartbeat loop sleep until its interval ends or someone needs it sooner."""
@@ -61,6 +65,10 @@ class Supervisor:
         # out: its uncommitted work is given up on purpose and redone by its next owner.
         self.unflushed: list[int] = []
         self.closing = False  # shutting down: no new shard is started
+        # Shards whose processor was still busy when the shutdown grace ended, and those of
+        # them whose task had not ended `ABANDON_BOUND_S` after being cancelled.
+        self.abandoned: list[int] = []
+        self.unreturned: list[int] = []
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -138,19 +146,40 @@ class Supervisor:
 
     async def stop_all(self, grace: float) -> bool:
         """Finish in-flight batches within `grace`, then cancel; every shard's final commit
-        and processor shutdown still run (shielded). True if everything was flushed."""
+        and processor shutdown still run (shielded, bounded). True if everything was flushed.
+
+        Shards still busy when the grace ends are *abandoned* (their processor call is
+        cancelled, a synchronous one left running in its worker thread). A task that has not
+        ended `ABANDON_BOUND_S` later runs processor code that ignores cancellation: what it
+        finished is committed here, and it is listed in `unreturned` (the daemon then ends
+        the process without waiting for it, see `loghubd.shutdown`)."""
         self.closing = True
         for task in list(self.tasks.values()):
             task.request_stop()
         with anyio.move_on_after(grace):
             await self._idle.wait()
         if self.tasks:
-            log.warning("shutdown_grace_expired", shards=sorted(self.tasks))
+            self.abandoned = sorted(self.tasks)
+            log.warning("shutdown_grace_expired", shards=self.abandoned)
+            for task in list(self.tasks.values()):
+                task.abandoned = True
             for scope in list(self._scopes.values()):
                 scope.cancel()
-            with anyio.move_on_after(60):
+            with anyio.move_on_after(ABANDON_BOUND_S):
                 await self._idle.wait()
+            for task in list(self.tasks.values()):  # processor code that never returns
+                with anyio.move_on_after(ABANDON_BOUND_S):
+                    await task.commit()
+            self.unreturned = sorted(self.tasks)
+            log.error(
+                "shutdown_stuck_shards",
+                shards=self.abandoned,
+                unreturned=self.unreturned,
+                grace_s=grace,
+                detail="processor code still running when the shutdown grace ended; "
+                "their finished batches are committed, the one in hand is not",
+            )
         for task in list(self.parked.values()):
             self._let_go(task)
         self.parked.clear()
-        return not self.unflushed and not self.tasks
+        return not self.unflushed and not self.abandoned

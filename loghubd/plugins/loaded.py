@@ -65,6 +65,9 @@ class LoadedProcessor:
     process: AsyncCall
     shutdown: AsyncCall
     flush: AsyncCall | None
+    # `flush` for a shard abandoned at the end of the shutdown grace: a cancelled caller does
+    # not wait for its thread (the processor may be stuck in the very call flush waits on).
+    flush_abandoning: AsyncCall | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +116,11 @@ def load_processor(name: str, processor: object) -> LoadedProcessor:
             f"{owner} is not a processor: it needs initialize(shard), process(batch, tracker) "
             "and shutdown(tracker) (see loghubd.Processor)"
         )
-    flush = None
+    flush = flush_abandoning = None
     if isinstance(processor, Flushable):
-        flush = as_async(_method(owner, "flush", processor.flush), f"{owner}: flush")
+        method = _method(owner, "flush", processor.flush)
+        flush = as_async(method, f"{owner}: flush")
+        flush_abandoning = as_async(method, f"{owner}: flush", abandon_on_cancel=True)
     return LoadedProcessor(
         name,
         initialize=as_async(
@@ -132,4 +137,5 @@ def load_processor(name: str, processor: object) -> LoadedProcessor:
             abandon_on_cancel=True,
         ),
         flush=flush,
+        flush_abandoning=flush_abandoning,
     )

@@ -21,6 +21,7 @@ ordinary entry-point mechanism, with nothing installed into the virtualenv. Its 
   by all shards of the daemon, so the file order is the order in which that daemon delivered.
 - `flaky`: like `jsonl`, but the batch holding the log `fail_id` raises on its first
   `fail_times` attempts; every attempt at it is appended to `attempts` (time, cursors).
+- `stuck`: like `jsonl`, but one shard's `process()` (sync or async) never returns.
 
 Keep the module importable without pytest: the daemon process imports it.
 """
@@ -707,7 +708,69 @@ class RecordFactory:
         return RecordProcessor(self.path)
 
 
-TEST_PROCESSORS = ("record", "flaky")
+class StuckProcessor:
+    """Writes `{"id"}` lines to `<path>/shard-<n>.jsonl` (as `jsonl` does), except that the
+    shard `stuck_shard` gets stuck in its batch number `after + 1`: it creates
+    `<path>/stuck-<n>` and never returns. `SyncStuck` blocks its worker thread for ever;
+    `AsyncStuck` awaits for ever, shielded from cancellation."""
+
+    def __init__(self, options: Mapping[str, Any], shard: int) -> None:
+        self.dir = Path(options["path"])
+        self.shard = shard
+        self.stuck_shard = int(options["stuck_shard"])
+        self.after = int(options["after"])
+        self.batches = 0
+        self.fd = -1
+
+    def initialize(self, shard: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        self.fd = os.open(self.dir / f"shard-{shard}.jsonl", flags, 0o644)
+
+    def _gets_stuck(self) -> bool:
+        self.batches += 1
+        if self.shard == self.stuck_shard and self.batches > self.after:
+            (self.dir / f"stuck-{self.shard}").touch()
+            return True
+        return False
+
+    def _write(self, batch: Batch, tracker: Tracker) -> None:
+        lines = "".join(json.dumps({"id": r.get("id")}) + "\n" for r in batch.logs())
+        os.write(self.fd, lines.encode())
+        tracker.save_checkpoint(persist=False)
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+
+    def shutdown(self, tracker: Tracker) -> None:
+        self.flush()
+
+
+class SyncStuck(StuckProcessor):
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        if self._gets_stuck():
+            threading.Event().wait()
+        self._write(batch, tracker)
+
+
+class AsyncStuck(StuckProcessor):
+    async def process(self, batch: Batch, tracker: Tracker) -> None:
+        if self._gets_stuck():
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep_forever()
+        self._write(batch, tracker)
+
+
+class StuckFactory:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
+        self.kind = {"sync": SyncStuck, "async": AsyncStuck}[str(options["kind"])]
+
+    def __call__(self, shard: int) -> StuckProcessor:
+        return self.kind(self.options, shard)
+
+
+TEST_PROCESSORS = ("record", "flaky", "stuck")
 
 
 @hookimpl
@@ -715,4 +778,5 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
     return [
         ProcessorSpec("record", RecordFactory, "tests: delivery order in one file"),
         ProcessorSpec("flaky", FlakyFactory, "tests: jsonl failing at one batch"),
+        ProcessorSpec("stuck", StuckFactory, "tests: one shard's process() never returns"),
     ]

@@ -1,0 +1,111 @@
+"""SIGTERM ends the daemon even when a processor never returns (issue #13, item 8).
+
+A real daemon, two shards; shard 0's processor gets stuck in its second batch (a synchronous
+`process()` blocking its worker thread for ever, or an asynchronous one awaiting for ever,
+shielded from cancellation), shard 1 reads everything. After SIGTERM the process exits with
+code 1 within `shutdown_grace` plus a small fixed bound, names the stuck shard, and has
+committed everything that finished: shard 1 to its end, shard 0 past its first batch only.
+A second signal during the grace ends the process at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from loghubd.protocol import errors as E
+from tests.integration.daemon_harness import Pool, read_ids, seq_of, wait_until
+
+pytestmark = pytest.mark.slow
+
+GRACE = 3.0
+# What the shutdown may take beyond the grace (see docs/shutdown.md: 2 s for cancelled tasks
+# to end, the final commits and the leave); the rest is room for a loaded machine.
+BOUND = 5.0
+GROUPS_PER_PULL = 2
+LOGS_PER_GROUP = 20
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_sigterm_ends_the_process_despite_a_stuck_processor(daemon_pool: Pool, kind: str) -> None:
+    pool = daemon_pool
+    logstore = f"stuck-{kind}"
+    pool.admin.create_logstore(logstore, 2)
+    pool.produce(logstore, count=400, group_size=LOGS_PER_GROUP, prefix="s").wait()
+    out = pool.dir / f"out-{kind}"
+    daemon = pool.daemon(
+        logstore,
+        "stuck",
+        f"stuck-{kind}",
+        processor="stuck",
+        processor_options={"path": str(out), "kind": kind, "stuck_shard": 0, "after": 1},
+        consumer={"shutdown_grace": GRACE, "max_fetch_log_groups": GROUPS_PER_PULL},
+    )
+    end1 = pool.admin.cursor(logstore, 1, "end")
+    begin0 = pool.admin.cursor(logstore, 0, "begin")
+
+    def settled() -> bool:
+        try:
+            checkpoints = pool.admin.checkpoints(logstore, "stuck")
+        except E.ConsumerGroupNotExist:  # the daemon has not created it yet
+            return False
+        done1 = checkpoints.get(1, {}).get("checkpoint") == end1
+        return (out / "stuck-0").exists() and done1
+
+    wait_until(settled, 30, lambda: f"never settled:\n{daemon.log_tail()}")
+    started = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    code = daemon.wait(GRACE + 30)
+    took = time.monotonic() - started
+    print(f"{kind}: exit {code} after {took:.2f} s (grace {GRACE} s)")
+
+    assert code == 1, daemon.log_tail()
+    assert GRACE - 0.2 <= took <= GRACE + BOUND, (took, daemon.log_tail())
+    (line,) = daemon.events("shutdown_stuck_shards")
+    assert line["shards"] == [0], line
+    assert line["unreturned"] == ([0] if kind == "async" else []), line
+    ended = "exiting_with_stuck_processors" if kind == "async" else "exiting_without_stuck_threads"
+    assert daemon.events(ended), daemon.log_tail()
+    assert daemon.events("left_group"), daemon.log_tail()
+
+    # Everything that finished is committed: all of shard 1; shard 0 up to its stuck batch.
+    checkpoints = pool.admin.checkpoints(logstore, "stuck")
+    assert checkpoints[1]["checkpoint"] == end1
+    assert seq_of(checkpoints[0]["checkpoint"]) == seq_of(begin0) + GROUPS_PER_PULL
+    assert len((out / "shard-0.jsonl").read_text().splitlines()) == (
+        GROUPS_PER_PULL * LOGS_PER_GROUP
+    )
+    assert len(read_ids([out])) == GROUPS_PER_PULL * LOGS_PER_GROUP + len(
+        (out / "shard-1.jsonl").read_text().splitlines()
+    )
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_exits_at_once(daemon_pool: Pool, second: signal.Signals) -> None:
+    pool = daemon_pool
+    logstore = f"second-{second.name.lower()}"
+    pool.admin.create_logstore(logstore, 1)
+    pool.produce(logstore, count=100, group_size=LOGS_PER_GROUP, prefix="s").wait()
+    out = pool.dir / f"out-{logstore}"
+    daemon = pool.daemon(
+        logstore,
+        "stuck",
+        logstore,
+        processor="stuck",
+        processor_options={"path": str(out), "kind": "async", "stuck_shard": 0, "after": 0},
+        consumer={"shutdown_grace": 120.0},
+    )
+    wait_until(lambda: (out / "stuck-0").exists(), 30, daemon.log_tail)
+    daemon.signal(signal.SIGTERM)
+    wait_until(lambda: bool(daemon.events("shutdown_started")), 10, daemon.log_tail)
+    started = time.monotonic()
+    daemon.signal(second)
+    code = daemon.wait(10)
+    took = time.monotonic() - started
+    print(f"second {second.name}: exit {code} after {took:.2f} s")
+    assert code == 1, daemon.log_tail()
+    assert took < 3.0, took
+    (line,) = daemon.events("second_signal_exiting_now")
+    assert line["signal"] == second.name
