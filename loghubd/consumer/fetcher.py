@@ -24,11 +24,12 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from loghubd.backoff import Backoff
 from loghubd.consumer.budget import ByteBudget
+from loghubd.consumer.inflight import Grant
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
-from loghubd.sls import SlsClient
+from loghubd.sls import Pulled, SlsClient
 
 log = structlog.get_logger("loghubd.fetcher")
 
@@ -158,17 +159,9 @@ async def run_fetcher(
                     gauge.labels(label).set(0)
                 await send.send(EndOfWindow(cursor))
                 return
-            await budget.wait_for_room()
             started = time.perf_counter()
             try:
-                pulled = await client.pull(
-                    settings.logstore,
-                    shard,
-                    cursor,
-                    settings.max_log_groups,
-                    end_cursor=stop_at,
-                    query=settings.query,
-                )
+                grant, pulled = await _pull(client, settings, budget, shard, cursor, stop_at)
             except E.InvalidCursor as exc:
                 try:
                     fresh = await start_position()
@@ -209,16 +202,18 @@ async def run_fetcher(
                 batch = Batch(
                     shard, cursor, pulled.next_cursor, pulled.data, pulled.count, pulled.raw_size
                 )
-                await budget.hand_over(batch, send)
-            elif pulled.next_cursor != cursor:
-                await send.send(Skipped(cursor, pulled.next_cursor))
+                await budget.hand_over(grant, pulled.raw_count, batch, send)
+            else:
+                budget.cancel(grant)
+                if pulled.next_cursor != cursor:
+                    await send.send(Skipped(cursor, pulled.next_cursor))
             cursor = pulled.next_cursor
             status.cursor = cursor
             if stop_at is not None and reached(cursor, stop_at):
                 continue  # the window is done: reported at the top of the loop
-            full = pulled.raw_count >= settings.max_log_groups or (
-                pulled.raw_data_size >= FULL_PULL_BYTES
-            )
+            # Full: all the groups asked for (the budget may ask for fewer than
+            # max_log_groups) or capped by size: we are behind, pull again at once.
+            full = pulled.raw_count >= grant.groups or pulled.raw_data_size >= FULL_PULL_BYTES
             status.caught_up = not full
             if not pulled.raw_count:
                 status.lag_log_groups, status.lag_seconds = 0, 0.0
@@ -235,8 +230,35 @@ async def run_fetcher(
                 await _probe_lag(client, settings.logstore, shard, cursor, status, metrics)
             if full:
                 continue
-            fill = pulled.raw_count / settings.max_log_groups
+            fill = pulled.raw_count / grant.groups
             await anyio.sleep(settings.fetch_interval * (1.0 - fill))
+
+
+async def _pull(
+    client: SlsClient,
+    settings: FetchSettings,
+    budget: ByteBudget,
+    shard: int,
+    cursor: str,
+    stop_at: str | None,
+) -> tuple[Grant, Pulled]:
+    """One pull within the byte budget: room is reserved before the request is sent, and the
+    request asks for no more log groups than that room holds. A failed pull gives the room
+    back; after an answer the caller hands it over with its batch, or cancels it."""
+    grant = await budget.reserve(shard, settings.max_log_groups)
+    try:
+        pulled = await client.pull(
+            settings.logstore,
+            shard,
+            cursor,
+            grant.groups,
+            end_cursor=stop_at,
+            query=settings.query,
+        )
+    except BaseException:
+        budget.cancel(grant)
+        raise
+    return grant, pulled
 
 
 async def _back_off(
