@@ -420,11 +420,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         code: int = args.func(args)
-    except BrokenPipeError:  # e.g. `loghubd status | head`
-        return 0
     except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:
+        from loghubd.admin.errors import leaves
+
+        if all(isinstance(e, BrokenPipeError) for e in leaves(exc)):
+            _quiet_stdout()  # e.g. `loghubd status | head`: the reader had enough
+            return 0
         return _report(args, exc)
     return code
+
+
+def _quiet_stdout() -> None:
+    """No second BrokenPipeError when the interpreter flushes stdout at exit."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _report(args: argparse.Namespace, exc: BaseException) -> int:
