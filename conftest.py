@@ -1,13 +1,15 @@
 """How the suite is spread over pytest-xdist workers (scripts/test.sh runs `-n 4`).
 
 Most tests wait on real processes (heartbeats, timeouts, fsyncs) far more than they use the
-CPU, so each goes to whichever worker is free. Two families stay together, each on one
+CPU, so each goes to whichever worker is free. Three families stay together, each on one
 worker, in collection order:
 
 - `spark`: the plugin's tests share ONE SparkSession per worker (a JVM of ~400 MiB that
   takes seconds to start), and their end-to-end tests start JVMs of their own;
 - `reliability`: the chaos, fault-proxy and fuzz runs apply faults on a wall-clock schedule
-  and check recovery times; two of them side by side would measure each other.
+  and check recovery times; two of them side by side would measure each other;
+- `console`: the browser tests share ONE headless Chromium and one `loghubd serve` per
+  worker (session fixtures in tests/console/conftest.py).
 
 This is a scheduler of our own rather than `--dist loadgroup` with `xdist_group` marks:
 pytest-xdist 3.8 tags grouped tests by rewriting `Item._nodeid`, which pytest 9.2 no longer
@@ -21,6 +23,7 @@ from typing import Any
 GROUPS = {
     "plugins/loghubd-spark/tests/": "spark",
     "tests/reliability/": "reliability",
+    "tests/console/": "console",
 }
 
 

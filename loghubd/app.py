@@ -30,6 +30,7 @@ import structlog
 
 from loghubd import shutdown
 from loghubd.config import Config
+from loghubd.console.daemon_app import DaemonConsole
 from loghubd.ops import health
 from loghubd.ops.metrics import labelled_by_source
 from loghubd.ops.server import make_app, serve_ops
@@ -90,8 +91,18 @@ class Daemon:
                 runner.build(await stack.enter_async_context(runner.session()))
                 runner.metrics.ready.set_function(functools.partial(_ready, runner))
             registry = labelled_by_source([(r.name, r.metrics.registry) for r in self.runners])
-            ops_app = make_app(registry, self.verdict, self.status, cfg.ops.status_token)
+            console = DaemonConsole(
+                self.status,
+                self.verdict,
+                registry,
+                {r.name: r.spec.processor.name for r in self.runners},
+                cfg.ops.status_token,
+            )
+            ops_app = make_app(
+                registry, self.verdict, self.status, cfg.ops.status_token, console=console
+            )
             async with anyio.create_task_group() as tg:
+                tg.start_soon(console.run_sampling)
                 port = await tg.start(serve_ops, ops_app, cfg.ops.listen)
                 log.info("ops_listening", listen=f"{cfg.ops.host}:{port}")
                 stop = anyio.Event()

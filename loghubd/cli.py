@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -49,6 +50,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         ttl_day_seconds=args.ttl_day_seconds,
         expire_interval=args.expire_interval,
         fsync=args.fsync,
+        console_token=args.console_token,
+        console_open=args.console_open,
     )
     try:  # the data directory first, so a problem with it is not taken for the port's
         opts.data_dir.mkdir(parents=True, exist_ok=True)
@@ -328,6 +331,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--fsync",
         action="store_true",
         help="fsync every commit (survives power loss, not just kill -9)",
+    )
+    serve.add_argument(
+        "--console-token",
+        default=os.environ.get("LOGHUBD_CONSOLE_TOKEN", ""),
+        metavar="TOKEN",
+        help="a token that signs in to the web console at /console with full view "
+        "(default: $LOGHUBD_CONSOLE_TOKEN)",
+    )
+    serve.add_argument(
+        "--console-open",
+        action="store_true",
+        help="without --access-keys or --console-token, let the console answer clients "
+        "that are not on loopback",
     )
     serve.set_defaults(func=_cmd_serve)
 

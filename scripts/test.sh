@@ -8,9 +8,11 @@ cd "$here"
 # Debian packages whose real tools some tests drive (COMMAND:PACKAGE, installed when missing).
 # The systemd unit is verified with systemd-analyze; Prometheus (prometheus, promtool) checks
 # the alert rules and runs the Grafana dashboard's queries; the postgres processor's tests run
-# a real PostgreSQL server (Debian's binaries, outside PATH).
+# a real PostgreSQL server (Debian's binaries, outside PATH); the web console is driven in a
+# real headless chromium.
 "$here/scripts/debs.sh" systemd-analyze:systemd promtool:prometheus \
-  "/usr/lib/postgresql/*/bin/postgres:postgresql"
+  "/usr/lib/postgresql/*/bin/postgres:postgresql" \
+  chromium:chromium
 bin="$here/.venv/bin"
 "$bin/ruff" check loghubd tests bench plugins conftest.py
 "$bin/ruff" format --check loghubd tests bench plugins conftest.py

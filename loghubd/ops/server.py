@@ -1,10 +1,11 @@
-"""The ops HTTP listener: /metrics, /healthz, /readyz, /status (aiohttp, in our task group)."""
+"""The ops HTTP listener: /metrics, /healthz, /readyz, /status, and the web console at /
+(aiohttp, in our task group)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from aiohttp import web
@@ -12,6 +13,9 @@ from anyio.abc import TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from loghubd.ops.health import Verdict
+
+if TYPE_CHECKING:
+    from loghubd.console.daemon_app import DaemonConsole
 
 METRICS = web.AppKey("metrics", CollectorRegistry)
 READINESS = web.AppKey[Callable[[], Verdict]]("readiness")
@@ -54,9 +58,11 @@ def make_app(
     verdict: Callable[[], Verdict],
     status_view: Callable[[], dict[str, Any]],
     status_token: str = "",
+    console: DaemonConsole | None = None,
 ) -> web.Application:
     """`registry` is what /metrics serves, `verdict` what /readyz answers (computed per
-    request from live state), `status_view` what /status shows."""
+    request from live state), `status_view` what /status shows; `console` adds the web
+    console's routes (/, /login, /logout, /static/...)."""
     app = web.Application()
     app[METRICS] = registry
     app[READINESS] = verdict
@@ -66,6 +72,8 @@ def make_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/status", status)
+    if console is not None:
+        console.add_routes(app)
     return app
 
 

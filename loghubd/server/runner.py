@@ -12,6 +12,7 @@ import structlog
 from aiohttp import web
 from anyio.abc import TaskStatus
 
+from loghubd.console import serve_app as console
 from loghubd.server import api, auth
 from loghubd.server.metrics import ServerMetrics
 from loghubd.server.service import Limits, LogService
@@ -33,6 +34,8 @@ class ServeOptions:
     tick_interval: float = 1.0
     expire_interval: float = 60.0
     fsync: bool = False
+    console_token: str = ""  # signs in to /console (besides the access keys)
+    console_open: bool = False  # without credentials, /console answers more than loopback
 
 
 async def _every(interval: float, fn: Callable[[], object]) -> None:
@@ -59,6 +62,14 @@ async def serve(
     )
     app = api.make_app(
         service, access_keys=keys, default_project=opts.default_project, metrics=ServerMetrics()
+    )
+    console.mount(
+        app,
+        service,
+        opts.data_dir / "loghubd.sqlite3",
+        access_keys=keys,
+        token=opts.console_token,
+        open_to_all=opts.console_open,
     )
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

@@ -1,0 +1,133 @@
+"""The console's mount in `loghubd serve`: `/console` on hosts that name no project.
+
+`mount(app, ...)` adds one middleware to the SLS API application: requests for `/console...`
+whose Host names no project (an IP address or a single label such as `localhost`) are
+answered here; everything else goes on to the API untouched. SLS paths never start with
+`/console` on such hosts (they would be project-less API calls, which do not exist), so the
+two cannot collide.
+
+Pages: `/console` (projects and logstores), `/console/p/<project>/l/<logstore>` (shards and
+groups), `.../g/<group>` (a consumer group), `.../tail?shard=&q=` (the newest logs through an
+SPL filter), `/console/login`, `/console/logout`, `/console/static/<file>`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+
+from aiohttp import web
+
+from loghubd.console import access as A
+from loghubd.console import html as H
+from loghubd.console import serve_pages as pages
+from loghubd.console import web as W
+from loghubd.console.serve_data import Reader
+from loghubd.server.api import project_from_host
+from loghubd.server.auth import AccessKey
+from loghubd.server.service import LogService
+
+PREFIX = "/console"
+FRAME = H.Frame(PREFIX, "loghubd serve")
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _names_no_project(host: str) -> bool:
+    """Whether a Host header names no project: an IP address or a single label."""
+    return project_from_host(host, "") == ""
+
+
+class ServeConsole:
+    """The console pages of one `loghubd serve` (see the module docstring)."""
+
+    def __init__(self, reader: Reader, gate: A.Gate) -> None:
+        self.reader = reader
+        self.gate = gate
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        path = request.path
+        if (path == PREFIX or path.startswith(PREFIX + "/")) and _names_no_project(request.host):
+            return await self.dispatch(request)
+        return await handler(request)
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path[len(PREFIX) :].split("/") if p]
+        if parts[:1] == ["static"] and len(parts) == 2:
+            return W.static(parts[1])
+        if parts == ["login"]:
+            return await W.login(request, FRAME, self.gate)
+        if parts == ["logout"] and request.method == "POST":
+            return await W.logout(request, FRAME)
+        if request.method not in ("GET", "HEAD"):
+            raise web.HTTPMethodNotAllowed(request.method, ["GET"])
+        viewer = W.guard(request, FRAME, self.gate)
+        if isinstance(viewer, web.Response):
+            return viewer
+        return W.answer(request, FRAME, self.page(parts, request.query, viewer), viewer)
+
+    def page(self, parts: list[str], query: Mapping[str, str], viewer: A.Viewer) -> W.View:
+        now = time.time()
+        if not parts:
+            visible = [
+                (p, [ls for ls in stores if A.sees_logstore(viewer, p, ls.name)])
+                for p, stores in self.reader.projects()
+            ]
+            return pages.index(FRAME, [(p, s) for p, s in visible if s or viewer.policy is None])
+        if len(parts) < 4 or parts[0] != "p" or parts[2] != "l":
+            return _missing("No such page.")
+        project, name, rest = parts[1], parts[3], parts[4:]
+        ls = self.reader.find(project, name)
+        # A logstore the viewer may not see is answered exactly like one that does not exist.
+        if ls is None or not A.sees_logstore(viewer, project, name):
+            return _missing(f"No logstore {name} in project {project}.")
+        if not rest:
+            return pages.logstore(FRAME, self.reader.logstore(ls, now), viewer)
+        if rest[0] == "g" and len(rest) == 2:
+            if not viewer.may(A.SEE_GROUP, project, name, rest[1]):
+                return _missing(f"No consumer group {rest[1]}.")
+            group = self.reader.group(ls, rest[1], now)
+            if group is None:
+                return _missing(f"No consumer group {rest[1]}.")
+            return pages.group(FRAME, group, now)
+        if rest == ["tail"]:
+            if not viewer.may(A.SEE_LOGS, project, name):
+                return _missing("Your access key may not read this logstore's logs.")
+            ids = [s.shard_id for s in self.reader.service.storage.list_shards(ls.id)]
+            raw = query.get("shard", "")
+            shard = int(raw) if raw.isdigit() and int(raw) in ids else None
+            text = query.get("q", "")
+            view = self.reader.tail(ls, shard, text)
+            return pages.tail(FRAME, ls, ids, shard, text, view)
+        return _missing("No such page.")
+
+
+def _missing(text: str) -> W.View:
+    return W.View("Not found", H.tag("p", text), status=404)
+
+
+CONSOLE = web.AppKey("console", ServeConsole)
+
+
+def mount(
+    app: web.Application,
+    service: LogService,
+    db_path: Path,
+    *,
+    access_keys: Mapping[str, AccessKey],
+    token: str = "",
+    open_to_all: bool = False,
+) -> ServeConsole:
+    """Serve the console from `app` (before it starts); the reader closes with the app."""
+    gate = A.Gate(dict(access_keys), token, open_to_all, secrets.token_bytes(32))
+    console = ServeConsole(Reader(service, db_path), gate)
+    app[CONSOLE] = console
+    app.middlewares.append(console.middleware)
+
+    async def close(_app: web.Application) -> None:
+        console.reader.close()
+
+    app.on_cleanup.append(close)
+    return console

@@ -1,0 +1,300 @@
+"""The serve console's pages as HTML: the project index, a logstore (shards and groups), a
+consumer group (consumers, owners, positions, lag) and the tail. Pure: views in, `View` out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loghubd.console import access as A
+from loghubd.console import html as H
+from loghubd.console.serve_data import (
+    RATE_BUCKET_S,
+    RATE_WINDOW_S,
+    GroupView,
+    LogstoreView,
+    TailView,
+)
+from loghubd.console.web import View
+from loghubd.server.storage import Logstore
+
+C = H.Column
+LIVE_MS = 1000  # groups and tail refresh every second
+
+
+def _ls_url(frame: H.Frame, project: str, logstore: str, *more: str, **query: object) -> str:
+    return H.url(frame.prefix, "p", project, "l", logstore, *more, **query)
+
+
+def _crumbs(frame: H.Frame, ls: Logstore, *more: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    return ((f"{ls.project} / {ls.name}", _ls_url(frame, ls.project, ls.name)), *more)
+
+
+def index(frame: H.Frame, projects: Sequence[tuple[str, Sequence[Logstore]]]) -> View:
+    parts: list[H.Markup] = []
+    for project, stores in projects:
+        rows = [
+            (
+                H.link(_ls_url(frame, project, ls.name), ls.name),
+                f"{ls.ttl} days",
+                H.clock(ls.create_time),
+            )
+            for ls in stores
+        ]
+        parts.append(H.tag("h2", f"Project {project}"))
+        parts.append(
+            H.table(
+                f"Logstores of project {project}",
+                [C("Logstore"), C("Retention"), C("Created")],
+                rows,
+            )
+        )
+    if not parts:
+        parts.append(H.tag("p", "No projects to show yet.", class_="note"))
+    return View("Projects and logstores", H.join(parts))
+
+
+def _rate_label(what: str, rate: Sequence[float]) -> str:
+    minutes = RATE_WINDOW_S / 60
+    return (
+        f"{what}: writes over the last {minutes:.0f} minutes, now {rate[-1]:.1f} logs/s, "
+        f"peak {max(rate):.1f} logs/s"
+    )
+
+
+def logstore(frame: H.Frame, view: LogstoreView, viewer: A.Viewer) -> View:
+    ls = view.logstore
+    parts: list[H.Markup] = [
+        H.tag(
+            "p",
+            [
+                H.link(_ls_url(frame, ls.project, ls.name, "tail"), "Tail this logstore"),
+                f" · retention {ls.ttl} days",
+            ],
+        )
+    ]
+    shards = (
+        _shards(view)
+        if viewer.may(A.SEE_SHARDS, ls.project, ls.name)
+        else H.tag("p", "Your access key may not list this logstore's shards.", class_="note")
+    )
+    parts.append(H.tag("h2", "Shards"))
+    parts.append(H.live("shards", shards, _ls_url(frame, ls.project, ls.name), 5000))
+    parts.append(H.tag("h2", "Consumer groups"))
+    if viewer.may(A.SEE_GROUPS, ls.project, ls.name, "*"):
+        items = [
+            H.tag("li", H.link(_ls_url(frame, ls.project, ls.name, "g", g), g)) for g in view.groups
+        ]
+        parts.append(H.tag("ul", items) if items else H.tag("p", "none", class_="note"))
+    else:
+        parts.append(H.tag("p", "Your access key may not list consumer groups.", class_="note"))
+    return View(
+        f"Logstore {ls.name}",
+        H.join(parts),
+        crumbs=((f"{ls.project} / {ls.name}", ""),),
+        regions={"shards": shards},
+    )
+
+
+def _shards(view: LogstoreView) -> H.Markup:
+    rows = []
+    for r in view.shards:
+        s = r.shard
+        rel = []
+        if s.parents:
+            rel.append(f"parent {', '.join(map(str, s.parents))}")
+        if r.children:
+            rel.append(f"children {', '.join(map(str, r.children))}")
+        rows.append(
+            (
+                str(s.shard_id),
+                H.badge(r.state),
+                H.tag("span", f"{s.begin_key} to {s.end_key}", class_="mono"),
+                "; ".join(rel) or "—",
+                H.size(s.stored_bytes),
+                H.count(s.next_seq - s.min_seq),
+                H.join(
+                    [
+                        H.sparkline(r.rate, _rate_label(f"shard {s.shard_id}", r.rate)),
+                        " ",
+                        f"{r.rate[-1]:.1f}/s",
+                    ]
+                ),
+            )
+        )
+    total = H.tag(
+        "p",
+        [
+            H.sparkline(view.rate, _rate_label("whole logstore", view.rate), width=240, height=32),
+            f" {view.rate[-1]:.1f} logs/s now (buckets of {RATE_BUCKET_S:.0f} s)",
+        ],
+    )
+    return H.join(
+        [
+            total,
+            H.table(
+                "Shards: state, key range, lineage, size and write rate",
+                [
+                    C("Shard"),
+                    C("State"),
+                    C("Key range"),
+                    C("Split / merge"),
+                    C("Size", True),
+                    C("Log groups", True),
+                    C("Write rate"),
+                ],
+                rows,
+                id="logstore-shards",
+            ),
+        ]
+    )
+
+
+def group(frame: H.Frame, view: GroupView, now: float) -> View:
+    ls = view.logstore
+    here = _ls_url(frame, ls.project, ls.name, "g", view.name)
+    settings = H.tag(
+        "dl",
+        [
+            H.tag("dt", "Timeout"),
+            H.tag("dd", f"{view.timeout:g} s"),
+            H.tag("dt", "In order"),
+            H.tag("dd", "yes" if view.order else "no"),
+        ],
+        class_="facts",
+    )
+    live = _group_live(view)
+    return View(
+        f"Consumer group {view.name}",
+        H.join([settings, H.live("group", live, here, LIVE_MS)]),
+        crumbs=_crumbs(frame, ls, (view.name, "")),
+        regions={"group": live},
+    )
+
+
+def _group_live(view: GroupView) -> H.Markup:
+    consumers = H.table(
+        "Consumers",
+        [C("Consumer"), C("Last heartbeat"), C("Shards held", True)],
+        ((c.name, f"{H.ago(c.heartbeat_age)} ago", str(c.held)) for c in view.consumers),
+        id="group-consumers",
+    )
+    rows = []
+    for s in view.shards:
+        owner: object = s.owner or "—"
+        if s.next:
+            owner = f"{s.owner} → {s.next}"
+        rows.append(
+            (
+                str(s.shard),
+                owner,
+                H.badge(s.state),
+                H.clock(s.checkpoint_time) if s.checkpoint_time is not None else "no checkpoint",
+                H.count(s.lag_logs),
+                H.ago(s.lag_seconds) if s.lag_logs else "caught up",
+            )
+        )
+    shards = H.table(
+        "Shards of this group: owner, state, committed position and lag",
+        [
+            C("Shard"),
+            C("Owner"),
+            C("State"),
+            C("Committed position (receive time)"),
+            C("Lag (logs)", True),
+            C("Lag (time)", True),
+        ],
+        rows,
+        id="group-shards",
+    )
+    return H.join([H.tag("h2", "Consumers"), consumers, H.tag("h2", "Shards"), shards])
+
+
+def tail(
+    frame: H.Frame,
+    ls: Logstore,
+    shard_ids: Sequence[int],
+    shard: int | None,
+    query: str,
+    view: TailView,
+) -> View:
+    here = _ls_url(frame, ls.project, ls.name, "tail", shard=shard, q=query)
+    options = [H.tag("option", "all shards", value="", selected=shard is None)] + [
+        H.tag("option", f"shard {sid}", value=sid, selected=sid == shard) for sid in shard_ids
+    ]
+    error = (
+        H.tag("p", view.error, class_="error", id="spl-error", role="alert") if view.error else ""
+    )
+    form = H.tag(
+        "form",
+        [
+            H.tag("label", ["Shard", H.tag("select", options, name="shard", id="shard")]),
+            H.tag(
+                "label",
+                [
+                    "SPL filter",
+                    H.tag(
+                        "input",
+                        name="q",
+                        id="q",
+                        value=query,
+                        class_="spl",
+                        placeholder="* | where level = 'ERROR'",
+                        aria_describedby="spl-error" if view.error else None,
+                        aria_invalid="true" if view.error else None,
+                    ),
+                ],
+            ),
+            H.tag("button", "Apply", type="submit"),
+        ],
+        method="get",
+        action=_ls_url(frame, ls.project, ls.name, "tail"),
+        class_="filter",
+        role="search",
+    )
+    logs = _tail_logs(view)
+    return View(
+        f"Tail of {ls.name}",
+        H.join([form, error, H.live("tail", logs, here, LIVE_MS)]),
+        crumbs=_crumbs(frame, ls, ("tail", "")),
+        regions={"tail": logs},
+    )
+
+
+def _tail_logs(view: TailView) -> H.Markup:
+    if view.error:
+        return H.tag("p", "Fix the SPL statement to see logs.", class_="note")
+    items = []
+    for log in view.logs:
+        rec = log.record
+        when = rec.get("__time__", "")
+        head = H.clock(int(when)) if when.isdigit() else "no time"
+        fields = [(k, v) for k, v in rec.items() if not k.startswith("__")]
+        preview = " ".join(f"{k}={v}" for k, v in fields[:4])[:160]
+        facts = []
+        for k, v in [*fields, *((k, v) for k, v in rec.items() if k.startswith("__"))]:
+            facts += [H.tag("dt", k), H.tag("dd", v, class_="mono")]
+        facts += [
+            H.tag("dt", "shard / position"),
+            H.tag("dd", f"{log.shard} / {log.seq}:{log.index}"),
+        ]
+        items.append(
+            H.tag(
+                "details",
+                [
+                    H.tag(
+                        "summary", f"{head} · shard {log.shard} · {preview}", id=f"sum-{log.key}"
+                    ),
+                    H.tag("dl", facts, class_="facts"),
+                ],
+                class_="log",
+                id=f"log-{log.key}",
+            )
+        )
+    note = H.tag(
+        "p",
+        f"{len(view.logs)} newest logs shown, newest first ({view.scanned_logs} looked at).",
+        class_="note",
+    )
+    body = H.join(items) if items else H.tag("p", "No logs match yet.", class_="note")
+    return H.join([note, body])
