@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
+import json
 import os
 import signal
 import sys
@@ -250,6 +252,48 @@ def _config_or_none(path: str | None) -> Config | None:
         ) from None
 
 
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from loghubd.plugins.manager import PluginError, Plugins
+
+    try:
+        infos = Plugins().describe()
+    except PluginError as exc:
+        print(f"loghubd plugins: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([dataclasses.asdict(i) for i in infos], indent=1, default=dict))
+        return 0
+    for info in infos:
+        print(f"{info.name}  ({info.distribution} {info.version})  {info.description}")
+        width = max((len(k) for k in info.options), default=0)
+        for key, meaning in info.options.items():
+            print(f"    {key.ljust(width)}  {meaning}")
+        if not info.options:
+            print("    (no options declared)")
+    return 0
+
+
+def _cmd_new_plugin(args: argparse.Namespace) -> int:
+    from loghubd.plugins import scaffold
+
+    try:
+        made = scaffold.files(args.distribution, args.processor)
+    except ValueError as exc:
+        print(f"loghubd new-plugin: {exc}", file=sys.stderr)
+        return 2
+    root = Path(args.dir or args.distribution)
+    if root.exists():
+        print(f"loghubd new-plugin: {root} already exists", file=sys.stderr)
+        return 2
+    for relative, text in made.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    _dist, _package, name = scaffold.names(args.distribution, args.processor)
+    print(f"{root}: the processor {name!r}; next: pip install -e '{root}[test]' && pytest {root}")
+    return 0
+
+
 def _cmd_spark_stream(args: argparse.Namespace) -> int:
     try:  # the plugin brings pyspark: import it only for this command
         from loghubd_spark.stream_app import run_cli
@@ -407,6 +451,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     admin_commands.add_parsers(sub, _config_or_none)
     deadletters.add_parser(sub, _config_or_none)
+
+    plugins = sub.add_parser(
+        "plugins",
+        help="list the installed processors: distribution, version, options",
+    )
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    plugins.set_defaults(func=_cmd_plugins)
+
+    new_plugin = sub.add_parser(
+        "new-plugin",
+        help="start a processor plugin package (code, entry point, tests) in a new directory",
+    )
+    new_plugin.add_argument("distribution", help="its distribution name, e.g. loghubd-audit")
+    new_plugin.add_argument("--processor", help="the processor's name (default: from the name)")
+    new_plugin.add_argument("--dir", help="where to write it (default: ./<distribution>)")
+    new_plugin.set_defaults(func=_cmd_new_plugin)
 
     stream = sub.add_parser(
         "spark-stream",

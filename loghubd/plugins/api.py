@@ -17,7 +17,7 @@ processor.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from loghubd.models import Batch
@@ -126,3 +126,5 @@ class ProcessorSpec:
     # options ([processor.<name>] table) → factory. Raise ValueError("<key>: why") on bad options.
     create: Callable[[Mapping[str, Any]], ProcessorFactory]
     description: str = ""
+    # The keys of [processor.<name>] → what each means (shown by `loghubd plugins`).
+    options: Mapping[str, str] = field(default_factory=dict)

@@ -77,8 +77,34 @@ def _null(options: Mapping[str, Any]) -> ProcessorFactory:
 @hookimpl
 def loghubd_register_processors() -> Iterable[ProcessorSpec]:
     return [
-        ProcessorSpec("jsonl", JsonlFactory, "JSON lines, one file per shard, fsynced"),
+        ProcessorSpec(
+            "jsonl",
+            JsonlFactory,
+            "JSON lines, one file per shard, fsynced",
+            {"path": "directory of the output, shard-<n>.jsonl each (required)"},
+        ),
         ProcessorSpec("stdout", _stdout, "JSON lines on standard output"),
-        ProcessorSpec("null", _null, "count the logs, keep nothing"),
-        ProcessorSpec("http", HttpFactory, "NDJSON POSTs to a URL, at least once"),
+        ProcessorSpec(
+            "null",
+            _null,
+            "count the logs, keep nothing",
+            {"records": "build every log's dict first, as a real processor would (false)"},
+        ),
+        ProcessorSpec(
+            "http",
+            HttpFactory,
+            "NDJSON POSTs to a URL, at least once",
+            {
+                "url": "http:// or https:// endpoint (required)",
+                "headers": "extra request headers (table of strings)",
+                "bearer_token": "sends Authorization: Bearer <token>",
+                "gzip": "gzip request bodies (false)",
+                "batch_size": "logs per request (1000)",
+                "concurrency": "requests in flight per shard (2)",
+                "timeout_s": "per request, connection included (30.0)",
+                "retry_initial_backoff_s": "first wait between retries (0.5)",
+                "retry_max_backoff_s": "longest wait between retries (30.0)",
+                "max_retries": "retryable failures in a row before the batch fails (0: for ever)",
+            },
+        ),
     ]

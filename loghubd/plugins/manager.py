@@ -8,10 +8,12 @@ match no spec (a misspelt hook name is an error, not silence).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import pluggy
 
+import loghubd
 from loghubd.plugins import builtin, hookspecs
 from loghubd.plugins.api import ProcessorSpec
 from loghubd.plugins.loaded import LoadedFactory, ShapeError, load_factory
@@ -21,6 +23,18 @@ PROJECT = "loghubd"
 
 class PluginError(Exception):
     """A plugin could not be loaded or registers something inconsistent."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorInfo:
+    """A processor as `loghubd plugins` lists it: where it comes from and its options."""
+
+    name: str
+    description: str
+    distribution: str
+    version: str
+    plugin: str  # the entry point's name (`builtin` for loghubd's own)
+    options: Mapping[str, str]
 
 
 class Plugins:
@@ -38,16 +52,36 @@ class Plugins:
             except Exception as exc:
                 raise PluginError(f"loading a loghubd plugin failed: {exc!r}") from exc
         self.pm.check_pending()
+        self._origins: dict[str, tuple[str, str, str]] = {}
         self._processors = self._collect()
 
     def _collect(self) -> dict[str, ProcessorSpec]:
+        # Each implementation called on its own (what the hook call does, in its order), so
+        # that every processor is known with the plugin and distribution it came from.
+        dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
         specs: dict[str, ProcessorSpec] = {}
-        for result in self.pm.hook.loghubd_register_processors():
-            for spec in result:
+        for impl in reversed(self.pm.hook.loghubd_register_processors.get_hookimpls()):
+            dist = dists.get(id(impl.plugin))
+            if dist is None:  # registered directly: loghubd's built-ins (or a test's)
+                origin = ("loghubd", loghubd.__version__, impl.plugin_name)
+            else:
+                origin = (dist.metadata["Name"], dist.version, impl.plugin_name)
+            for spec in cast(Iterable[ProcessorSpec], impl.function()):
                 if spec.name in specs:
                     raise PluginError(f"two plugins register a processor named {spec.name!r}")
                 specs[spec.name] = spec
+                self._origins[spec.name] = origin
         return specs
+
+    def describe(self) -> list[ProcessorInfo]:
+        """Every processor with its distribution, version and options, by name."""
+        out = []
+        for name, spec in sorted(self._processors.items()):
+            dist, version, plugin = self._origins[name]
+            out.append(
+                ProcessorInfo(name, spec.description, dist, version, plugin, dict(spec.options))
+            )
+        return out
 
     def processors(self) -> dict[str, ProcessorSpec]:
         return dict(self._processors)

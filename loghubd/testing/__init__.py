@@ -1,7 +1,11 @@
-"""Test support shipped with loghubd: run real `loghubd serve` processes (see pytest_plugin)
-and poll them (`wait_until`)."""
+"""Test support shipped with loghubd, for its own tests and plugin authors': run real
+`loghubd serve` processes (`ServerProcess`; the `loghubd_server` and `loghubd_server_factory`
+pytest fixtures in `pytest_plugin`), poll them (`wait_until`), and unit-test a processor
+with a `Batch` built from given logs (`make_batch`) and a `RecordingTracker`.
+docs/plugins.md shows them in use."""
 
+from loghubd.testing.batches import RecordingTracker, make_batch
 from loghubd.testing.process import ServerProcess, free_port
 from loghubd.testing.waiting import wait_until
 
-__all__ = ["ServerProcess", "free_port", "wait_until"]
+__all__ = ["RecordingTracker", "ServerProcess", "free_port", "make_batch", "wait_until"]

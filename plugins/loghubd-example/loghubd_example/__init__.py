@@ -62,4 +62,15 @@ class GrepFactory:
 
 @hookimpl
 def loghubd_register_processors() -> Iterable[ProcessorSpec]:
-    return [ProcessorSpec("grep", GrepFactory, "keep logs whose field contains a pattern")]
+    return [
+        ProcessorSpec(
+            "grep",
+            GrepFactory,
+            "keep logs whose field contains a pattern",
+            options={
+                "field": "the log field to look in (required)",
+                "pattern": "the substring a kept log's field contains (required)",
+                "path": "directory of the output, shard-<n>.jsonl each (required)",
+            },
+        )
+    ]

@@ -1,0 +1,66 @@
+"""loghubd.testing's batch builder and recording tracker, for plugin authors' unit tests."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loghubd.protocol import cursor
+from loghubd.testing import RecordingTracker, make_batch
+
+fields = st.dictionaries(
+    st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=8).filter(
+        lambda k: not k.startswith("__")
+    ),
+    st.text(max_size=20),
+    max_size=4,
+)
+
+
+@given(logs=st.lists(fields, max_size=30), group_size=st.integers(1, 7))
+def test_logs_come_back_as_the_daemon_shows_them(
+    logs: list[dict[str, str]], group_size: int
+) -> None:
+    batch = make_batch(
+        [{**log, "__time__": 1700000000 + i} for i, log in enumerate(logs)],
+        shard=1,
+        start=5,
+        group_size=group_size,
+        topic="t",
+        source="s",
+        tags={"host": "h"},
+    )
+    got = list(batch.logs())
+    assert batch.log_count == len(logs)
+    assert batch.group_count == -(-len(logs) // group_size)
+    assert got == [
+        {
+            "__time__": 1700000000 + i,
+            "__topic__": "t",
+            "__source__": "s",
+            "__tag__:host": "h",
+            **log,
+        }
+        for i, log in enumerate(logs)
+    ]
+    assert cursor.to_seq(1, batch.cursor) == 5
+    assert cursor.to_seq(1, batch.next_cursor) == 5 + batch.group_count
+
+
+@pytest.mark.parametrize("key", ["__topic__", "__tag__:host"])
+def test_group_fields_go_through_arguments(key: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        make_batch([{key: "x"}])
+
+
+def test_recording_tracker_notes_saves_and_deferred_acks() -> None:
+    tracker = RecordingTracker(checkpoint="abc")
+    assert not tracker.finished
+    first, second = tracker.defer(), tracker.defer()
+    second.done(persist=True)
+    assert not tracker.finished
+    first.done()
+    assert tracker.finished and tracker.acked == [(1, True), (0, False)]
+    tracker.save_checkpoint(persist=False)
+    assert tracker.saved == [False] and tracker.get_checkpoint() == "abc"
