@@ -3,7 +3,8 @@
 - ``jsonl``: one file of JSON lines per shard under ``path`` (loghubd/processors/jsonl.py).
 - ``stdout``: JSON lines on standard output (demos).
 - ``null``: counts the logs and drops them (smoke tests, benchmarks); with ``records = true``
-  it builds every log's dict first, as a real processor would.
+  it builds every log's dict first, as a real processor would; ``view = "jsonl"`` or
+  ``"arrow"`` builds that view of each batch instead (docs/batch-views.md).
 - ``http``: NDJSON POSTs to a URL, at least once (loghubd/processors/http.py).
 """
 
@@ -43,17 +44,26 @@ class StdoutProcessor:
         pass
 
 
+# null's `view`: what it builds of each batch before dropping it (benchmarks of each view)
+VIEWS = ("count", "records", "jsonl", "arrow")
+
+
 class NullProcessor:
-    def __init__(self, records: bool = False) -> None:
-        self.records = records
+    def __init__(self, records: bool = False, view: str = "") -> None:
+        self.view = view or ("records" if records else "count")
+        self.records = self.view == "records"
         self.count = 0
 
     def initialize(self, shard: int) -> None:
         pass
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
-        if self.records:
+        if self.view == "records":
             n = sum(1 for _record in batch.logs())
+        elif self.view == "jsonl":
+            n = sum(chunk.count(b"\n") for chunk in batch.jsonl_chunks())
+        elif self.view == "arrow":
+            n = batch.arrow().num_rows
         else:
             n = batch.log_count
         self.count += n
@@ -69,9 +79,14 @@ def _stdout(options: Mapping[str, Any]) -> ProcessorFactory:
 
 
 def _null(options: Mapping[str, Any]) -> ProcessorFactory:
-    check_options("null", options, {"records": bool})
+    check_options("null", options, {"records": bool, "view": str})
     records = bool(options.get("records", False))
-    return lambda shard: NullProcessor(records)
+    view = options.get("view", "")
+    if view and view not in VIEWS:
+        raise ValueError(f"processor.null.view: one of {', '.join(VIEWS)}, not {view!r}")
+    if view and "records" in options and (view == "records") != records:
+        raise ValueError("processor.null.records: contradicts processor.null.view")
+    return lambda shard: NullProcessor(records, view)
 
 
 @hookimpl

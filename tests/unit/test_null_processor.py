@@ -28,8 +28,19 @@ def batch(logs_per_group: list[int]) -> Batch:
     return Batch(0, "c0", "c1", raw, len(groups))
 
 
-@pytest.mark.parametrize("options", [{}, {"records": False}, {"records": True}])
-def test_null_counts_every_log_and_marks_the_batch_done(options: dict[str, bool]) -> None:
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"records": False},
+        {"records": True},
+        {"view": "count"},
+        {"view": "records", "records": True},
+        {"view": "jsonl"},
+        {"view": "arrow"},
+    ],
+)
+def test_null_counts_every_log_and_marks_the_batch_done(options: dict[str, object]) -> None:
     processor = _null(options)(0)
     tracker = Tracker()
     for sizes in ([3, 0, 5], [1]):
@@ -40,7 +51,12 @@ def test_null_counts_every_log_and_marks_the_batch_done(options: dict[str, bool]
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"records": "yes"}, "processor.null.records"), ({"path": "x"}, "processor.null.path")],
+    [
+        ({"records": "yes"}, "processor.null.records"),
+        ({"path": "x"}, "processor.null.path"),
+        ({"view": "dicts"}, "processor.null.view"),
+        ({"view": "jsonl", "records": True}, "processor.null.records: contradicts"),
+    ],
 )
 def test_bad_options_name_the_key(options: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):

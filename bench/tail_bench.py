@@ -1,0 +1,292 @@
+"""Tail mode: a steady live stream, the daemon and the official SDK consuming it at once
+(issue #14 item 6).
+
+    .venv/bin/python bench/tail_bench.py [--rate 20000] [--seconds 60] [--json FILE]
+
+One `loghubd serve` (core 0, with this script's producer) and a 4-shard logstore. Two
+consumers, each in its own consumer group and process (core 1), both writing JSON lines to
+files, the same work: `loghubd run` with the `jsonl` processor (defaults), and the SDK's
+ConsumerWorker with its dict per log and `json.dumps` of each (worker_pool_size 4,
+data_fetch_interval 0.2 s, as issue #14 measured it). Once both have joined, the producer
+writes `--rate` logs/s in log groups of 50 (lz4, PutLogs spread over the shards) for
+`--seconds`. Each log group's topic carries its sequence number.
+
+Measured per consumer: CPU seconds from the first write to the last log processed (utime +
+stime from /proc) and logs per CPU-second; the latency from the write's acknowledgement (the
+PutLogs answer) to the moment the group's lines appear in the consumer's output, p50 / p99 /
+max over every group. A watcher thread in this process reads the appended output every 20 ms,
+so latencies are late by up to 20 ms, for both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C
+
+from loghubd.protocol import compress as codec
+from loghubd.protocol import pb
+
+PROJECT = "tail"
+LOGSTORE = "live"
+SHARDS = 4
+GROUP = 50
+HERE = Path(__file__).resolve().parent
+TOPIC = re.compile(rb'"__topic__": "g(\d+)"')
+
+
+class Watcher(threading.Thread):
+    """First time each group's lines are seen in a directory of `shard-*.jsonl` files."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(daemon=True)
+        self.dir = directory
+        self.seen: dict[int, float] = {}
+        self.offsets: dict[Path, int] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            now = time.time()
+            for path in self.dir.glob("shard-*.jsonl"):
+                at = self.offsets.get(path, 0)
+                with open(path, "rb") as f:
+                    f.seek(at)
+                    data = f.read()
+                end = data.rfind(b"\n") + 1
+                self.offsets[path] = at + end
+                for m in TOPIC.finditer(data, 0, end):
+                    self.seen.setdefault(int(m.group(1)), now)
+
+
+def group_body(seq: int, template: bytes, raw_logs: int) -> C.Body:
+    """The template log group with topic `g<seq>` (a field may come first on the wire)."""
+    topic = f"g{seq}".encode()
+    raw = b"\x1a" + pb.encode_varint(len(topic)) + topic + template
+    return C.Body(len(raw), raw_logs, codec.compress(codec.LZ4, raw), codec.LZ4)
+
+
+async def produce(port: int, rate: int, seconds: float, acks: dict[int, float]) -> None:
+    group = pb.LogGroup.FromString(C.make_log_group(GROUP, seed=7))
+    group.ClearField("Topic")  # each request's own topic goes in front
+    template = group.SerializeToString()
+    per_s = rate / GROUP
+    total = int(per_s * seconds)
+    keys = [f"{i:032x}" for i in range(0, 2**128, 2**128 // SHARDS)]
+    async with C.session(limit=64) as s:
+        sls = C.Sls(s, port, PROJECT)
+        start = time.monotonic()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def put(seq: int) -> None:
+            await sls.put(LOGSTORE, group_body(seq, template, GROUP), keys[seq % SHARDS])
+            acks[seq] = time.time()
+
+        for seq in range(total):
+            delay = start + seq / per_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(put(seq))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        await asyncio.gather(*pending)
+
+
+def setup(port: int) -> None:
+    async def go() -> None:
+        async with C.session() as s:
+            sls = C.Sls(s, port, PROJECT)
+            await sls.create_project()
+            await sls.create_logstore(LOGSTORE, SHARDS)
+
+    asyncio.run(go())
+
+
+def start_daemon(work: Path, port: int) -> tuple[subprocess.Popen[bytes], int]:
+    ops = C.free_port()
+    cfg = work / "daemon.toml"
+    cfg.write_text(
+        f"""[source]
+endpoint = "http://127.0.0.1:{port}"
+project = "{PROJECT}"
+logstore = "{LOGSTORE}"
+
+[consumer]
+group = "tail-daemon"
+name = "daemon"
+
+[processor]
+name = "jsonl"
+
+[processor.jsonl]
+path = "{work / "out-daemon"}"
+
+[ops]
+listen = "127.0.0.1:{ops}"
+
+[log]
+level = "info"
+format = "json"
+"""
+    )
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    with open(work / "daemon.log", "ab") as log:
+        proc = subprocess.Popen(
+            [
+                "taskset",
+                "-c",
+                str(C.LOAD_CORE),
+                sys.executable,
+                "-m",
+                "loghubd",
+                "run",
+                "-c",
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=work,
+        )
+    return proc, ops
+
+
+def start_sdk(work: Path, port: int) -> subprocess.Popen[bytes]:
+    with open(work / "sdk.log", "ab") as log:
+        return subprocess.Popen(
+            [
+                *("taskset", "-c", str(C.LOAD_CORE), sys.executable),
+                str(HERE / "_sdk_consumer.py"),
+                *("--port", str(port), "--project", PROJECT, "--logstore", LOGSTORE),
+                *("--group", "tail-sdk", "--name", "sdk", "--expect", str(10**12)),
+                *("--fetch-interval", "0.2", "--pool", "4", "--max-groups", "1000"),
+                *("--jsonl", str(work / "out-sdk")),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            cwd=work,
+        )
+
+
+def joined(port: int, group: str) -> bool:
+    async def go() -> bool:
+        async with C.session() as s:
+            sls = C.Sls(s, port, PROJECT)
+            try:
+                status = await sls.group_status(LOGSTORE, group)
+            except Exception:
+                return False
+            shards = status.get("shards", [])
+            return len(shards) == SHARDS and all(s["owner"] for s in shards)
+
+    return asyncio.run(go())
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=int, default=20_000)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tail-bench-"))
+    server = C.start_server(work)
+    assert server.proc is not None
+    C.pin_self(C.SERVER_CORE)
+    setup(server.port)
+    daemon, _ops = start_daemon(work, server.port)
+    sdk = start_sdk(work, server.port)
+    procs = {"daemon": daemon, "sdk": sdk}
+    try:
+        deadline = time.monotonic() + 60
+        while not (joined(server.port, "tail-daemon") and joined(server.port, "tail-sdk")):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"consumers did not join; see {work}")
+            time.sleep(0.5)
+        time.sleep(3)  # both idle-polling
+        (work / "out-sdk").mkdir(exist_ok=True)
+        (work / "out-daemon").mkdir(exist_ok=True)
+        watchers = {name: Watcher(work / f"out-{name}") for name in procs}
+        for w in watchers.values():
+            w.start()
+        cpu0 = {name: C.cpu_seconds(p.pid) for name, p in procs.items()}
+        server0 = C.cpu_seconds(server.proc.pid)
+        acks: dict[int, float] = {}
+        t0 = time.time()
+        asyncio.run(produce(server.port, args.rate, args.seconds, acks))
+        t_written = time.time()
+        groups = len(acks)
+        cpu: dict[str, float] = {}
+        deadline = time.monotonic() + 60
+        while len(cpu) < len(procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            for name, w in watchers.items():
+                if name not in cpu and len(w.seen) >= groups:
+                    cpu[name] = C.cpu_seconds(procs[name].pid) - cpu0[name]
+        server_cpu = C.cpu_seconds(server.proc.pid) - server0
+        for w in watchers.values():
+            w.stop.set()
+        logs = groups * GROUP
+        rows: dict[str, Any] = {}
+        for name, w in watchers.items():
+            lat = [w.seen[s] - acks[s] for s in acks if s in w.seen]
+            per_second: dict[int, list[float]] = {}
+            for seq in acks:
+                if seq in w.seen:
+                    per_second.setdefault(int(acks[seq] - t0), []).append(w.seen[seq] - acks[seq])
+            rows[name] = {
+                "p50_ms_by_second": [
+                    round(1000 * statistics.median(v)) for _k, v in sorted(per_second.items())
+                ],
+                "groups_seen": len(w.seen),
+                "cpu_s": round(cpu.get(name, float("nan")), 2),
+                "logs_per_cpu_s": round(logs / cpu[name]) if name in cpu else None,
+                "latency_ms": {
+                    "p50": round(1000 * statistics.median(lat), 1),
+                    "p99": round(1000 * pct(lat, 0.99), 1),
+                    "max": round(1000 * max(lat), 1),
+                },
+            }
+        if "daemon" in cpu and "sdk" in cpu:
+            rows["daemon_cpu_vs_sdk"] = round(cpu["daemon"] / cpu["sdk"], 3)
+        report = {
+            "machine": C.machine_notes(),
+            "rate": args.rate,
+            "seconds": args.seconds,
+            "logs": logs,
+            "write_seconds": round(t_written - t0, 1),
+            "server_cpu_share": round(server_cpu / (time.time() - t0), 3),
+            "consumers": rows,
+        }
+        print(json.dumps(report, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+    finally:
+        for p in procs.values():
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

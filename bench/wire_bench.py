@@ -1,0 +1,353 @@
+"""Cold-start drain of a large backlog, daemon views against the official SDK (issue #14).
+
+    .venv/bin/python bench/wire_bench.py [--logs 2000000] [--rounds 3] [--only k1,k2] [--json F]
+
+One `loghubd serve` (pinned to core 0) holds `--logs` logs in 8 shards, 200 logs of ~214 B
+per log group. Each round starts every consumer below once, in an order that alternates from
+round to round (interleaved), each as its own process on core 1 with a fresh consumer group,
+and measures from the spawn to the last log processed:
+
+| kind | what it does with each log |
+|---|---|
+| `daemon-jsonl` | `loghubd run`, `jsonl` processor: `Batch.jsonl_chunks()` to one file per shard |
+| `daemon-arrow` | `loghubd run`, `null` with `view = "arrow"`: `Batch.arrow()` per batch |
+| `daemon-records` | `loghubd run`, `null` with `records = true`: a dict per log (`Batch.logs()`) |
+| `sdk-jsonl` | SDK ConsumerWorker: its dict per log, `json.dumps` of each to one file per shard |
+| `sdk-dicts` | SDK ConsumerWorker: its dict per log, dropped |
+| `ceiling` | a minimal aiohttp loop: PullLogs (1000 groups) + lz4 decompress, nothing else |
+
+The SDK runs as issue #14 measured it: worker_pool_size 4, data_fetch_interval 0.2 s,
+max_fetch_log_group_size 1000. Per run: wall seconds (spawn -> the consumer's own clock at its
+last batch: loghubd's `loghubd_last_batch_timestamp_seconds`, the SDK's "done" event), the
+consumer's CPU seconds (utime+stime of the process and its children, at completion, start-up
+included), logs per CPU-second, peak RSS (VmHWM), and the server's CPU share over the run.
+Report: min / median / max over rounds, and the daemon/SDK ratios of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C
+
+from loghubd.protocol import compress as codec
+
+PROJECT = "wire"
+LOGSTORE = "backlog"
+SHARDS = 8
+GROUP_LOGS = 200
+HERE = Path(__file__).resolve().parent
+KINDS = ("daemon-jsonl", "sdk-jsonl", "daemon-arrow", "daemon-records", "sdk-dicts", "ceiling")
+
+
+def vm_hwm_mb(pid: int) -> float:
+    """Peak RSS of a process (VmHWM), summed with its children's, in MB."""
+    total = 0.0
+    for p in (pid, *C.descendants(pid)):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total
+
+
+def tree_cpu(pid: int) -> float:
+    total = 0.0
+    for p in (pid, *C.descendants(pid)):
+        with contextlib.suppress(OSError):
+            total += C.cpu_seconds(p)
+    return total
+
+
+def load(port: int, logs: int) -> None:
+    """`logs` logs into LOGSTORE, spread over its shards (20 distinct bodies, resent)."""
+    bodies = C.make_bodies([GROUP_LOGS] * 20)
+
+    async def go() -> None:
+        async with C.session() as s:
+            sls = C.Sls(s, port, PROJECT)
+            await sls.create_project()
+            await sls.create_logstore(LOGSTORE, SHARDS)
+            n = logs // GROUP_LOGS
+            keys = [f"{i:032x}" for i in range(0, 2**128, 2**128 // SHARDS)]
+
+            async def worker(w: int) -> None:
+                for i in range(w, n, 8):
+                    await sls.put(LOGSTORE, bodies[i % len(bodies)], keys[i % SHARDS])
+
+            await asyncio.gather(*(worker(w) for w in range(8)))
+
+    asyncio.run(go())
+
+
+def daemon_config(work: Path, port: int, name: str, kind: str) -> tuple[Path, int]:
+    ops = C.free_port()
+    if kind == "daemon-jsonl":
+        processor = f'name = "jsonl"\n\n[processor.jsonl]\npath = "{work / ("out-" + name)}"\n'
+    elif kind == "daemon-arrow":
+        processor = 'name = "null"\n\n[processor.null]\nview = "arrow"\n'
+    else:
+        processor = 'name = "null"\n\n[processor.null]\nrecords = true\n'
+    cfg = work / f"{name}.toml"
+    cfg.write_text(
+        f"""[source]
+endpoint = "http://127.0.0.1:{port}"
+project = "{PROJECT}"
+logstore = "{LOGSTORE}"
+
+[consumer]
+group = "{name}"
+name = "{name}"
+
+[processor]
+{processor}
+[ops]
+listen = "127.0.0.1:{ops}"
+
+[log]
+level = "info"
+format = "json"
+"""
+    )
+    return cfg, ops
+
+
+def metrics(ops: int) -> tuple[float, float]:
+    """(logs consumed, newest last-batch timestamp) from the daemon's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{ops}/metrics", timeout=2) as r:
+        body = r.read().decode()
+    logs = last = 0.0
+    for line in body.splitlines():
+        if line.startswith("loghubd_consumed_logs_total{"):
+            logs += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("loghubd_last_batch_timestamp_seconds{"):
+            last = max(last, float(line.rsplit(" ", 1)[1]))
+    return logs, last
+
+
+def spawn(kind: str, work: Path, port: int, name: str, expect: int) -> tuple[Any, int]:
+    """The consumer process, and its ops port (0 if not a daemon)."""
+    log = open(work / f"{name}.log", "ab")  # noqa: SIM115
+    pin = ["taskset", "-c", str(C.LOAD_CORE)]
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    ops = 0
+    if kind.startswith("daemon"):
+        cfg, ops = daemon_config(work, port, name, kind)
+        cmd = [*pin, sys.executable, "-m", "loghubd", "run", "-c", str(cfg)]
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
+    elif kind.startswith("sdk"):
+        mode = ["--jsonl", str(work / f"out-{name}")] if kind == "sdk-jsonl" else ["--records"]
+        cmd = [
+            *pin,
+            sys.executable,
+            str(HERE / "_sdk_consumer.py"),
+            *("--port", str(port), "--project", PROJECT, "--logstore", LOGSTORE),
+            *("--group", name, "--name", name, "--expect", str(expect)),
+            *("--fetch-interval", "0.2", "--pool", "4", "--max-groups", "1000", *mode),
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, cwd=work, env=env)
+    else:
+        cmd = [
+            *pin,
+            sys.executable,
+            __file__,
+            "--ceiling-child",
+            str(port),
+            "--expect",
+            str(expect),
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, cwd=work, env=env)
+    log.close()
+    return proc, ops
+
+
+def run_one(
+    kind: str, work: Path, server_pid: int, port: int, expect: int, tag: str
+) -> dict[str, Any]:
+    name = f"{kind}-{tag}"
+    server0 = C.cpu_seconds(server_pid)
+    t0 = time.time()
+    proc, ops = spawn(kind, work, port, name, expect)
+    perf = None
+    if os.environ.get("WIRE_BENCH_PERF"):  # where the time goes: perf record -p, into this dir
+        out = Path(os.environ["WIRE_BENCH_PERF"]) / f"{name}.perf"
+        perf = subprocess.Popen(
+            ["perf", "record", "-q", "-F", "999", "-p", str(proc.pid), "-o", str(out)]
+        )
+    buf = b""
+    t_end = 0.0
+    deadline = time.monotonic() + 600
+    try:
+        if proc.stdout is not None:
+            os.set_blocking(proc.stdout.fileno(), False)
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            if proc.poll() is not None and proc.stdout is None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}: see {name}.log")
+            if ops:
+                try:
+                    logs, last = metrics(ops)
+                except (OSError, urllib.error.URLError):
+                    continue
+                if logs >= expect:
+                    t_end = last
+                    break
+            else:
+                assert proc.stdout is not None
+                chunk = proc.stdout.read()
+                if chunk:
+                    buf += chunk
+                done = [json.loads(x) for x in buf.split(b"\n") if b'"done"' in x]
+                if done:
+                    t_end = float(done[0]["t"])
+                    break
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode}: see {name}.log")
+        else:
+            raise RuntimeError(f"{name}: not done within 600 s")
+        cpu, hwm = tree_cpu(proc.pid), vm_hwm_mb(proc.pid)
+        wall_now = time.time() - t0
+        server_share = (C.cpu_seconds(server_pid) - server0) / wall_now
+    finally:
+        if perf is not None:
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    wall = t_end - t0
+    return {
+        "kind": kind,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "logs_per_cpu_s": round(expect / cpu) if cpu else None,
+        "vm_hwm_mb": round(hwm, 1),
+        "server_cpu_share": round(server_share, 3),
+    }
+
+
+def ceiling_child(port: int, expect: int) -> None:
+    """Pull every shard from its beginning to the end, lz4-decompressing each answer."""
+    import lz4.block  # noqa: F401  (codec.decompress uses it)
+
+    async def go() -> int:
+        async with C.session() as s:
+            sls = C.Sls(s, port, PROJECT)
+            total = 0
+
+            async def shard(i: int) -> int:
+                cursor = await sls.cursor(LOGSTORE, i, "begin")
+                end = await sls.cursor(LOGSTORE, i, "end")
+                n = 0
+                while cursor != end:
+                    _st, h, data = await sls.call(
+                        "GET",
+                        f"/logstores/{LOGSTORE}/shards/{i}",
+                        {"type": "log", "cursor": cursor, "count": "1000"},
+                        None,
+                        {"accept": "application/x-protobuf", "accept-encoding": "lz4"},
+                    )
+                    lh = {k.lower(): v for k, v in h.items()}
+                    raw = codec.decompress("lz4", data, int(lh["x-log-bodyrawsize"]))
+                    n += len(raw)
+                    cursor = lh["x-log-cursor"]
+                return n
+
+            sizes = await asyncio.gather(*(shard(i) for i in range(SHARDS)))
+            total = sum(sizes)
+            return total
+
+    size = asyncio.run(go())
+    print(
+        json.dumps({"event": "done", "t": time.time(), "bytes": size, "logs": expect}), flush=True
+    )
+    time.sleep(30)  # measured by the parent, then killed
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        rs = [r for r in runs if r["kind"] == kind]
+        if not rs:
+            continue
+        row: dict[str, Any] = {"runs": len(rs)}
+        for key in ("wall_s", "cpu_s", "logs_per_cpu_s", "vm_hwm_mb", "server_cpu_share"):
+            xs = [r[key] for r in rs if r[key] is not None]
+            row[key] = {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
+        out[kind] = row
+    ratios: dict[str, Any] = {}
+    for daemon, sdk in (
+        ("daemon-jsonl", "sdk-jsonl"),
+        ("daemon-records", "sdk-dicts"),
+        ("daemon-arrow", "sdk-dicts"),
+    ):
+        if daemon in out and sdk in out:
+            d, s = out[daemon], out[sdk]
+            ratios[f"{daemon} vs {sdk}"] = {
+                "wall_x": round(s["wall_s"]["median"] / d["wall_s"]["median"], 2),
+                "logs_per_cpu_s_x": round(
+                    d["logs_per_cpu_s"]["median"] / s["logs_per_cpu_s"]["median"], 2
+                ),
+            }
+    out["ratios"] = ratios
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--logs", type=int, default=2_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated kinds")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--ceiling-child", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--expect", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.ceiling_child:
+        ceiling_child(args.ceiling_child, args.expect)
+        return 0
+    kinds = [k for k in KINDS if not args.only or k in args.only.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="wire-bench-"))
+    server = C.start_server(work)
+    assert server.proc is not None
+    C.pin_self(C.LOAD_CORE)
+    try:
+        t = time.time()
+        load(server.port, args.logs)
+        print(f"loaded {args.logs:,} logs in {time.time() - t:.1f}s; work dir {work}", flush=True)
+        runs = []
+        for r in range(args.rounds):
+            order = kinds if r % 2 == 0 else kinds[::-1]
+            for kind in order:
+                result = run_one(kind, work, server.proc.pid, server.port, args.logs, f"r{r}")
+                result["round"] = r
+                runs.append(result)
+                print(json.dumps(result), flush=True)
+        summary = summarize(runs)
+        report = {"machine": C.machine_notes(), "logs": args.logs, "runs": runs, "summary": summary}
+        print(json.dumps(summary, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
