@@ -44,7 +44,7 @@ from loghubd.plugins.loaded import LoadedFactory
 from loghubd.plugins.manager import Plugins
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
-from loghubd.sls import CredentialsProvider, SlsClient, provider_for
+from loghubd.sls import CredentialsProvider, SlsClient, Unreachable, provider_for
 
 log = structlog.get_logger("loghubd.source")
 
@@ -79,20 +79,31 @@ class StartupError(Exception):
     request the service refuses). Retrying would not help; the message says what to fix."""
 
 
-async def _retry_until_ok(what: str, fn: Callable[[], Awaitable[None]]) -> None:
+async def _retry_until_ok(
+    what: str,
+    fn: Callable[[], Awaitable[None]],
+    failing: Callable[[str], None] = lambda reason: None,
+) -> None:
     """Start-up calls: a daemon under systemd waits out a service that is down or busy instead
-    of crash-looping, but a permanent refusal (4xx) stops it at once with the reason."""
+    of crash-looping, but a permanent refusal (4xx) stops it at once with the reason. `what`
+    says in an operator's words what was being done; `failing` is told why each attempt
+    failed (the source's /status error and /readyz reason while it retries), "" at the end."""
     attempt = 0
     while True:
         try:
             await fn()
+            failing("")
             return
         except E.SlsError as exc:
             if not exc.retryable:
                 raise StartupError(f"{what}: {exc}") from exc
             attempt += 1
             wait = STARTUP_BACKOFF.wait(attempt)
-            log.warning("startup_call_failed", call=what, error=str(exc)[:300], retry_in_s=wait)
+            reason = f"{what}: {exc} (retrying)"
+            if isinstance(exc, Unreachable):
+                reason = f"{what}: cannot reach the service, retrying: {exc}"
+            failing(reason)
+            log.warning("startup_call_failed", call=what, error=str(exc)[:1000], retry_in_s=wait)
             await anyio.sleep(wait)
 
 
@@ -225,7 +236,13 @@ class SourceRunner:
                 for t in self._tasks()
             ),
             starting=self.state == "starting",
+            start_problem=self.error if self.state == "starting" else "",
         )
+
+    def _starting_problem(self, reason: str) -> None:
+        """Why start-up is not through yet ("" once it is): shown as the source's `error`."""
+        if self.state == "starting":
+            self.error = reason
 
     def source_state(self) -> health.SourceState:
         failed = self.error if self.state == "failed" else ""
@@ -302,8 +319,12 @@ class SourceRunner:
                         # The first load is done before it reports started (a file or a
                         # command's credentials); it then keeps them fresh until we stop.
                         await tg.start(self.provider.run_refresh)
+                        where = f"{spec.source.project}/{spec.source.logstore}"
                         await _retry_until_ok(
-                            "ensure_group", lambda: ensure_group(client, spec.source.logstore, c)
+                            f"finding or creating consumer group {c.group} on {where} at "
+                            f"{spec.source.endpoint}",
+                            lambda: ensure_group(client, spec.source.logstore, c),
+                            self._starting_problem,
                         )
                         if self.factory.bind is not None:
                             self.factory.bind(self.processor_context())

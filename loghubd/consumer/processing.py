@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,59 @@ async def process_with_retry(
             failing("")
         metrics.process_seconds.labels(str(batch.shard)).observe(time.perf_counter() - started)
         return Processed(result if isinstance(result, str) and result else None)
+
+
+async def start_with_retry(
+    make: Callable[[], Awaitable[LoadedProcessor]],
+    shard: int,
+    policy: RetryPolicy,
+    metrics: Metrics,
+    stop: anyio.Event,
+    *,
+    bind: dict[str, Any],
+    failing: Callable[[str], None] = lambda reason: None,
+) -> LoadedProcessor | ShardStopped | None:
+    """Make and initialize a shard's processor under the same policy as a failing batch: a
+    processor that cannot start (an output directory it cannot create, a sink that is down)
+    is retried with backoff and counted in `processor_errors_total`; after `max_attempts`,
+    `stop` and `dead_letter` (there is no batch to set aside) stop the shard, `retry` keeps
+    trying. None when `stop` is set while waiting to try again."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            processor = await make()
+        except Exception as exc:
+            reason = f"processor cannot start on shard {shard}: {describe_error(exc)}"
+            failing(f"attempt {attempt}: {reason}"[:500])
+            metrics.processor_errors.labels(str(shard)).inc()
+            log.warning("processor_start_failed", **bind, attempt=attempt, error=reason[:1000])
+            gave_up = policy.max_attempts and attempt >= policy.max_attempts
+            if gave_up and policy.on_failure != "retry":
+                log.error("shard_stopped_on_failure", **bind, reason=reason[:1000])
+                return ShardStopped(f"{reason} (after {attempt} attempts)")
+            wait = policy.backoff.wait(attempt)
+            metrics.processor_retries.labels(str(shard)).inc()
+            log.info("processor_start_retry_scheduled", **bind, attempt=attempt, wait_s=wait)
+            with anyio.move_on_after(wait):
+                await stop.wait()
+            if stop.is_set():
+                return None
+            continue
+        if attempt > 1:
+            failing("")
+        return processor
+
+
+def describe_error(exc: BaseException) -> str:
+    """`repr(exc)`, plus the file it is about when an OSError names one its text lacks
+    (`FileNotFoundError(2, 'No such file or directory')` says nothing of the path)."""
+    text = repr(exc)
+    if isinstance(exc, OSError):
+        for name in (exc.filename, exc.filename2):
+            if name is not None and str(name) not in text:
+                text += f" (path {name})"
+    return text
 
 
 def _write_dead_letter(directory: Path, batch: Batch, exc: BaseException, attempts: int) -> Path:

@@ -38,6 +38,7 @@ from loghubd.consumer.processing import (
     RetryPolicy,
     ShardStopped,
     process_with_retry,
+    start_with_retry,
 )
 from loghubd.consumer.tracking import ShardTracker
 from loghubd.models import Batch
@@ -212,8 +213,21 @@ class ShardTask:
         try:
             start, committed = await self._initial_with_retry()
             self.tracker = ShardTracker(start, committed=committed)
-            self.processor = c.factory.processor(self.shard)
-            await self.processor.initialize(self.shard)
+            started = await start_with_retry(
+                self._make_processor,
+                self.shard,
+                c.retry,
+                c.metrics,
+                self.stop_requested,
+                bind=self._bind,
+                failing=self._processor_failing,
+            )
+            if started is None:  # asked to stop while the processor could not start
+                return
+            if isinstance(started, ShardStopped):
+                self.status.state, self.status.reason = "failed", started.reason
+                return
+            self.processor = started
             log.info("shard_started", **self._bind, cursor=start, from_checkpoint=bool(committed))
             self.status.state = "consuming"
             await self._consume()
@@ -224,6 +238,11 @@ class ShardTask:
             with anyio.CancelScope(shield=True):
                 await self._finish()
                 await on_exit(self)
+
+    async def _make_processor(self) -> LoadedProcessor:
+        processor = self.ctx.factory.processor(self.shard)
+        await processor.initialize(self.shard)
+        return processor
 
     async def _finish(self) -> None:
         if self.status.state != "failed":

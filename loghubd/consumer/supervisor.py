@@ -69,6 +69,7 @@ class Supervisor:
         # them whose task had not ended `ABANDON_BOUND_S` after being cancelled.
         self.abandoned: list[int] = []
         self.unreturned: list[int] = []
+        self.failed: list[int] = []  # shards stopped by a failure, as found at shutdown
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -146,7 +147,8 @@ class Supervisor:
 
     async def stop_all(self, grace: float) -> bool:
         """Finish in-flight batches within `grace`, then cancel; every shard's final commit
-        and processor shutdown still run (shielded, bounded). True if everything was flushed.
+        and processor shutdown still run (shielded, bounded). True if everything was flushed
+        and no shard had stopped on a failure.
 
         Shards still busy when the grace ends are *abandoned* (their processor call is
         cancelled, a synchronous one left running in its worker thread). A task that has not
@@ -179,7 +181,12 @@ class Supervisor:
                 detail="processor code still running when the shutdown grace ended; "
                 "their finished batches are committed, the one in hand is not",
             )
+        # Shards stopped by a failure (a processor that gave up, or could not start): the
+        # daemon's exit code says something failed.
+        self.failed = sorted(self.parked)
+        if self.failed:
+            log.error("shards_failed", shards=self.failed)
         for task in list(self.parked.values()):
             self._let_go(task)
         self.parked.clear()
-        return not self.unflushed and not self.abandoned
+        return not self.unflushed and not self.abandoned and not self.failed

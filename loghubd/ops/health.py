@@ -30,7 +30,8 @@ class Snapshot:
     timeout: float
     last_heartbeat_error: str
     shards: tuple[ShardView, ...]
-    starting: bool = False  # processor factory still starting (e.g. a Spark warm-up)
+    starting: bool = False  # the source is starting (group set-up, processor factory start)
+    start_problem: str = ""  # why start-up is not through yet (e.g. the service unreachable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,9 @@ STALL_AFTER_S = 60.0
 def readiness(snap: Snapshot) -> Verdict:
     reasons: list[str] = []
     if snap.starting:
-        reasons.append("processor is starting")
+        reasons.append(
+            f"starting: {snap.start_problem}" if snap.start_problem else "processor is starting"
+        )
     if not snap.joined:
         reasons.append(
             "not joined to the consumer group"
@@ -62,6 +65,8 @@ def readiness(snap: Snapshot) -> Verdict:
     for s in snap.shards:
         if s.state == "failed":
             reasons.append(f"shard {s.shard} stopped: {s.reason}")
+        elif s.state == "starting" and s.reason:
+            reasons.append(f"shard {s.shard} is not consuming yet: {s.reason}")
         elif (
             s.state == "consuming" and not s.caught_up and s.seconds_since_progress > STALL_AFTER_S
         ):

@@ -479,6 +479,6 @@ def test_daemon_refused_at_start_exits_with_the_reason(
     daemon = daemon_with(daemon_pools(acl_server), creds, "refused", group=group)
     assert daemon.wait(30) == 1, daemon.log_tail()
     tail = daemon.log_tail()
-    assert "cannot start: ensure_group:" in tail
+    assert "cannot start: finding or creating consumer group" in tail
     for text in expected:
         assert text in tail, tail

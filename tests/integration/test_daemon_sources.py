@@ -182,8 +182,11 @@ def test_every_source_failing_to_start_exits_at_once(daemon_pool: Pool) -> None:
     )
     assert daemon.wait(20) == 1
     text = daemon.log_path.read_text()
-    assert "cannot start: source x: ensure_group: LogStoreNotExist" in text, text[-2000:]
-    assert "source y: ensure_group: LogStoreNotExist" in text
+    # operator words, naming the group, where, and the service's answer (no internal names)
+    want_x = "cannot start: source x: finding or creating consumer group grp on daemontest/nope-x"
+    assert want_x in text, text[-2000:]
+    assert "LogStoreNotExist" in text and "ensure_group" not in text
+    assert "source y: finding or creating consumer group grp on daemontest/nope-y" in text
 
 
 def test_admin_sees_both_groups(

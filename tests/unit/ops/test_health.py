@@ -44,6 +44,19 @@ def shard(
         (snap(), True, None),
         (snap(shards=(shard(),)), True, None),
         (snap(starting=True), False, "processor is starting"),
+        # what holds the start-up up is named (issue #18: not "processor is starting")
+        (
+            snap(starting=True, start_problem="cannot reach the service, retrying"),
+            False,
+            "starting: cannot reach the service, retrying",
+        ),
+        # a shard whose processor cannot start yet (retried under the failure policy)
+        (
+            snap(shards=(shard("starting", reason="processor cannot start on shard 7"),)),
+            False,
+            "shard 7 is not consuming yet: processor cannot start on shard 7",
+        ),
+        (snap(shards=(shard("starting"),)), True, None),  # just starting: no reason
         (snap(joined=False, last_heartbeat_error="Unreachable: refused"), False, "Unreachable"),
         (snap(seconds_since_heartbeat=10.5), False, "last successful heartbeat 10.5s ago"),
         (snap(seconds_since_heartbeat=9.9), True, None),  # within 2 intervals

@@ -1,0 +1,112 @@
+"""What goes wrong at start is said where an operator looks (/readyz, /status, the log), in
+their words, and counted: a processor that cannot start on a shard (an output path it cannot
+create) follows the failure policy with the path in the message, and the exit code says so;
+an unreachable service at start is named as such."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+from loghubd.testing.process import ServerProcess, free_port
+from tests.integration.daemon_harness import Admin, Daemon, Producer, read_ids
+from tests.integration.sls_http import wait_until
+
+LOGSTORE, GROUP = "startstore", "startgroup"
+
+
+def reasons(daemon: Daemon) -> list[str]:
+    code, body = daemon.readiness()
+    return [] if code == 200 else list(body.get("reasons", []))
+
+
+def blocked_output(tmp_path: Path) -> tuple[Path, Path]:
+    """An output directory that cannot be created: its parent is a regular file."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("in the way\n")
+    return blocker, blocker / "out"
+
+
+def test_a_processor_that_cannot_start_is_retried_then_starts(
+    tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    Admin(loghubd_server.endpoint).create_logstore(LOGSTORE, 1)
+    Producer(tmp_path, loghubd_server.endpoint, LOGSTORE, count=50).start().wait()
+    blocker, out = blocked_output(tmp_path)
+    daemon = Daemon(
+        tmp_path / "d", loghubd_server.endpoint, LOGSTORE, GROUP, "retrying",
+        processor_options={"path": str(out)},
+        consumer={"retry_initial_backoff": 0.2},  # on_failure = "retry", unlimited attempts
+    ).start()  # fmt: skip
+    try:
+        daemon.wait_ready()
+
+        def failing() -> list[str]:
+            return [r for r in reasons(daemon) if "shard 0 is not consuming yet" in r]
+
+        wait_until(lambda: bool(failing()), 20, lambda: str(reasons(daemon)))
+        reason = failing()[0]
+        assert "processor cannot start on shard 0" in reason and str(out) in reason, reason
+        wait_until(lambda: daemon.metric("loghubd_processor_errors_total", shard="0") >= 2, 20)
+        (shard,) = daemon.source_status("default")["shards"]
+        assert str(out) in shard["processor_error"], shard
+        blocker.unlink()  # the operator fixes the path: the next attempt starts the shard
+        wait_until(lambda: len(read_ids([out])) == 50, 30, daemon.log_tail)
+        wait_until(lambda: reasons(daemon) == [], 10, lambda: str(reasons(daemon)))
+    finally:
+        assert daemon.stop() == 0, daemon.log_tail()
+
+
+def test_a_processor_that_cannot_start_stops_the_shard_and_the_exit_code_says_so(
+    tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    Admin(loghubd_server.endpoint).create_logstore(LOGSTORE, 2)
+    _, out = blocked_output(tmp_path)
+    daemon = Daemon(
+        tmp_path / "d", loghubd_server.endpoint, LOGSTORE, GROUP, "stopping",
+        processor_options={"path": str(out)},
+        consumer={"max_attempts": 2, "on_failure": "stop", "retry_initial_backoff": 0.1},
+    ).start()  # fmt: skip
+    try:
+        daemon.wait_ready()
+
+        def stopped() -> list[str]:
+            return [r for r in reasons(daemon) if "stopped: processor cannot start" in r]
+
+        wait_until(lambda: len(stopped()) == 2, 20, lambda: str(reasons(daemon)))
+        assert all(str(out) in r and "after 2 attempts" in r for r in stopped()), stopped()
+        assert daemon.metric("loghubd_processor_errors_total") == 4  # 2 shards x 2 attempts
+        events = daemon.events("shard_stopped_on_failure")
+        assert len(events) == 2 and all(str(out) in e["reason"] for e in events)
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 1, "a shard stopped on a failure: the exit code says so"
+        assert daemon.events("shards_failed")
+    finally:
+        if daemon.alive():
+            daemon.kill()
+
+
+def test_an_unreachable_service_at_start_is_named(tmp_path: Path) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    daemon = Daemon(
+        tmp_path / "d", nowhere, LOGSTORE, GROUP, "lonely", consumer={"request_timeout": 1.0}
+    ).start()
+    try:
+
+        def status() -> dict[str, Any]:
+            try:
+                return daemon.source_status("default")
+            except OSError:
+                return {}
+
+        wait_until(lambda: "cannot reach" in status().get("error", ""), 30, daemon.log_tail)
+        error = status()["error"]
+        assert "finding or creating consumer group startgroup" in error and nowhere in error
+        assert any("starting:" in r and "cannot reach" in r for r in reasons(daemon))
+        assert "processor is starting" not in reasons(daemon)
+        (failed, *_) = daemon.events("startup_call_failed")
+        assert "Unreachable" in failed["error"] and "no answer within" in failed["error"]
+    finally:
+        daemon.signal(signal.SIGTERM)
+        daemon.wait(30)

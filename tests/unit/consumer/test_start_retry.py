@@ -1,0 +1,71 @@
+"""A processor that cannot start on a shard follows the failure policy (`start_with_retry`),
+and its error names the file an OSError was about."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from loghubd.backoff import Backoff
+from loghubd.consumer.processing import RetryPolicy, ShardStopped, describe_error, start_with_retry
+from loghubd.ops.metrics import Metrics
+
+FAST = Backoff(initial=0.001, cap=0.002, jitter=0.0)
+
+
+def test_describe_error_adds_the_path_an_oserror_lacks() -> None:
+    exc = FileNotFoundError(2, "No such file or directory")
+    exc.filename = "/data/out"
+    assert describe_error(exc).endswith("(path /data/out)")
+    bare = FileNotFoundError(2, "No such file or directory")
+    assert "path" not in describe_error(bare)
+    assert describe_error(ValueError("x")) == "ValueError('x')"
+
+
+def run(fail: int, policy: RetryPolicy, stop_after: int | None = None) -> tuple[Any, int, float]:
+    calls = 0
+    metrics = Metrics()
+    stop = anyio.Event()
+
+    async def make() -> Any:
+        nonlocal calls
+        calls += 1
+        if stop_after is not None and calls >= stop_after:
+            stop.set()
+        if calls <= fail:
+            raise PermissionError(13, "Permission denied", "/out")
+        return "processor"
+
+    async def go() -> Any:
+        return await start_with_retry(make, 3, policy, metrics, stop, bind={})
+
+    result = anyio.run(go)
+    errors = metrics.processor_errors.labels("3")._value.get()
+    return result, calls, errors
+
+
+@pytest.mark.parametrize("on_failure", ["retry", "stop", "dead_letter"])
+def test_it_starts_once_the_cause_is_gone(on_failure: str) -> None:
+    result, calls, errors = run(2, RetryPolicy(max_attempts=5, on_failure=on_failure, backoff=FAST))
+    assert (result, calls, errors) == ("processor", 3, 2)
+
+
+@pytest.mark.parametrize("on_failure", ["stop", "dead_letter"])
+def test_it_stops_the_shard_after_max_attempts(on_failure: str) -> None:
+    result, calls, errors = run(
+        99, RetryPolicy(max_attempts=3, on_failure=on_failure, backoff=FAST)
+    )
+    assert isinstance(result, ShardStopped) and calls == 3 and errors == 3
+    assert "processor cannot start on shard 3" in result.reason and "/out" in result.reason
+
+
+def test_retry_keeps_trying_past_max_attempts() -> None:
+    result, calls, _ = run(6, RetryPolicy(max_attempts=2, on_failure="retry", backoff=FAST))
+    assert (result, calls) == ("processor", 7)
+
+
+def test_a_stop_request_ends_the_retries() -> None:
+    result, calls, _ = run(99, RetryPolicy(backoff=FAST), stop_after=4)
+    assert result is None and calls == 4
