@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KEEP = 90  # samples kept: 3 minutes at one every 2 s
+POINTS = 30  # points a series is drawn with (every third sample: 6 s apart)
 ERRORS_KEPT = 5  # per shard
 
 ShardKey = tuple[str, int]  # (source name, shard id)
@@ -73,12 +74,12 @@ class History:
         s = self._series.get(key)
         if s is None or len(s.times) < 2:
             return []
-        t, c = list(s.times), list(s.consumed)
+        t, c = _thin(s.times), _thin(s.consumed)
         return [max(0.0, c[i] - c[i - 1]) / max(t[i] - t[i - 1], 1e-6) for i in range(1, len(t))]
 
     def lag(self, key: ShardKey) -> list[float]:
         s = self._series.get(key)
-        return [] if s is None else list(s.lag_seconds)
+        return [] if s is None else _thin(s.lag_seconds)
 
     def span(self, key: ShardKey) -> float:
         s = self._series.get(key)
@@ -88,6 +89,13 @@ class History:
         """Every remembered error, newest first."""
         out = [e for log in self._errors.values() for e in log]
         return sorted(out, key=lambda e: e.when, reverse=True)
+
+
+def _thin(values: deque[float]) -> list[float]:
+    """At most POINTS values, evenly spaced, always ending with the newest."""
+    items = list(values)
+    stride = -(-len(items) // POINTS)  # ceiling division
+    return items[::-1][::stride][::-1] if stride > 1 else items
 
 
 def consumed_by_shard(families: Sequence[Any]) -> dict[ShardKey, float]:

@@ -99,7 +99,7 @@ class ServeConsole:
             raw = query.get("shard", "")
             shard = int(raw) if raw.isdigit() and int(raw) in ids else None
             text = query.get("q", "")
-            view = self.reader.tail(ls, shard, text)
+            view = self.reader.tail(ls, ids, shard, text)
             return pages.tail(FRAME, ls, ids, shard, text, view)
         return _missing("No such page.")
 

@@ -214,9 +214,9 @@ class Reader:
 
     # -- tail --------------------------------------------------------------------------------
 
-    def tail(self, ls: Logstore, shard: int | None, query: str) -> TailView:
-        """The newest logs (newest first) of one shard or of the whole logstore, through the
-        SPL statement `query` when one is given."""
+    def tail(self, ls: Logstore, shard_ids: list[int], shard: int | None, query: str) -> TailView:
+        """The newest logs (newest first) of one shard or of the whole logstore (whose
+        shards are `shard_ids`), through the SPL statement `query` when one is given."""
         program: spl.Program | None = None
         if query.strip():
             try:
@@ -224,11 +224,7 @@ class Reader:
             except spl.SplError as exc:
                 return TailView((), 0, str(exc))
         candidates: list[tuple[float, int, int]] = []  # (receive time, shard, seq)
-        ids = (
-            [shard]
-            if shard is not None
-            else [s.shard_id for s in self.service.storage.list_shards(ls.id)]
-        )
+        ids = [shard] if shard is not None else shard_ids
         per_shard = TAIL_SCAN_GROUPS if shard is not None else _PER_SHARD
         for sid in ids:
             for seq, recv in self._db.execute(
@@ -259,7 +255,8 @@ class Reader:
 
 
 def _text(value: str | bytes) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    # upb hands out bytes for values that are not UTF-8 (the Raw schema)
+    return value if value.__class__ is str else value.decode("utf-8", "replace")  # type: ignore[union-attr]
 
 
 def flatten(data: bytes) -> list[dict[str, str]]:
@@ -275,6 +272,7 @@ def flatten(data: bytes) -> list[dict[str, str]]:
     for log in group.Logs:
         record = {"__time__": str(log.Time), **base}
         for c in log.Contents:
-            record[_text(c.Key)] = _text(c.Value)
+            k, v = c.Key, c.Value
+            record[k if k.__class__ is str else _text(k)] = v if v.__class__ is str else _text(v)
         out.append(record)
     return out

@@ -61,6 +61,10 @@ def test_group_page_shows_owners_and_the_hand_over_live(
     consumers = page.locator("#group-consumers tbody")
     assert "alpha" in consumers.inner_text() and "beta" in consumers.inner_text()
     screenshot(page, shots, "serve-group")
+    # The small picture docs/img/console-group.png is a copy of this one.
+    page.set_viewport_size({"width": 900, "height": 560})
+    page.screenshot(path=str(shots / "serve-group-readme.png"))
+    page.set_viewport_size(DESKTOP)
     assert_accessible(page)
 
     # alpha stops (SIGTERM: it hands its shards back); the open page shows beta taking
