@@ -50,7 +50,7 @@ def committed(pool: Pool) -> dict[int, str]:
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    r = Receiver(script=flaky, retry_after=1, stall_s=2.0).start()
+    r = Receiver(script=flaky, retry_after=1, stall_s=3.0).start()
     yield r
     r.stop()
 
@@ -72,7 +72,7 @@ def test_every_log_at_least_once_and_checkpoints_wait_for_acks(
             "gzip": True,
             "batch_size": 500,
             "concurrency": 2,
-            "timeout_s": 0.5,
+            "timeout_s": 1.5,
             "retry_initial_backoff_s": 0.1,
             "retry_max_backoff_s": 0.5,
         },

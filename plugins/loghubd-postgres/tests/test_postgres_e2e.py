@@ -59,6 +59,7 @@ def options(dsn: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.timeout(400)  # ~36 s on an idle machine; a loaded one is far slower
 def test_exactly_once_through_daemon_and_postgres_crashes(
     pg_server: PgServer, pg_dsn: str, loghubd_server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -105,7 +106,7 @@ def _run(pool: Pool, pg: PgServer, dsn: str) -> None:
     time.sleep(TIMEOUT + 2.0)
     b.signal(signal.SIGCONT)
 
-    producer.wait(120)
+    producer.wait(300)
     wait_until(lambda: rows(dsn) >= COUNT, 90, lambda: f"rows {rows(dsn)}\n{c.log_tail()}")
     time.sleep(2 * TIMEOUT)  # anything still in flight (a stale consumer) would land now
     for d in (a, b, c):
