@@ -230,9 +230,8 @@ def run_processor(
 def per_write_overhead(
     spark: Any, runner: Any, master: str, workdir: Path, small_rows: int, n: int
 ) -> dict[str, float]:
-    from loghubd_spark.wal import Entry, Range, Wal
-
     from loghubd.arrow import convert
+    from loghubd.wal import Entry, Range, Wal
 
     [[batch]] = make_batches(1, 1, small_rows)
     table = convert(batch.shard, batch.cursor, batch.raw).table

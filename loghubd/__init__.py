@@ -1,7 +1,8 @@
 """loghubd: consume LogHub (Alibaba Cloud SLS) logstores through consumer groups.
 
 The public API for plugin authors lives here; everything else is internal: the processor seam
-(`loghubd.plugins.api`), the batch model (`loghubd.models`) and the SLS client with its
+(`loghubd.plugins.api`), the batch model (`loghubd.models`), the write-ahead log that file
+sinks share for exactly once (`loghubd.wal`) and the SLS client with its
 credentials providers and errors (`loghubd.sls`).
 """
 

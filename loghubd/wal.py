@@ -1,18 +1,26 @@
-"""The write-ahead log that makes the sink's output exactly-once across crashes.
+"""The write-ahead log that makes file sinks exactly-once across crashes and rebalances.
 
-One JSON file per Spark write, `<path>/_loghubd_wal/<batch>.json` (`<wal_dir>/...` when the
-sink is not local), written before the write (`pending`) and rewritten after it committed
+One mechanism shared by the `parquet` processor (loghubd/processors/parquet.py) and the Spark
+processor (plugins/loghubd-spark): a public module of loghubd, for plugins too.
+
+One JSON file per write, `<root>/_loghubd_wal/<batch>.json` (`<wal_dir>/...` when the sink is
+not local), written before the write (`pending`) and rewritten after it committed
 (`committed`); both atomically (tmp file, fsync, rename, fsync of the directory). An entry
 records the exact source ranges its write holds: every daemon batch included, as (shard, start
-cursor, next cursor), plus per shard the first start and the last end. The output partition
-`batch=<batch>` belongs to that entry alone, so rewriting it with dynamic partition overwrite
-is idempotent.
+cursor, next cursor), plus per shard the first start and the last end. A sink that makes its
+files visible by rename lists them in `renames` ([temporary, final] pairs): committing the
+entry records the intended renames, so that recovery can finish them.
 
-- A `pending` entry whose writer is gone (crashed) is re-read over exactly its ranges and
-  rewritten under the same batch id, then committed (see `recovery`).
+- A `pending` entry whose writer is gone (crashed) is finished by the sink's own recovery: the
+  Spark processor re-reads exactly its ranges and rewrites them under the same batch id; the
+  parquet processor discards it (its files were never visible; the daemon re-delivers the
+  ranges, since the checkpoint never passed them).
 - `committed` entries form the *coverage*: per shard, the union of the position intervals
   already in the sink. A batch the daemon delivers again (the crash came after the commit but
   before the checkpoint) is compared against it and only its uncovered log groups are written.
+
+The Spark processor's output partition `batch=<batch>` belongs to its entry alone, so rewriting
+it with dynamic partition overwrite is idempotent.
 
 While a write is in progress its writer holds an exclusive `flock` on `<batch>.lock`; the kernel
 drops it when the process dies (even on `kill -9`), so "pending and unlocked" means "crashed".
@@ -64,6 +72,7 @@ class Entry:
     dates: list[str] = field(default_factory=list)  # dt partitions written (known after commit)
     created: float = field(default_factory=time.time)
     committed: float | None = None
+    renames: list[tuple[str, str]] = field(default_factory=list)  # [temporary, final] paths
 
     def shards(self) -> dict[int, dict[str, str]]:
         """Per shard: the first start and the last end cursor (ranges are in stream order)."""
@@ -88,6 +97,7 @@ class Entry:
             "committed": self.committed,
             "shards": {str(k): v for k, v in sorted(self.shards().items())},
             "batches": [[r.shard, r.start, r.end] for r in self.ranges],
+            "renames": [list(pair) for pair in self.renames],
         }
 
     @classmethod
@@ -104,6 +114,7 @@ class Entry:
             dates=[str(d) for d in data.get("dates", [])],
             created=float(data.get("created", 0.0)),
             committed=data.get("committed"),
+            renames=[(str(a), str(b)) for a, b in data.get("renames", [])],
         )
 
 

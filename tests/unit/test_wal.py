@@ -8,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loghubd_spark.wal import COMMITTED, PENDING, Entry, Range, Wal, merge, uncovered
-
 from loghubd.protocol import cursor as cursors
+from loghubd.wal import COMMITTED, PENDING, Entry, Range, Wal, merge, uncovered
 
 
 def rng(shard: int, a: int, b: int) -> Range:
@@ -68,7 +67,7 @@ def test_a_pending_entry_is_locked_until_its_writer_dies(tmp_path: Path) -> None
         "import sys, time\n"
         "from pathlib import Path\n"
         "from loghubd.protocol import cursor as c\n"
-        "from loghubd_spark.wal import Wal, Entry, Range\n"
+        "from loghubd.wal import Wal, Entry, Range\n"
         f"w = Wal(Path({str(tmp_path)!r}), 'p', 'ls')\n"
         "w.begin(Entry('b2', 'p', 'ls', [Range(0, c.from_seq(0, 0), c.from_seq(0, 3))]))\n"
         "print('locked', flush=True)\n"
@@ -128,7 +127,7 @@ def test_gc_keeps_what_a_redelivery_could_still_need(tmp_path: Path) -> None:
 
 
 def test_atomic_write_leaves_old_or_new(tmp_path: Path) -> None:
-    from loghubd_spark.wal import atomic_write
+    from loghubd.wal import atomic_write
 
     target = tmp_path / "x.json"
     atomic_write(target, b"old")

@@ -45,12 +45,12 @@ from loghubd.models import Batch
 from loghubd.plugins.api import Ack, ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
+from loghubd.wal import COMMITTED, Entry, Lease, Range, Wal, new_batch_id
 from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.runner import SparkError, SparkRunner
 from loghubd_spark.source import committed_checkpoints, pull_ranges
-from loghubd_spark.wal import COMMITTED, Entry, Lease, Range, Wal, new_batch_id
 
 log = structlog.get_logger("loghubd.spark")
 

@@ -21,7 +21,7 @@ import aiohttp
 from loghubd import CredentialsSource, Pulled, SlsClient
 from loghubd.arrow import position
 from loghubd.plugins.api import ProcessorContext
-from loghubd_spark.wal import Range
+from loghubd.wal import Range
 
 PULL_GROUPS = 1000  # log groups per PullLogs, the service's maximum
 REQUEST_TIMEOUT = 30.0

@@ -65,8 +65,8 @@ from loghubd.arrow import convert, position, split_log_groups, steps_per_group
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
+from loghubd.wal import Range
 from loghubd_spark.source import SyncSls
-from loghubd_spark.wal import Range
 
 log = logging.getLogger("loghubd.spark.stream")
 

@@ -17,7 +17,6 @@ from loghubd_spark.engine import Engine
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.plugin import SparkFactory, SparkProcessor
 from loghubd_spark.runner import SparkError, SparkRunner, SparkTimeout, explain
-from loghubd_spark.wal import COMMITTED, PENDING, Entry, Range
 from spark_harness import Source, produce, wait_until
 from spark_pipelines import FAIL_FLAG
 
@@ -28,6 +27,7 @@ from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.protocol.signing import Credentials
 from loghubd.testing import ServerProcess
+from loghubd.wal import COMMITTED, PENDING, Entry, Range
 
 pytestmark = pytest.mark.spark
 
