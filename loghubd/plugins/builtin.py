@@ -6,6 +6,8 @@
   it builds every log's dict first, as a real processor would; ``view = "jsonl"`` or
   ``"arrow"`` builds that view of each batch instead (docs/batch-views.md).
 - ``http``: NDJSON POSTs to a URL, at least once (loghubd/processors/http.py).
+- ``parquet``: Parquet files under a partition template, exactly once
+  (loghubd/processors/parquet.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from loghubd.plugins.api import ProcessorFactory, ProcessorSpec, Tracker
 from loghubd.processors.http import HttpFactory
 from loghubd.processors.jsonl import JsonlFactory, JsonlProcessor
 from loghubd.processors.options import check_options
+from loghubd.processors.parquet import ParquetFactory
 
 # Kept importable from here: plugins and tests used these names before the processors moved.
 __all__ = ["JsonlFactory", "JsonlProcessor", "check_options"]
@@ -120,6 +123,22 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
                 "retry_initial_backoff_s": "first wait between retries (0.5)",
                 "retry_max_backoff_s": "longest wait between retries (30.0)",
                 "max_retries": "retryable failures in a row before the batch fails (0: for ever)",
+            },
+        ),
+        ProcessorSpec(
+            "parquet",
+            ParquetFactory,
+            "Parquet files, partitioned, exactly once",
+            {
+                "path": "directory or pyarrow file system URI (required)",
+                "wal_dir": "local write-ahead log directory (required for a URI path)",
+                "partition": "directory template ({logstore}/dt={date}/hour={hour}/)",
+                "fields": "field columns to write, in order (every field of the batch)",
+                "compression": "zstd, snappy, gzip, lz4, brotli or none (zstd)",
+                "compression_level": "the codec's level (its default)",
+                "max_rows": "rows buffered per shard before a write (1000000)",
+                "max_bytes": "Arrow bytes buffered per shard before a write (268435456)",
+                "max_age_s": "seconds the oldest buffered batch may wait (60.0)",
             },
         ),
     ]

@@ -1,0 +1,330 @@
+"""The `parquet` processor: Parquet files under a partition template, exactly once.
+
+Each shard buffers its batches as Arrow (`batch.arrow()`, no dict per log) and writes them
+when `max_rows` rows or `max_bytes` Arrow bytes are buffered (checked as batches arrive) or
+when the oldest buffered batch is `max_age_s` old (the factory's timer thread). A write
+splits the rows by the partition template (loghubd/processors/parquet_layout.py) and makes one
+file per partition visible by an atomic rename recorded in the write-ahead log first
+(loghubd/processors/parquet_files.py, loghubd/wal.py); only then are the batches acknowledged
+(`tracker.defer()`), so the checkpoint never passes rows that are not in visible files, and a
+range committed once is never written again, whoever re-delivers it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+
+from loghubd.arrow import position
+from loghubd.models import Batch
+from loghubd.plugins.api import Ack, ProcessorContext, Tracker
+from loghubd.processors import parquet_files as files
+from loghubd.processors import parquet_layout as layout
+from loghubd.processors.options import check_options
+from loghubd.wal import Entry, Range, Wal, new_batch_id
+
+log = structlog.get_logger("loghubd.parquet")
+
+COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class ParquetOptions:
+    path: str
+    wal_dir: str | None
+    template: layout.Template
+    fields: tuple[str, ...] | None
+    compression: str
+    compression_level: int | None
+    max_rows: int
+    max_bytes: int
+    max_age_s: float
+
+
+def parse(options: Mapping[str, Any]) -> ParquetOptions:
+    check_options(
+        "parquet",
+        options,
+        {
+            "path": str,
+            "wal_dir": str,
+            "partition": str,
+            "fields": list,
+            "compression": str,
+            "compression_level": int,
+            "max_rows": int,
+            "max_bytes": int,
+            "max_age_s": (int, float),
+        },
+    )
+    if not options.get("path"):
+        raise ValueError("processor.parquet.path: required (a directory or a file system URI)")
+    try:
+        template = layout.parse_template(str(options.get("partition", layout.DEFAULT_TEMPLATE)))
+    except ValueError as exc:
+        raise ValueError(f"processor.parquet.partition: {exc}") from None
+    fields = options.get("fields")
+    if fields is not None and not all(isinstance(f, str) and f for f in fields):
+        raise ValueError("processor.parquet.fields: a list of field names")
+    compression = str(options.get("compression", "zstd")).lower()
+    if compression not in COMPRESSIONS:
+        raise ValueError(
+            f"processor.parquet.compression: {compression!r} is not one of "
+            + ", ".join(COMPRESSIONS)
+        )
+    sizes = {
+        "max_rows": int(options.get("max_rows", 1_000_000)),
+        "max_bytes": int(options.get("max_bytes", 256 * 1024 * 1024)),
+    }
+    for key, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"processor.parquet.{key}: must be >= 1, got {value}")
+    age = float(options.get("max_age_s", 60.0))
+    if age <= 0:
+        raise ValueError("processor.parquet.max_age_s: must be > 0")
+    return ParquetOptions(
+        path=str(options["path"]),
+        wal_dir=options.get("wal_dir"),
+        template=template,
+        fields=tuple(fields) if fields is not None else None,
+        compression=compression,
+        compression_level=options.get("compression_level"),
+        max_rows=sizes["max_rows"],
+        max_bytes=sizes["max_bytes"],
+        max_age_s=age,
+    )
+
+
+@dataclass(slots=True)
+class Buffered:
+    cursor: str
+    next_cursor: str
+    rows: pa.RecordBatch
+    ack: Ack
+    since: float = field(default_factory=time.monotonic)
+
+
+class ParquetProcessor:
+    def __init__(self, factory: ParquetFactory, shard: int) -> None:
+        self.factory = factory
+        self.shard = shard
+        ctx = factory.context
+        assert ctx is not None, "bind() first"
+        self.project, self.logstore = ctx.project, ctx.logstore
+        self.wal = Wal(
+            factory.target.wal_root,
+            ctx.project,
+            ctx.logstore,
+            remove_partitions=lambda batch: files.remove_temporaries(
+                factory.target, self.wal.read(batch)
+            ),
+        )
+        self.buffer: dict[str, Buffered] = {}  # by start cursor: a retried batch is kept once
+        self.lock = threading.Lock()
+        self._granted = False
+        self._unfinished: list[Entry] = []  # committed writes whose renames failed
+        self.failed_at = 0.0  # when the last timer-driven write failed (it waits a little)
+
+    def initialize(self, shard: int) -> None:
+        with files.shard_lock(self.wal, self.logstore, shard):
+            finished, discarded = files.recover(self.factory.target, self.wal, shard)
+        if finished or discarded:
+            log.warning("parquet_recovered", shard=shard, renamed=finished, discarded=discarded)
+        self.factory.register(self)
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        if not self._granted:  # the first batch starts where the shard was granted
+            self._granted = True
+            with files.shard_lock(self.wal, self.logstore, self.shard):
+                files.collect_garbage(self.wal, self.shard, batch.cursor)
+        rows = batch.arrow(self.factory.options.fields)
+        with self.lock:
+            if batch.cursor not in self.buffer:
+                self.buffer[batch.cursor] = Buffered(
+                    batch.cursor, batch.next_cursor, rows, tracker.defer()
+                )
+            o = self.factory.options
+            buffered = list(self.buffer.values())
+            if sum(b.rows.num_rows for b in buffered) >= o.max_rows:
+                self._write("max_rows")
+            elif sum(b.rows.nbytes for b in buffered) >= o.max_bytes:
+                self._write("max_bytes")
+
+    def age(self) -> float:
+        with self.lock:
+            oldest = min((b.since for b in self.buffer.values()), default=None)
+        return 0.0 if oldest is None else time.monotonic() - oldest
+
+    def write(self, reason: str) -> None:
+        with self.lock:
+            self._write(reason)
+
+    def flush(self) -> None:
+        """Called before a checkpoint commit: nothing to do, rows are durable once acked."""
+
+    def shutdown(self, tracker: Tracker) -> None:
+        self.factory.unregister(self)
+        try:
+            self.write("shutdown")
+        except Exception as exc:
+            # Not acknowledged: the checkpoint stays before these batches; a next owner reads
+            # them again.
+            log.error("parquet_write_failed", shard=self.shard, reason="shutdown", error=repr(exc))
+
+    def _write(self, reason: str) -> None:
+        if not self.buffer:
+            return
+        items = list(self.buffer.values())
+        started = time.perf_counter()
+        with files.shard_lock(self.wal, self.logstore, self.shard):
+            self._finish_renames()
+            self.wal.refresh(force=True)
+            table = self._uncovered(items)
+            written = self._commit(table, items) if table.num_rows else 0
+        for item in items:
+            item.ack.done()
+        self.buffer.clear()
+        log.info(
+            "parquet_written",
+            shard=self.shard,
+            reason=reason,
+            rows=written,
+            batches=len(items),
+            seconds=round(time.perf_counter() - started, 3),
+        )
+
+    def _uncovered(self, items: list[Buffered]) -> pa.Table:
+        """The buffered rows minus the log groups committed writes already hold."""
+        covered = self.wal.coverage(self.shard)
+        parts = []
+        for item in items:
+            rows = pa.Table.from_batches([item.rows])
+            a, b = position(item.cursor), position(item.next_cursor)
+            if covered and a is not None and b is not None:
+                if any(lo <= a and b <= hi for lo, hi in covered):
+                    continue  # wholly written already
+                if any(lo < b and a < hi for lo, hi in covered):
+                    rows = _drop_covered(rows, covered)
+            parts.append(rows)
+        if not parts:
+            return pa.table({})
+        return pa.concat_tables(parts, promote_options="default")
+
+    def _commit(self, table: pa.Table, items: list[Buffered]) -> int:
+        o, target = self.factory.options, self.factory.target
+        keys = layout.partition_keys(
+            o.template, table, project=self.project, logstore=self.logstore, shard=self.shard
+        )
+        batch_id = new_batch_id()
+        plan = []
+        for i, (directory, rows) in enumerate(layout.split(keys, table)):
+            base = f"{target.root}/{directory}".rstrip("/")
+            name = f"part-{self.shard}-{batch_id}-{i}.parquet"
+            plan.append((f"{base}/.{name}.tmp", f"{base}/{name}", rows))
+        entry = Entry(
+            batch=batch_id,
+            project=self.project,
+            logstore=self.logstore,
+            ranges=[Range(self.shard, it.cursor, it.next_cursor) for it in items],
+            sink="parquet",
+            rows=table.num_rows,
+            arrow_bytes=table.nbytes,
+            renames=[(tmp, final) for tmp, final, _ in plan],
+        )
+        lease = self.wal.begin(entry)
+        try:
+            for tmp, _final, rows in plan:
+                files.write_file(target, tmp, rows, o.compression, o.compression_level)
+            files.sync_dirs(target, [tmp for tmp, _, _ in plan])
+        except BaseException:
+            self.wal.abandon(lease)
+            raise
+        self.wal.commit(lease)  # the renames are recorded: from here on they will happen
+        self._unfinished.append(entry)
+        self._finish_renames()
+        return int(table.num_rows)
+
+    def _finish_renames(self) -> None:
+        target = self.factory.target
+        while self._unfinished:
+            entry = self._unfinished[0]
+            for tmp, final in entry.renames:
+                files.rename(target, tmp, final)
+            files.sync_dirs(target, [final for _, final in entry.renames])
+            self._unfinished.pop(0)
+
+
+def _drop_covered(rows: pa.Table, covered: list[tuple[int, int]]) -> pa.Table:
+    """Rows whose log group (`__cursor__`) is not inside a covered interval."""
+    cursors = pc.unique(rows.column("__cursor__")).to_pylist()
+    gone = []
+    for cursor in cursors:
+        at = position(cursor) if cursor else None
+        if at is not None and any(lo <= at < hi for lo, hi in covered):
+            gone.append(cursor)
+    if not gone:
+        return rows
+    keep = pc.invert(pc.is_in(rows.column("__cursor__"), value_set=pa.array(gone)))
+    return rows.filter(keep)
+
+
+class ParquetFactory:
+    """Per daemon: the options, the output, and the timer thread that writes buffers that
+    reached `max_age_s`."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = parse(options)
+        self.target = files.open_target(self.options.path, self.options.wal_dir)
+        self.context: ProcessorContext | None = None
+        self._processors: set[ParquetProcessor] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+
+    def bind(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def start(self) -> None:
+        self._timer = threading.Thread(target=self._run_timer, name="parquet-timer", daemon=True)
+        self._timer.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join(30)
+
+    def register(self, processor: ParquetProcessor) -> None:
+        with self._lock:
+            self._processors.add(processor)
+
+    def unregister(self, processor: ParquetProcessor) -> None:
+        with self._lock:
+            self._processors.discard(processor)
+
+    def __call__(self, shard: int) -> ParquetProcessor:
+        return ParquetProcessor(self, shard)
+
+    def _run_timer(self) -> None:
+        tick = min(0.5, self.options.max_age_s / 4)
+        while not self._stop.wait(tick):
+            with self._lock:
+                processors = list(self._processors)
+            for p in processors:
+                if p.age() < self.options.max_age_s:
+                    continue
+                if time.monotonic() - p.failed_at < min(5.0, self.options.max_age_s):
+                    continue  # a write just failed: give the file system a moment
+                try:
+                    p.write("max_age")
+                except Exception as exc:
+                    p.failed_at = time.monotonic()
+                    log.warning(
+                        "parquet_write_failed", shard=p.shard, reason="max_age", error=repr(exc)
+                    )

@@ -1,0 +1,224 @@
+"""The `parquet` processor driven directly (no daemon), read back with DuckDB: rolling,
+partitions, and the crash cases a real kill only hits by chance: a crash after the
+write-ahead entry committed but before the renames (finished by the next owner), a crash while
+the entry was pending (discarded), and re-delivered ranges (never written twice)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from loghubd import Batch, ProcessorContext
+from loghubd.processors import parquet_files
+from loghubd.processors.parquet import ParquetFactory, ParquetProcessor
+from loghubd.processors.parquet_layout import parse_template, partition_keys
+from loghubd.protocol import cursor as cursors
+from loghubd.protocol import pb
+from loghubd.protocol.signing import Credentials
+from loghubd.wal import PENDING, Entry, Range, Wal
+
+SHARD = 2
+HOUR = 1_700_000_000  # 2023-11-14T22:13:20Z
+
+
+def context() -> ProcessorContext:
+    return ProcessorContext(
+        endpoint="http://127.0.0.1:1",
+        project="p",
+        logstore="ls",
+        credentials=lambda: Credentials("", ""),
+        group="g",
+        consumer="c",
+    )
+
+
+def batch(first: int, groups: int, per_group: int = 3, t: int = HOUR) -> Batch:
+    """`groups` log groups at positions first.. of SHARD; ids `i<position>-<n>`."""
+    lgl = pb.LogGroupList(
+        LogGroups=[
+            pb.LogGroup(
+                Logs=[
+                    pb.Log(
+                        Time=t,
+                        Contents=[
+                            pb.Log.Content(Key="id", Value=f"i{first + g}-{n}"),
+                            pb.Log.Content(Key="level", Value="info" if n else "warn"),
+                        ],
+                    )
+                    for n in range(per_group)
+                ]
+            )
+            for g in range(groups)
+        ]
+    )
+    return Batch(
+        SHARD,
+        cursors.from_seq(SHARD, first),
+        cursors.from_seq(SHARD, first + groups),
+        lgl.SerializeToString(),
+        groups,
+    )
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self.acked = 0
+
+    def save_checkpoint(self, persist: bool = True) -> None:
+        raise AssertionError("the parquet processor acknowledges through defer()")
+
+    def get_checkpoint(self) -> str:
+        return ""
+
+    def defer(self) -> Any:
+        tracker = self
+
+        class Ack:
+            def done(self, persist: bool = False) -> None:
+                tracker.acked += 1
+
+        return Ack()
+
+
+def factory(out: Path, **options: Any) -> ParquetFactory:
+    f = ParquetFactory({"path": str(out), "max_age_s": 3600.0, **options})
+    f.bind(context())
+    return f
+
+
+def processor(f: ParquetFactory) -> ParquetProcessor:
+    p = f(SHARD)
+    p.initialize(SHARD)
+    return p
+
+
+def ids(out: Path) -> list[str]:
+    if not any(out.rglob("*.parquet")):
+        return []
+    rows = duckdb.sql(
+        f"SELECT id FROM read_parquet('{out}/**/*.parquet', union_by_name = true)"
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def expected(*ranges: tuple[int, int], per_group: int = 3) -> list[str]:
+    return sorted(f"i{g}-{n}" for a, b in ranges for g in range(a, b) for n in range(per_group))
+
+
+def test_rolls_by_rows_partitions_and_compresses(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = processor(factory(out, max_rows=10, partition="{logstore}/dt={date}/hour={hour}/{level}/"))
+    t = Tracker()
+    p.process(batch(0, 2), t)  # 6 rows: buffered
+    assert ids(out) == [] and t.acked == 0
+    p.process(batch(2, 2), t)  # 12 rows >= 10: written, both batches acknowledged
+    assert t.acked == 2
+    assert ids(out) == expected((0, 4))
+    dirs = sorted(str(f.parent.relative_to(out)) for f in out.rglob("*.parquet"))
+    assert dirs == ["ls/dt=2023-11-14/hour=22/info", "ls/dt=2023-11-14/hour=22/warn"]
+    meta = pq.read_metadata(next(out.rglob("*.parquet")))
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+    p.shutdown(t)
+
+
+def test_shutdown_writes_the_buffer(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p, t = processor(factory(out)), Tracker()
+    p.process(batch(0, 3), t)
+    p.shutdown(t)
+    assert ids(out) == expected((0, 3)) and t.acked == 1
+
+
+def test_max_age_writes_from_the_timer(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    f = factory(out, max_age_s=0.2)
+    f.start()
+    try:
+        p, t = processor(f), Tracker()
+        p.process(batch(0, 1), t)
+        deadline = time.monotonic() + 10
+        while t.acked == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert t.acked == 1 and ids(out) == expected((0, 1))
+    finally:
+        f.close()
+
+
+def test_redelivered_ranges_are_not_written_twice(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = processor(factory(out, max_rows=1))
+    first.process(batch(0, 4), Tracker())  # committed, but "the checkpoint never moved"
+    # A new owner (another process: its own factory) gets [0, 6) again, cut differently.
+    second, t = processor(factory(out, max_rows=1)), Tracker()
+    second.process(batch(0, 2), t)
+    second.process(batch(2, 4), t)
+    assert t.acked == 2
+    assert ids(out) == expected((0, 6))
+
+
+def test_commit_before_rename_is_finished_by_the_next_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    crashed = processor(factory(out, max_rows=1))
+
+    def crash(*_args: Any) -> None:
+        raise OSError("killed between commit and rename")
+
+    monkeypatch.setattr(parquet_files, "rename", crash)
+    with pytest.raises(OSError, match="killed"):
+        crashed.process(batch(0, 3), Tracker())
+    monkeypatch.undo()
+    assert ids(out) == []  # committed in the log, not visible yet
+    assert list(out.rglob(".part-*.tmp"))
+    successor, t = processor(factory(out, max_rows=1)), Tracker()  # recovery renames
+    assert ids(out) == expected((0, 3))
+    successor.process(batch(0, 3), t)  # re-delivered: covered, acknowledged, not written
+    assert t.acked == 1 and ids(out) == expected((0, 3))
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_a_dead_pending_write_is_discarded(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    factory(out)  # creates the directories
+    wal = Wal(out, "p", "ls")
+    tmp = out / "ls" / ".part-2-x-0.parquet.tmp"
+    tmp.parent.mkdir(parents=True)
+    tmp.write_bytes(b"half a file")
+    entry = Entry(
+        batch="20240101T000000Z-dead",
+        project="p",
+        logstore="ls",
+        ranges=[Range(SHARD, cursors.from_seq(SHARD, 0), cursors.from_seq(SHARD, 3))],
+        sink="parquet",
+        renames=[(str(tmp), str(out / "ls" / "part-2-x-0.parquet"))],
+    )
+    lease = wal.begin(entry)
+    assert wal.read(entry.batch) is not None and wal.read(entry.batch).state == PENDING  # type: ignore[union-attr]
+    lease.release()  # the writer died: its lock is free, its entry still pending
+    p, t = processor(factory(out, max_rows=1)), Tracker()
+    assert not tmp.exists() and wal.read(entry.batch) is None
+    p.process(batch(0, 3), t)  # its ranges come again and are written once
+    assert ids(out) == expected((0, 3))
+
+
+def test_template_values_are_safe_path_segments() -> None:
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "__time__": pa.array([0, 0, 0], pa.timestamp("us", tz="UTC")),
+            "host": ["../etc", None, "a/b"],
+        }
+    )
+    keys = partition_keys(parse_template("h={host}/"), table, project="p", logstore="l", shard=0)
+    assert not isinstance(keys, str)
+    assert keys.to_pylist() == ["h=_._etc/", "h=__HIVE_DEFAULT_PARTITION__/", "h=a_b/"]
+    for bad in ("/abs/{hour}", "{a!r}", "../{hour}", "{}"):
+        with pytest.raises(ValueError, match="r"):
+            parse_template(bad)
