@@ -42,5 +42,17 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
             "postgres",
             PostgresFactory,
             "rows into a PostgreSQL table by COPY, exactly once",
+            {
+                "dsn": "libpq connection URI or key=value string (required)",
+                "table": "table or schema.table the rows go to (required)",
+                "columns": "column = type, or {field, type}: typed columns from log fields",
+                "rest_column": "jsonb column for the fields no column maps",
+                "document_column": "jsonb column for the whole log (log, if nothing mapped)",
+                "create_table": "create the table from the mapping (false)",
+                "positions_table": "where shard positions are stored (loghubd_positions)",
+                "retry_initial_backoff_s": "first wait reconnecting (0.2)",
+                "retry_max_backoff_s": "longest wait reconnecting (10.0)",
+                "connect_timeout_s": "per connection attempt (10.0)",
+            },
         )
     ]
