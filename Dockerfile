@@ -20,7 +20,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY constraints.txt pyproject.toml README.md LICENSE ./
+COPY constraints.txt pyproject.toml setup.py README.md LICENSE ./
 COPY loghubd ./loghubd
 # Extra plugin distributions (pip requirement specifiers, space-separated), built here and
 # installed beside loghubd, held to the same constraints.
