@@ -12,7 +12,6 @@ ack) by the time the shard's processor was flushed and shut down.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from loghubd.admin.errors import FAILED, OK, USAGE, UserError
 from loghubd.admin.helpfmt import DefaultsFormatter
 from loghubd.config import Config
 from loghubd.models import Batch
+from loghubd.plugins.loaded import LoadedFactory
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,42 +101,31 @@ class _Ack:
         self.finished = True
 
 
-async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args)
-    result = await anyio.to_thread.run_sync(fn, *args)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
-async def replay(factory: Any, letters: list[DeadLetter]) -> tuple[int, list[str]]:
+async def replay(factory: LoadedFactory, letters: list[DeadLetter]) -> tuple[int, list[str]]:
     """Feed `letters` to processors made by `factory`; remove each one that succeeded.
     Returns (replayed, failures as lines)."""
     ok, failures = 0, []
     by_shard: dict[int, list[DeadLetter]] = {}
     for letter in letters:
         by_shard.setdefault(letter.shard, []).append(letter)
-    start = getattr(factory, "start", None)
-    if start is not None:
-        await _call(start)
+    if factory.start is not None:
+        await factory.start()
     try:
         for shard, batch_letters in sorted(by_shard.items()):
-            processor = factory(shard)
-            await _call(processor.initialize, shard)
+            processor = factory.processor(shard)
+            await processor.initialize(shard)
             tried: list[tuple[DeadLetter, _Tracker]] = []
             for letter in batch_letters:
                 tracker = _Tracker(letter.cursor)
                 try:
-                    await _call(processor.process, letter.batch(), tracker)
+                    await processor.process(letter.batch(), tracker)
                 except Exception as exc:
                     failures.append(f"{letter.note}: {exc!r}")
                     continue
                 tried.append((letter, tracker))
-            flush = getattr(processor, "flush", None)
-            if flush is not None:
-                await _call(flush)
-            await _call(processor.shutdown, _Tracker(""))
+            if processor.flush is not None:
+                await processor.flush()
+            await processor.shutdown(_Tracker(""))
             for letter, tracker in tried:
                 if tracker.finished:
                     letter.remove()
@@ -144,9 +133,8 @@ async def replay(factory: Any, letters: list[DeadLetter]) -> tuple[int, list[str
                 else:
                     failures.append(f"{letter.note}: the processor did not mark it done")
     finally:
-        close = getattr(factory, "close", None)
-        if close is not None:
-            await _call(close)
+        if factory.close is not None:
+            await factory.close()
     return ok, failures
 
 
@@ -197,7 +185,7 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
         return OK
     from loghubd.plugins.manager import Plugins
 
-    factory = Plugins().processor(spec.processor.name).create(spec.processor.selected_options)
+    factory = Plugins().create(spec.processor.name, spec.processor.selected_options)
     replayed, failures = anyio.run(replay, factory, letters)
     for line in failures:
         print(f"not replayed: {line}", file=sys.stderr)
