@@ -189,14 +189,30 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     from loghubd.admin.connect import env_credentials
     from loghubd.admin.errors import check_endpoint
     from loghubd.produce import ProduceOptions, run
+    from loghubd.protocol.signing import Credentials
 
-    check_endpoint(args.endpoint)
+    cfg = _config_or_none(args.config)
+    src = cfg.source if cfg is not None else None
+    endpoint = args.endpoint or (src.endpoint if src else "http://127.0.0.1:7100")
+    project = args.project or (src.project if src else "")
+    logstore = args.logstore or (src.logstore if src else "")
+    if not project or not logstore:
+        raise UserError(USAGE, "--project and --logstore required, or -c CONFIG to take them")
+    check_endpoint(endpoint)
     creds = env_credentials(os.environ)
+    if src is not None and not creds.access_key_id:
+        if src.credentials != "static":
+            raise UserError(
+                USAGE,
+                f"-c {args.config}: produce signs with static keys only (source.credentials "
+                f"is {src.credentials!r}): set LOGHUBD_SOURCE__ACCESS_KEY_ID and _SECRET",
+            )
+        creds = Credentials(src.access_key_id, src.access_key_secret)
     return run(
         ProduceOptions(
-            endpoint=args.endpoint,
-            project=args.project,
-            logstore=args.logstore,
+            endpoint=endpoint,
+            project=project,
+            logstore=logstore,
             count=args.count,
             rate=args.rate,
             group_size=args.group_size,
@@ -410,9 +426,17 @@ def build_parser() -> argparse.ArgumentParser:
         "LOGHUBD_SOURCE__ACCESS_KEY_ID and LOGHUBD_SOURCE__ACCESS_KEY_SECRET (the names "
         "`loghubd run` reads). Ctrl-C stops it and still prints the summary.",
     )
-    produce.add_argument("--endpoint", default="http://127.0.0.1:7100", help="service URL")
-    produce.add_argument("--project", required=True, help="project to write to")
-    produce.add_argument("--logstore", required=True, help="logstore to write to")
+    produce.add_argument(
+        "-c",
+        "--config",
+        help="take endpoint, project, logstore and static keys from this config's [source]",
+    )
+    produce.add_argument(
+        "--endpoint",
+        help="service URL (default: source.endpoint of -c, else http://127.0.0.1:7100)",
+    )
+    produce.add_argument("--project", help="project to write to (default: source.project of -c)")
+    produce.add_argument("--logstore", help="logstore to write to (default: source.logstore of -c)")
     produce.add_argument("--count", type=int, default=10_000, help="logs to write")
     produce.add_argument("--rate", type=float, default=0.0, help="logs/s, 0 = unlimited")
     produce.add_argument("--group-size", type=int, default=100, help="logs per log group")

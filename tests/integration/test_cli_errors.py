@@ -175,3 +175,18 @@ def test_version_and_check_config_dash_c(tmp_path: Path) -> None:
     done = cli("check-config", "-c", str(config))
     assert done.returncode == 2 and "source.logstore" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_produce_takes_its_target_from_dash_c(server: ServerProcess, tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        dump_toml(
+            {
+                "source": {"endpoint": server.endpoint, "project": PROJECT, "logstore": LOGSTORE},
+                "consumer": {"group": GROUP},
+            }
+        )
+    )
+    done = cli("produce", "-c", str(config), "--count", "7", "--prefix", "dash-c-")
+    assert done.returncode == 0 and '"written": 7' in done.stdout, done.stderr
+    one_line(cli("produce", "--count", "1"), 2, "--project and --logstore required", "-c")
