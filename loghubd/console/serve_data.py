@@ -17,6 +17,7 @@ from typing import Any
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.server import spl
+from loghubd.server.coordinator import ShardState
 from loghubd.server.service import LogService
 from loghubd.server.storage import Logstore, Shard
 
@@ -24,7 +25,10 @@ RATE_WINDOW_S = 300.0  # write rate: the last five minutes ...
 RATE_BUCKET_S = 15.0  # ... in 20 steps
 TAIL_LOGS = 50  # a tail shows this many of the newest logs ...
 TAIL_SCAN_GROUPS = 64  # ... found in at most this many of the newest log groups
-_PER_SHARD = 4  # newest groups looked at per shard when tailing a whole logstore
+_PER_SHARD = 4  # newest groups looked at per shard at least (when tailing many shards)
+LAG_SCAN_GROUPS = 256  # log groups read per shard to count the lag in logs
+# Enum's `.value` is a descriptor call (slow on 3.11); a group page reads 256 of them.
+_STATE_TEXT = {state: state.value for state in ShardState}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,7 @@ class GroupShardRow:
     lag_logs: int
     lag_groups: int
     lag_seconds: float
+    lag_estimated: bool = False  # far behind: lag_logs is scaled from the first groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,7 @@ class Reader:
                 positions[sid] = cursors.to_seq(sid, cp.cursor) if cp and cp.cursor else 0
             except cursors.InvalidCursorString:
                 positions[sid] = 0
+        shards = {s.shard_id: s for s in self.service.storage.list_shards(ls.id)}
         lags = self._lags(ls.id, positions)
         held: dict[str, int] = {c: 0 for c in group.consumers}
         rows = []
@@ -172,18 +178,26 @@ class Reader:
             entry = group.shards[sid]
             if entry.owner is not None:
                 held[entry.owner] = held.get(entry.owner, 0) + 1
-            lag_groups, lag_logs, oldest, last = lags.get(sid, (0, 0, None, None))
+            counted, lag_logs, oldest, last = lags.get(sid, (0, 0, None, None))
             has_cp = sid in stored and bool(stored[sid].cursor)
+            shard = shards.get(sid)
+            lag_groups = counted
+            if shard is not None:
+                lag_groups = max(0, shard.next_seq - max(positions[sid], shard.min_seq))
+            estimated = lag_groups > counted  # past LAG_SCAN_GROUPS: scaled from what was read
+            if estimated and counted:
+                lag_logs = round(lag_logs * lag_groups / counted)
             rows.append(
                 GroupShardRow(
                     sid,
-                    entry.state.value,
+                    _STATE_TEXT[entry.state],
                     entry.owner or "",
                     entry.next or "",
                     (oldest if oldest is not None else last) if has_cp else None,
                     lag_logs,
                     lag_groups,
                     max(0.0, now - oldest) if oldest is not None else 0.0,
+                    estimated,
                 )
             )
         consumers = tuple(
@@ -196,7 +210,8 @@ class Reader:
         self, ls_id: int, positions: dict[int, int]
     ) -> dict[int, tuple[int, int, float | None, float | None]]:
         """shard → (groups, logs, receive time of the oldest unconsumed group, receive time of
-        the last consumed one) past each committed position, in one statement."""
+        the last consumed one) past each committed position, in one statement. At most
+        LAG_SCAN_GROUPS groups are read per shard, so a consumer far behind costs no more."""
         if not positions:
             return {}
         values = ",".join("(?, ?)" for _ in positions)
@@ -207,8 +222,8 @@ class Reader:
             " (SELECT recv_time FROM log_groups p WHERE p.logstore_id = ?"
             "  AND p.shard_id = cp.shard_id AND p.seq = cp.seq - 1)"
             " FROM cp LEFT JOIN log_groups l ON l.logstore_id = ? AND l.shard_id = cp.shard_id"
-            " AND l.seq >= cp.seq GROUP BY cp.shard_id",
-            (*params, ls_id, ls_id),
+            " AND l.seq >= cp.seq AND l.seq < cp.seq + ? GROUP BY cp.shard_id",
+            (*params, ls_id, ls_id, LAG_SCAN_GROUPS),
         )
         return {int(r[0]): (int(r[1]), int(r[2]), r[3], r[4]) for r in rows}
 
@@ -225,7 +240,9 @@ class Reader:
                 return TailView((), 0, str(exc))
         candidates: list[tuple[float, int, int]] = []  # (receive time, shard, seq)
         ids = [shard] if shard is not None else shard_ids
-        per_shard = TAIL_SCAN_GROUPS if shard is not None else _PER_SHARD
+        # Enough candidates per shard that the newest TAIL_SCAN_GROUPS of the logstore are
+        # among them however writes are spread (few shards: more from each).
+        per_shard = max(_PER_SHARD, -(-TAIL_SCAN_GROUPS // max(len(ids), 1)))
         for sid in ids:
             for seq, recv in self._db.execute(
                 "SELECT seq, recv_time FROM log_groups WHERE logstore_id = ? AND shard_id = ?"

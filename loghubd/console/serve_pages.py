@@ -187,7 +187,7 @@ def _group_live(view: GroupView) -> H.Markup:
                 owner,
                 H.badge(s.state),
                 H.clock(s.checkpoint_time) if s.checkpoint_time is not None else "no checkpoint",
-                H.count(s.lag_logs),
+                ("≈ " if s.lag_estimated else "") + H.count(s.lag_logs),
                 H.ago(s.lag_seconds) if s.lag_logs else "caught up",
             )
         )
