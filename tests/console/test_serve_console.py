@@ -190,7 +190,9 @@ def test_a_key_sees_only_what_its_policy_allows(tmp_path: Path, page: Any, shots
         open_server.kill()
     keys = tmp_path / "keys.toml"
     keys.write_text(KEYS)
-    server = ServerProcess(data, extra_args=["--access-keys", str(keys)]).start()
+    server = ServerProcess(
+        data, extra_args=["--access-keys", str(keys), "--console-token", "the-token"]
+    ).start()
     try:
         page.goto(_url(server, "/console"))
         assert "/console/login" in page.url
@@ -216,6 +218,13 @@ def test_a_key_sees_only_what_its_policy_allows(tmp_path: Path, page: Any, shots
         page.get_by_role("button", name="Sign out").click()
         _sign_in(page, "admin", "admin-secret")
         page.wait_for_url("**/console")
+        assert page.get_by_role("link", name="secret-stuff").count() == 1
+        # The console token signs in too, with the full view.
+        page.get_by_role("button", name="Sign out").click()
+        page.get_by_label("Console token (instead of a key)").fill("the-token")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url("**/console")
+        assert "signed in as console token" in page.inner_text("header")
         assert page.get_by_role("link", name="secret-stuff").count() == 1
     finally:
         server.kill()
