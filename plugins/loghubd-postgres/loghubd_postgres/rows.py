@@ -8,8 +8,10 @@ policy with what to fix, instead of the server refusing a whole COPY at some lin
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -23,10 +25,19 @@ _INT_RANGES = {
 }
 _TRUE = {"t", "true", "1", "yes", "y", "on"}
 _FALSE = {"f", "false", "0", "no", "n", "off"}
-# COPY text format: backslash, newline, carriage return and tab are escaped; NUL cannot be
-# stored in text at all.
-_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 NULL = "\\N"
+# One encoder, made once: json.dumps re-reads its keyword arguments on every call.
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _escape(text: str) -> str:
+    """COPY text format: backslash, newline, carriage return and tab are escaped (NUL cannot
+    be stored in text at all). Most values have none of them: four `in` tests are far cheaper
+    than a `translate`."""
+    if "\\" in text or "\n" in text or "\t" in text or "\r" in text:
+        text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+        text = text.replace("\r", "\\r")
+    return text
 
 
 class BadRow(ValueError):
@@ -37,8 +48,7 @@ def _text(value: Any) -> str:
     text = value if isinstance(value, str) else str(value)
     if "\x00" in text:
         raise ValueError("text cannot hold a NUL character")
-    text.encode("utf-8")  # a value that was not UTF-8 on the wire (surrogates) fails here
-    return text
+    return text  # not UTF-8 on the wire (surrogates): found when the batch is encoded
 
 
 def _integer(kind: str) -> Callable[[Any], str]:
@@ -74,10 +84,15 @@ def _boolean(value: Any) -> str:
     raise ValueError(f"{value!r} is not a boolean")
 
 
+@functools.lru_cache(maxsize=4096)
+def _seconds(value: int | float) -> str:
+    return datetime.fromtimestamp(value, UTC).isoformat()  # logs of a batch share seconds
+
+
 def _timestamp(value: Any) -> str:
     """Unix seconds (an integer or a decimal string, like `__time__`) or ISO 8601."""
     if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, UTC).isoformat()
+        return _seconds(value)
     text = str(value).strip()
     try:
         return datetime.fromtimestamp(float(text), UTC).isoformat()
@@ -97,7 +112,7 @@ def _jsonb(value: Any) -> str:
     if isinstance(value, str):
         json.loads(value)  # a field mapped to jsonb must hold JSON
         return _text(value)
-    return _text(json.dumps(value, ensure_ascii=False))
+    return _text(_dumps(value))
 
 
 CONVERTERS: dict[str, Callable[[Any], str]] = {
@@ -126,8 +141,20 @@ class RowEncoder:
 
     def encode(self, logs: Iterable[dict[str, Any]]) -> tuple[bytes, int]:
         """(COPY text, number of rows); BadRow at the first log that does not convert."""
+        return self._encode(logs, 0)
+
+    def chunks(self, logs: Iterable[dict[str, Any]], rows: int) -> Iterator[tuple[bytes, int]]:
+        """`encode` in pieces of `rows` rows, so that a writer can send one piece while the
+        next is converted (row numbers in errors count from the first log)."""
+        it = iter(logs)
+        done = 0
+        while piece := list(itertools.islice(it, rows)):
+            yield self._encode(piece, done)
+            done += len(piece)
+
+    def _encode(self, logs: Iterable[dict[str, Any]], first: int) -> tuple[bytes, int]:
         lines: list[str] = []
-        for index, log in enumerate(logs):
+        for index, log in enumerate(logs, first):
             fields: list[str] = []
             for name, field, convert in self.columns:
                 value = log.get(field)
@@ -135,7 +162,7 @@ class RowEncoder:
                     fields.append(NULL)
                     continue
                 try:
-                    fields.append(convert(value).translate(_ESCAPES))
+                    fields.append(_escape(convert(value)))
                 except (ValueError, TypeError, OverflowError) as exc:
                     raise BadRow(
                         f"row {index}: field {field!r} = {str(value)[:200]!r} does not convert "
@@ -144,9 +171,9 @@ class RowEncoder:
             try:
                 if self.rest:
                     rest = {k: v for k, v in log.items() if k not in self.mapped}
-                    fields.append(_jsonb(rest).translate(_ESCAPES))
+                    fields.append(_escape(_jsonb(rest)))
                 if self.document:
-                    fields.append(_jsonb(log).translate(_ESCAPES))
+                    fields.append(_escape(_jsonb(log)))
             except (ValueError, TypeError) as exc:
                 raise BadRow(
                     f"row {index}: not storable as jsonb: {exc}; the log: {_short(log)}"
@@ -154,7 +181,15 @@ class RowEncoder:
             lines.append("\t".join(fields))
         if not lines:
             return b"", 0
-        return ("\n".join(lines) + "\n").encode("utf-8"), len(lines)
+        try:
+            return ("\n".join(lines) + "\n").encode("utf-8"), len(lines)
+        except UnicodeEncodeError:
+            for index, line in enumerate(lines, first):  # rare: find the row to name it
+                try:
+                    line.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise BadRow(f"row {index}: a value is not UTF-8 ({exc})") from exc
+            raise
 
 
 def _short(log: dict[str, Any]) -> str:

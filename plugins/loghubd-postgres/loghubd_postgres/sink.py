@@ -44,6 +44,8 @@ from loghubd_postgres.schema import positions_name, table_name
 
 log = structlog.get_logger("loghubd.postgres")
 
+CHUNK_ROWS = 250  # rows converted per worker-thread call, sent while the next is converted
+
 
 def position(cursor: str) -> int:
     try:
@@ -106,8 +108,6 @@ class PostgresProcessor:
         if batch.group_count == 0 and batch.cursor == batch.next_cursor:
             tracker.save_checkpoint(persist=False)
             return None
-        # Conversion is CPU work: off the event loop that runs the heartbeat.
-        data, rows = await anyio.to_thread.run_sync(lambda: self.encoder.encode(batch.logs()))
         start, end = position(batch.cursor), position(batch.next_cursor)
 
         async def attempt(conn: psycopg.AsyncConnection[Any]) -> str | None:
@@ -121,9 +121,7 @@ class PostgresProcessor:
                     return str(stored_cursor)  # the table is ahead: re-read from there
                 if found is None:
                     await conn.execute(self.sql.ensure, self.key)
-                if rows:
-                    async with conn.cursor().copy(self.sql.copy) as copy:
-                        await copy.write(data)
+                rows = await self._copy(conn, batch)
                 await conn.execute(
                     self.sql.advance,
                     (batch.next_cursor, end, self.context.consumer, rows, *self.key),
@@ -136,6 +134,21 @@ class PostgresProcessor:
             return rollback
         tracker.save_checkpoint(persist=False)
         return None
+
+    async def _copy(self, conn: psycopg.AsyncConnection[Any], batch: Batch) -> int:
+        """COPY the batch's rows, converted in a worker thread (CPU work, off the event loop
+        that runs the heartbeat) a piece at a time: the server parses one piece while the
+        next is converted."""
+        pieces = self.encoder.chunks(batch.logs(), CHUNK_ROWS)
+        rows = 0
+        async with conn.cursor().copy(self.sql.copy) as copy:
+            while True:
+                piece = await anyio.to_thread.run_sync(next, pieces, None)
+                if piece is None:
+                    break
+                await copy.write(piece[0])
+                rows += piece[1]
+        return rows
 
     async def shutdown(self, tracker: Tracker) -> None:
         if self.conn is not None:
