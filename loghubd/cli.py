@@ -26,6 +26,7 @@ from loghubd.ops.systemd import SystemdNotifier
 
 if TYPE_CHECKING:
     from loghubd.app import Daemon
+    from loghubd.server.runner import ServeOptions
 
 Fmt = DefaultsFormatter
 
@@ -38,6 +39,7 @@ async def wait_for_signal() -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from loghubd.server.api import DEFAULT_SERVICE_HOSTS
     from loghubd.server.auth import AccessKeysError
     from loghubd.server.runner import ServeOptions, serve
 
@@ -54,7 +56,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         fsync=args.fsync,
         console_token=args.console_token,
         console_open=args.console_open,
+        service_hosts=(*DEFAULT_SERVICE_HOSTS, *(h.lower().rstrip(".") for h in args.service_host)),
+        max_inflight_body_bytes=args.max_inflight_body_bytes,
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
     )
+    problem = _serve_limits_problem(opts)
+    if problem:
+        print(f"loghubd serve: {problem}", file=sys.stderr)
+        return USAGE
     try:  # the data directory first, so a problem with it is not taken for the port's
         opts.data_dir.mkdir(parents=True, exist_ok=True)
         with tempfile_in(opts.data_dir):
@@ -84,6 +95,24 @@ def tempfile_in(directory: Path) -> Iterator[None]:
 
     with tempfile.NamedTemporaryFile(dir=directory, prefix=".loghubd-probe-"):
         yield
+
+
+def _serve_limits_problem(opts: ServeOptions) -> str:
+    """What is wrong with the request limits of `loghubd serve`, naming the flag ("" none)."""
+    wire_cap = opts.max_body_bytes + 1024 * 1024  # a compressed body may exceed the raw cap
+    if opts.max_inflight_body_bytes < wire_cap:
+        return (
+            f"--max-inflight-body-bytes {opts.max_inflight_body_bytes} must be at least "
+            f"--max-body-bytes + 1 MiB ({wire_cap}), or no full-size body could be read"
+        )
+    for flag, value in (
+        ("--max-connections", opts.max_connections),
+        ("--header-timeout", opts.header_timeout),
+        ("--body-timeout", opts.body_timeout),
+    ):
+        if value <= 0:
+            return f"{flag} must be positive, not {value}"
+    return ""
 
 
 def _load_config(path: str | None, overrides: dict[str, object]) -> Config:
@@ -374,6 +403,40 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=10 * 1024 * 1024,
         help="largest raw PutLogs body accepted",
+    )
+    serve.add_argument(
+        "--max-inflight-body-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="request body bytes read or held at once, server-wide; past it a request is "
+        "answered 503 ServerBusy (which SDKs retry) before its body is read",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        help="open connections at once; past it a new one is answered 503 ServerBusy",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=20.0,
+        help="seconds a client may take to send a request line and headers",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        default=120.0,
+        help="seconds a client may take to send one request body (10 MB at 1 Mbit/s: ~84 s)",
+    )
+    serve.add_argument(
+        "--service-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name that names no project, as SLS's region endpoint "
+        "(PROJECT.NAME names project PROJECT); repeatable; IPs, single labels, localhost and "
+        "sls.local always are",
     )
     serve.add_argument(
         "--max-groups", type=int, default=30, help="consumer groups allowed per logstore"

@@ -1,7 +1,9 @@
 """Cursor strings: padded standard base64 of a decimal integer (PROTOCOL.md §7).
 
 One integer step per LogGroup, from a per-shard base, so one canonical string stands for each
-position and the SDK's "previous cursor" arithmetic (decode, minus one, encode) works.
+position and the SDK's "previous cursor" arithmetic (decode, minus one, encode) works. The
+Python SDK encodes that arithmetic's result with `base64.encodebytes`, which ends it with a
+newline: `decode` accepts one trailing newline, and nothing else that is not canonical.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ def encode(value: int) -> str:
 
 
 def decode(text: str) -> int:
+    body = text[:-1] if text.endswith("\n") else text  # as base64.encodebytes writes it
     try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
+        raw = base64.b64decode(body.encode("ascii"), validate=True)
         value = int(raw.decode("ascii"))
     except (binascii.Error, UnicodeError, ValueError) as exc:
         raise InvalidCursorString(f"cursor {text[:64]!r} is not a base64 decimal") from exc
-    if value < 0 or encode(value) != text:
+    if value < 0 or encode(value) != body:
         raise InvalidCursorString(f"cursor {text[:64]!r} is not canonical")
     return value
 

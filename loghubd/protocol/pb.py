@@ -91,6 +91,18 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
+def decode_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The protobuf varint at `data[pos:]`: (value, position after it)."""
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
 def frame_log_groups(serialized_groups: list[bytes]) -> bytes:
     """Assemble a LogGroupList from already-serialized LogGroups without decoding them.
 

@@ -1,10 +1,21 @@
 """HTTP face of `loghubd serve`: SLS requests in, `LogService` calls, SLS answers out.
 
 Every answer carries `x-log-requestid`; every failure is `{"errorCode", "errorMessage"}` with
-the status of PROTOCOL.md §15. Nothing a client sends can produce a 5xx: decoding problems
-are 4xx SLS errors, and an unexpected exception is logged and answered 500 (a bug to fix).
-The project comes from the first label of the `Host` header; absolute-form request targets
-(an unmodified SDK behind `HTTP_PROXY`) work because aiohttp parses them into the same path.
+the status of PROTOCOL.md §15. Nothing a client sends can produce a 5xx other than `503
+ServerBusy` (too many bodies or connections at once, which SDKs retry): decoding problems are
+4xx SLS errors, and an unexpected exception is logged and answered 500 (a bug to fix).
+
+A request goes through these steps, in this order (the routes are `loghubd.server.routes`):
+the route from method, path and kind of host; with `--access-keys` the signature, key, date
+and token from the headers alone; an API the table knows but loghubd does not implement is
+refused here, naming it; the body, bounded (`loghubd.server.bodies`), then its digest against
+the signed one; the `Target` with its names checked; the key's policy on that target; the
+handler, acting on the same target.
+
+Hosts are told apart the way SLS does: the service host (one of `--service-host`, an IP
+address or a single label) names no project, `<project>.<service host>` names one; any other
+name's first label is its project. Absolute-form request targets (an unmodified SDK behind
+`HTTP_PROXY`) work because aiohttp parses them into the same path.
 """
 
 from __future__ import annotations
@@ -13,159 +24,116 @@ import ipaddress
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from loghubd.protocol import errors as E
-from loghubd.server import auth
-from loghubd.server.call import Call, Handler, json_response
-from loghubd.server.handlers import groups, resources, shards
+from loghubd.server import auth, bodies, routes
+from loghubd.server.call import Call, json_response
+from loghubd.server.guard import ConnectionGuard
 from loghubd.server.metrics import ServerMetrics
 from loghubd.server.service import LogService
 
 log = structlog.get_logger("loghubd.server")
 
+# Host names that name no project besides IPs and single labels: `sls.local` is the endpoint
+# the docs recommend for SDKs that reach `loghubd serve` through HTTP_PROXY (`--service-host`
+# adds others).
+DEFAULT_SERVICE_HOSTS = ("localhost", "sls.local")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """What `make_app` needs besides the service (the `loghubd serve` flags)."""
+
+    access_keys: Mapping[str, auth.AccessKey]
+    default_project: str = ""
+    service_hosts: tuple[str, ...] = DEFAULT_SERVICE_HOSTS
+    body_timeout: float = 120.0
+    max_inflight_body_bytes: int = 64 * 1024 * 1024
+
+
 SERVICE = web.AppKey("service", LogService)
-KEYS = web.AppKey("access_keys", dict)
-DEFAULT_PROJECT = web.AppKey("default_project", str)
+SETTINGS = web.AppKey("settings", HttpSettings)
 METRICS = web.AppKey("metrics", ServerMetrics)
+BUDGET = web.AppKey("body_budget", bodies.BodyBudget)
+LIMITS = web.AppKey("body_limits", bodies.BodyLimits)
+GUARD = web.AppKey("guard", ConnectionGuard)
 
 
-def project_from_host(host: str, default_project: str) -> str:
-    """First label of Host (port stripped); bare hosts (IP, single label) → default project."""
+def _host_name(host: str) -> str:
     name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = name.strip("[]")
+    return name.strip("[]").lower().rstrip(".")
+
+
+def host_project(host: str, service_hosts: tuple[str, ...] = DEFAULT_SERVICE_HOSTS) -> str | None:
+    """The project a `Host` names, or None for the service host (port stripped): an IP
+    address, a single label or one of `service_hosts` is the service host; any other name's
+    first label is the project (`demo.sls.local` and `demo.127.0.0.1` → `demo`)."""
+    name = _host_name(host)
     try:
         ipaddress.ip_address(name)
-        return default_project
+        return None
     except ValueError:
         pass
-    if "." not in name:
-        return default_project
+    if "." not in name or name in service_hosts:
+        return None
     return name.split(".", 1)[0]
 
 
-# -- routing --------------------------------------------------------------------------------
-
-# (method, path shape) → (API name, handler). Shapes use "*" for a variable segment.
-ROUTES: dict[tuple[str, tuple[str, ...]], tuple[str, Handler]] = {
-    ("POST", ()): ("CreateProject", resources.create_project),
-    ("GET", ()): ("GetProject", resources.get_project),
-    ("PUT", ()): ("UpdateProject", resources.update_project),
-    ("DELETE", ()): ("DeleteProject", resources.delete_project),
-    ("POST", ("logstores",)): ("CreateLogStore", resources.create_logstore),
-    ("GET", ("logstores",)): ("ListLogStores", resources.list_logstores),
-    ("GET", ("logstores", "*")): ("GetLogStore", resources.get_logstore),
-    ("PUT", ("logstores", "*")): ("UpdateLogStore", resources.update_logstore),
-    ("DELETE", ("logstores", "*")): ("DeleteLogStore", resources.delete_logstore),
-    ("GET", ("logstores", "*", "shards")): ("ListShards", shards.list_shards),
-    ("POST", ("logstores", "*", "shards", "lb")): ("PutLogs", shards.put_logs),
-    ("POST", ("logstores", "*", "shards", "route")): ("PutLogs", shards.put_logs),
-    ("GET", ("logstores", "*", "shards", "*")): ("GetShard", shards.shard_get),
-    ("POST", ("logstores", "*", "shards", "*")): ("SplitOrMergeShard", shards.shard_post),
-    ("DELETE", ("logstores", "*", "shards", "*")): ("DeleteShard", shards.delete_shard),
-    ("POST", ("logstores", "*", "consumergroups")): ("CreateConsumerGroup", groups.create_group),
-    ("GET", ("logstores", "*", "consumergroups")): ("ListConsumerGroup", groups.list_groups),
-    ("PUT", ("logstores", "*", "consumergroups", "*")): (
-        "UpdateConsumerGroup",
-        groups.update_group,
-    ),
-    ("DELETE", ("logstores", "*", "consumergroups", "*")): (
-        "DeleteConsumerGroup",
-        groups.delete_group,
-    ),
-    ("POST", ("logstores", "*", "consumergroups", "*")): ("ConsumerGroupPost", groups.group_post),
-    ("GET", ("logstores", "*", "consumergroups", "*")): ("GetCheckPoint", groups.group_get),
-}
+def project_from_host(
+    host: str, default_project: str, service_hosts: tuple[str, ...] = DEFAULT_SERVICE_HOSTS
+) -> str:
+    """The project of a request: the one its Host names, else `default_project` ("" none)."""
+    named = host_project(host, service_hosts)
+    return default_project if named is None else named
 
 
-def _shape(parts: tuple[str, ...]) -> tuple[str, ...]:
-    fixed = {0: "logstores", 2: ("shards", "consumergroups")}
-    out = []
-    for i, p in enumerate(parts):
-        want = fixed.get(i)
-        if i == 3 and parts[2] == "shards" and p in ("lb", "route"):
-            out.append(p)
-        elif want is None:
-            out.append("*")
-        else:
-            out.append(p)
-    return tuple(out)
-
-
-def resolve(method: str, parts: tuple[str, ...]) -> tuple[str, Handler]:
-    shape = _shape(parts)
-    route = ROUTES.get((method, shape))
-    if route is not None:
-        return route
-    if any(shape == s for (_m, s) in ROUTES):
-        raise E.MethodNotAllowed(f"{method} is not allowed on this resource")
-    raise E.ParameterInvalid(f"no such API: {method} /{'/'.join(parts)[:200]}")
-
-
-# Routes whose SLS API depends on a query parameter, for metric labels.
-_BY_QUERY = {
-    "GetShard": (
-        "type",
-        {
-            "cursor": "GetCursor",
-            "cursor_time": "GetCursorTime",
-            "log": "PullLogs",
-            "logs": "PullLogs",
-        },
-    ),
-    "ConsumerGroupPost": (
-        "type",
-        {
-            "heartbeat": "ConsumerGroupHeartBeat",
-            "checkpoint": "ConsumerGroupUpdateCheckPoint",
-            "leave": "ConsumerGroupLeave",
-        },
-    ),
-    "SplitOrMergeShard": ("action", {"split": "SplitShard", "merge": "MergeShard"}),
-}
-
-
-def _api_name(route: tuple[str, Handler] | E.SlsError, query: Mapping[str, str]) -> str:
-    """The metric label of a request: the route's API, refined by its query parameter."""
-    if isinstance(route, E.SlsError):
-        return "Unknown"
-    name = route[0]
-    refine = _BY_QUERY.get(name)
-    if refine is not None:
-        key, names = refine
-        return names.get(query.get(key, ""), name)
-    return name
+@web.middleware
+async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Outermost: tell the connection guard a request's head is complete and when its answer
+    is ready, for every request the app serves (the console's too)."""
+    guard = request.app[GUARD]
+    guard.head_done(request.transport)
+    try:
+        return await handler(request)
+    finally:
+        guard.request_done(request.transport)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
+    return await _answer(request, request.app[SETTINGS])
+
+
+async def _answer(request: web.Request, settings: HttpSettings) -> web.StreamResponse:
     app = request.app
-    service = app[SERVICE]
-    if request.path == "/metrics" and request.method == "GET":
+    host = request.headers.get("host", "")
+    named = host_project(host, settings.service_hosts)
+    if named is None and request.path == "/metrics" and request.method == "GET":
         data = generate_latest(app[METRICS].exposed)
         return web.Response(body=data, headers={"content-type": CONTENT_TYPE_LATEST})
+    project = settings.default_project if named is None else named
     request_id = uuid.uuid4().hex[:24].upper()
     parts = tuple(p for p in request.path.split("/") if p)
-    route: tuple[str, Handler] | E.SlsError
+    route: routes.Route | E.SlsError
     try:
-        route = resolve(request.method, parts)
-    except E.SlsError as exc:  # answered below, like any other refusal
+        route = routes.resolve(request.method, parts, "service" if not project else "project")
+    except E.SlsError as exc:  # answered after the key check, like any other refusal
         route = exc
-    api = _api_name(route, request.query)
+    api = route.api_for(request.query).name if isinstance(route, routes.Route) else "Unknown"
     started = time.perf_counter()
+    close = False
     try:
-        response = await _handle(request, service, parts, route)
+        response = await _handle(request, parts, project, route)
     except E.SlsError as exc:
         response = json_response(
             {"errorCode": exc.error_code, "errorMessage": exc.message}, status=exc.http_status
         )
-    except web.HTTPRequestEntityTooLarge:
-        err = E.PostBodyTooLarge("request body is too large")
-        response = json_response(
-            {"errorCode": err.error_code, "errorMessage": err.message}, status=400
-        )
+        close = isinstance(exc, bodies.BodyTimeout)
     except Exception:
         log.exception("request_failed", api=api, path=request.path[:200])
         response = json_response(
@@ -174,58 +142,74 @@ async def handle(request: web.Request) -> web.StreamResponse:
     response.headers["x-log-requestid"] = request_id
     response.headers["x-log-time"] = str(int(time.time()))
     app[METRICS].observe(api, response.status, time.perf_counter() - started)
+    if close:  # a body too slow: answer, then close rather than linger over the rest of it
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        if request.transport is not None:
+            request.transport.close()
     return response
 
 
 async def _handle(
     request: web.Request,
-    service: LogService,
     parts: tuple[str, ...],
-    resolved: tuple[str, Handler] | E.SlsError,
+    project: str,
+    route: routes.Route | E.SlsError,
 ) -> web.Response:
-    if isinstance(resolved, E.SlsError):
-        raise resolved
-    route, handler = resolved
-    try:
-        body = await request.read()
-    except ConnectionResetError:  # the client went away mid-body: its error, not ours
-        raise E.PostBodyInvalid("the request body is incomplete: the connection was lost") from None
+    app = request.app
+    settings = app[SETTINGS]
     headers = {k.lower(): v for k, v in request.headers.items()}
     query = {k: v for k, v in request.query.items()}
-    keys = request.app[KEYS]
-    key_id = ""
-    if keys:
-        key_id = auth.verify(
-            auth.SignedRequest(request.method, request.path, query, headers, body),
-            keys,
-            time.time(),
+    keys = settings.access_keys
+    key: auth.AccessKey | None = None
+    if keys:  # from the headers alone: an unsigned or foreign request never sends us its body
+        signed = auth.SignedRequest(request.method, request.path, query, headers)
+        key = keys[auth.verify_head(signed, keys, time.time())]
+    if isinstance(route, E.SlsError):
+        raise route
+    api = route.api_for(query)
+    if not api.implemented:
+        raise E.ParameterInvalid(
+            f"loghubd serve does not implement the SLS API {api.name} "
+            f"({request.method} {request.path[:200]})"
         )
-    host = headers.get("host", "")
-    project = project_from_host(host, request.app[DEFAULT_PROJECT])
-    if not project and (parts or request.method != "GET"):
-        raise E.ProjectNotExist("no project in the Host header and no --default-project")
-    if key_id:  # the key's policy (RAM actions on acs:log resources), before any effect
-        auth.authorize(keys[key_id], route, parts, query, body, project)
-    if project and project == request.app[DEFAULT_PROJECT]:
-        service.ensure_project(project)
-    call = Call(request.method, parts, query, headers, body, project, service, request.app[METRICS])
-    return await handler(call)
+    async with bodies.read_body(request, app[LIMITS], app[BUDGET]) as body:
+        if keys:
+            auth.verify_body(headers, body)
+        target = routes.target(route, parts, body, project)
+        if key is not None:  # the key's policy on the very target the handler acts on
+            auth.authorize(key, api.action, routes.resource(target, key.account_id))
+        service = app[SERVICE]
+        if project and project == settings.default_project:
+            service.ensure_project(project)
+        call = Call(
+            api.name, target, request.method, parts, query, headers, body, service, app[METRICS]
+        )
+        return await route.handler(call)
 
 
 def make_app(
     service: LogService,
+    settings: HttpSettings,
     *,
-    access_keys: Mapping[str, auth.AccessKey],
-    default_project: str,
     metrics: ServerMetrics,
+    guard: ConnectionGuard | None = None,
 ) -> web.Application:
-    # Bodies over the limit are refused by aiohttp before they are read; we answer them with
-    # the SLS code. Compressed bodies are bounded again by their declared raw size.
-    app = web.Application(client_max_size=service.limits.max_body_bytes + 1024 * 1024)
+    """The aiohttp application; `guard` (connection count, head timeout) if the runner
+    wraps its connections in one."""
+    app = web.Application()
     app[SERVICE] = service
-    app[KEYS] = dict(access_keys)
-    app[DEFAULT_PROJECT] = default_project
+    app[SETTINGS] = settings
     app[METRICS] = metrics
+    # A compressed body is bounded again by its declared raw size (handlers.shards).
+    app[LIMITS] = bodies.BodyLimits(
+        service.limits.max_body_bytes + 1024 * 1024, settings.body_timeout
+    )
+    app[BUDGET] = bodies.BodyBudget(settings.max_inflight_body_bytes)
+    if guard is not None:
+        app[GUARD] = guard
+        app.middlewares.insert(0, _guarded)  # first: around every other middleware
     metrics.watch(service)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app

@@ -164,12 +164,21 @@ class SignedRequest:
     path: str
     params: Mapping[str, str]
     headers: Mapping[str, str]  # lower-case names
-    body: bytes
+    body: bytes = b""  # only `verify` reads it
 
 
 def verify(req: SignedRequest, keys: Mapping[str, AccessKey], now: float) -> str:
-    """Check the request's signature and, for an STS key, its security token and expiry;
-    returns the access key id or raises an SLS error."""
+    """`verify_head` then `verify_body`: the whole request at once."""
+    ak = verify_head(req, keys, now)
+    verify_body(req.headers, req.body)
+    return ak
+
+
+def verify_head(req: SignedRequest, keys: Mapping[str, AccessKey], now: float) -> str:
+    """Check the request's signature, key and date and, for an STS key, its security token
+    and expiry, from the request line and headers alone (`req.body` is not read: the body's
+    digest is a signed header, checked against the body by `verify_body` once it is read).
+    Returns the access key id or raises an SLS error."""
     auth = req.headers.get("authorization", "")
     if not auth:
         raise E.Unauthorized("the request is not signed: Authorization header missing")
@@ -181,6 +190,26 @@ def verify(req: SignedRequest, keys: Mapping[str, AccessKey], now: float) -> str
         raise E.Unauthorized("unsupported Authorization scheme")
     _check_token(keys[ak], req.headers.get(TOKEN_HEADER, ""), now)
     return ak
+
+
+def verify_body(headers: Mapping[str, str], body: bytes) -> None:
+    """The body is the one the signature covers: its MD5 (v1) or SHA-256 (v4) header."""
+    if headers.get("authorization", "").startswith("LOG "):
+        md5 = headers.get("content-md5", "")
+        if body and not md5:
+            raise E.SignatureNotMatch("a v1-signed request with a body must carry Content-MD5")
+        if body and md5.upper() != signing.content_md5(body):
+            raise E.SignatureNotMatch("Content-MD5 does not match the body")
+        return
+    payload = headers.get("x-log-content-sha256", "")
+    actual = hashlib.sha256(body).hexdigest() if body else signing.EMPTY_SHA256
+    if payload != actual:
+        raise E.SignatureNotMatch("x-log-content-sha256 does not match the body")
+
+
+def _declares_body(headers: Mapping[str, str]) -> bool:
+    length = headers.get("content-length", "").strip()
+    return "transfer-encoding" in headers or (length not in ("", "0"))
 
 
 def _check_token(key: AccessKey, token: str, now: float) -> None:
@@ -201,18 +230,10 @@ def _check_token(key: AccessKey, token: str, now: float) -> None:
         raise E.SecurityTokenExpired(f"the security token of access key {key.id!r} expired at {at}")
 
 
-def authorize(
-    key: AccessKey,
-    route: str,
-    parts: tuple[str, ...],
-    query: Mapping[str, str],
-    body: bytes,
-    project: str,
-) -> None:
+def authorize(key: AccessKey, action: str, resource: str) -> None:
     """Refuse (403 Unauthorized) what the key's policy does not allow; no policy: allow."""
     if key.policy is None:
         return
-    action, resource = P.required(route, parts, query, body, project, account=key.account_id)
     decision = P.decide(key.policy, action, resource)
     if decision is not P.Decision.ALLOW:
         raise E.Unauthorized(
@@ -252,9 +273,8 @@ def _verify_v1(req: SignedRequest, cred: str, keys: Mapping[str, AccessKey], now
     method = req.headers.get("x-log-signaturemethod", "")
     if method and method != "hmac-sha1":
         raise E.InvalidSignatureMethod(f"signature method {method[:32]!r} is not supported")
-    md5 = req.headers.get("content-md5", "")
-    if req.body and md5 and md5.upper() != signing.content_md5(req.body):
-        raise E.SignatureNotMatch("Content-MD5 does not match the body")
+    if _declares_body(req.headers) and not req.headers.get("content-md5", ""):
+        raise E.SignatureNotMatch("a v1-signed request with a body must carry Content-MD5")
     expected = signing.v1_signature(
         key.secret, signing.v1_string_to_sign(req.method, req.path, req.params, req.headers)
     )
@@ -279,10 +299,6 @@ def _verify_v4(req: SignedRequest, cred: str, keys: Mapping[str, AccessKey], now
     if stamp[:8] != day:
         raise E.SignatureNotMatch("credential scope date differs from x-log-date")
     _check_skew(when, now)
-    payload = req.headers.get("x-log-content-sha256", "")
-    actual = hashlib.sha256(req.body).hexdigest() if req.body else signing.EMPTY_SHA256
-    if payload != actual:
-        raise E.SignatureNotMatch("x-log-content-sha256 does not match the body")
     canonical, _ = signing.v4_canonical_request(req.method, req.path, req.params, req.headers)
     expected, _ = signing.v4_signature(key.secret, region, stamp, canonical)
     if not hmac.compare_digest(expected.encode(), sig.encode()):

@@ -18,15 +18,42 @@ from loghubd.server.storage import Shard
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """What a request acts on, its names checked to their types (`routes.target`): the
+    resource the policy evaluates and the handler touches. `"*"`: every one (a listing)."""
+
+    project: str
+    logstore: str | None = None
+    group: str | None = None
+    shard: int | None = None
+
+    @property
+    def ls(self) -> str:
+        assert self.logstore is not None, "a route without a logstore name"
+        return self.logstore
+
+    @property
+    def cg(self) -> str:
+        assert self.group is not None, "a route without a consumer group name"
+        return self.group
+
+    @property
+    def shard_id(self) -> int:
+        assert self.shard is not None, "a route without a shard id"
+        return self.shard
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """One parsed request: what the handlers see."""
 
+    api: str  # the SLS API name (routes.Api.name)
+    target: Target
     method: str
     parts: tuple[str, ...]  # path segments
     query: Mapping[str, str]
     headers: Mapping[str, str]  # lower-case names
     body: bytes
-    project: str
     service: LogService
     metrics: ServerMetrics
 

@@ -12,15 +12,15 @@ allows; otherwise the request is denied. In patterns `*` matches any run of char
 (`log:getcursorordata` is `log:GetCursorOrData`), resource names case-sensitively (project and
 logstore names are).
 
-Every API of the server maps to one RAM action and one resource (`required`, documented in the
-README): `acs:log:<region>:<account>:project/<p>[/logstore/<l>[/consumergroup/<g>]]`, with
-region `local` and the server's account id (`account_id` in the access-keys file, default
-`0`), so policies written for SLS (`acs:log:*:*:project/...`) work unchanged.
+Every API of the server maps to one RAM action and one resource (the rows of
+`loghubd.server.routes`, documented in the README):
+`acs:log:<region>:<account>:project/<p>[/logstore/<l>[/consumergroup/<g>]]`, with region
+`local` and the server's account id (`account_id` in the access-keys file, default `0`), so
+policies written for SLS (`acs:log:*:*:project/...`) work unchanged.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,77 +148,7 @@ def combine(policies: Sequence[Policy]) -> Policy:
     )
 
 
-# -- what each API needs --------------------------------------------------------------------
-
-# Route name (loghubd.server.api.ROUTES) → RAM action. Routes whose SLS API depends on a query
-# parameter are refined by _REFINED; values not listed there keep the action below (the
-# handler then refuses the request as ParameterInvalid, if the policy let it through).
-ROUTE_ACTIONS: Mapping[str, str] = {
-    "CreateProject": "log:CreateProject",
-    "GetProject": "log:GetProject",  # log:ListProject without a project (GET / on a bare host)
-    "UpdateProject": "log:UpdateProject",
-    "DeleteProject": "log:DeleteProject",
-    "CreateLogStore": "log:CreateLogStore",
-    "ListLogStores": "log:ListLogStores",
-    "GetLogStore": "log:GetLogStore",
-    "UpdateLogStore": "log:UpdateLogStore",
-    "DeleteLogStore": "log:DeleteLogStore",
-    "ListShards": "log:ListShards",
-    "PutLogs": "log:PostLogStoreLogs",
-    "GetShard": "log:GetCursorOrData",  # GetCursor, GetCursorTime, PullLogs
-    "SplitOrMergeShard": "log:SplitShard",
-    "DeleteShard": "log:DeleteShard",
-    "CreateConsumerGroup": "log:CreateConsumerGroup",
-    "ListConsumerGroup": "log:ListConsumerGroup",
-    "UpdateConsumerGroup": "log:UpdateConsumerGroup",
-    "DeleteConsumerGroup": "log:DeleteConsumerGroup",
-    "ConsumerGroupPost": "log:ConsumerGroupUpdateCheckPoint",
-    "GetCheckPoint": "log:GetConsumerGroupCheckPoint",  # also loghubd's ?type=status
-}
-
-_REFINED: Mapping[str, tuple[str, Mapping[str, str]]] = {
-    "SplitOrMergeShard": ("action", {"split": "log:SplitShard", "merge": "log:MergeShard"}),
-    "ConsumerGroupPost": (
-        "type",
-        {
-            "heartbeat": "log:ConsumerGroupHeartBeat",
-            "checkpoint": "log:ConsumerGroupUpdateCheckPoint",
-            "leave": "log:ConsumerGroupHeartBeat",  # loghubd extension: the last heartbeat
-        },
-    ),
-}
-
-# The SLS API names (as `loghubd serve` labels them in its metrics) → action; the README's
-# table. `required` is the authority; a unit test keeps the two in step.
-API_ACTIONS: Mapping[str, str] = {
-    "ListProject": "log:ListProject",
-    "CreateProject": "log:CreateProject",
-    "GetProject": "log:GetProject",
-    "UpdateProject": "log:UpdateProject",
-    "DeleteProject": "log:DeleteProject",
-    "CreateLogStore": "log:CreateLogStore",
-    "ListLogStores": "log:ListLogStores",
-    "GetLogStore": "log:GetLogStore",
-    "UpdateLogStore": "log:UpdateLogStore",
-    "DeleteLogStore": "log:DeleteLogStore",
-    "ListShards": "log:ListShards",
-    "SplitShard": "log:SplitShard",
-    "MergeShard": "log:MergeShard",
-    "DeleteShard": "log:DeleteShard",
-    "PutLogs": "log:PostLogStoreLogs",
-    "GetCursor": "log:GetCursorOrData",
-    "GetCursorTime": "log:GetCursorOrData",
-    "PullLogs": "log:GetCursorOrData",
-    "CreateConsumerGroup": "log:CreateConsumerGroup",
-    "ListConsumerGroup": "log:ListConsumerGroup",
-    "UpdateConsumerGroup": "log:UpdateConsumerGroup",
-    "DeleteConsumerGroup": "log:DeleteConsumerGroup",
-    "ConsumerGroupHeartBeat": "log:ConsumerGroupHeartBeat",
-    "ConsumerGroupLeave": "log:ConsumerGroupHeartBeat",
-    "ConsumerGroupUpdateCheckPoint": "log:ConsumerGroupUpdateCheckPoint",
-    "GetCheckPoint": "log:GetConsumerGroupCheckPoint",
-    "GetConsumerGroupStatus": "log:GetConsumerGroupCheckPoint",
-}
+# -- resources ------------------------------------------------------------------------------
 
 
 def resource(
@@ -231,55 +161,3 @@ def resource(
         if group is not None:
             out += f"/consumergroup/{group}"
     return out
-
-
-def _body_name(body: bytes, field: str) -> str:
-    """The name a create call's JSON body gives; "*" when the body has none (the handler
-    then refuses the request; the policy must allow the action on every name to get there)."""
-    try:
-        data = json.loads(body.decode("utf-8")) if body else None
-    except (UnicodeDecodeError, ValueError):
-        return "*"
-    value = data.get(field) if isinstance(data, dict) else None
-    return value if isinstance(value, str) and value else "*"
-
-
-def action_for(route: str, query: Mapping[str, str], project: str) -> str:
-    if route == "GetProject" and not project:
-        return "log:ListProject"
-    refine = _REFINED.get(route)
-    if refine is not None:
-        key, names = refine
-        found = names.get(query.get(key, ""))
-        if found is not None:
-            return found
-    # An unknown route needs an action no ordinary policy names (fail closed; `log:*` is
-    # full access anyway).
-    return ROUTE_ACTIONS.get(route, f"log:{route}")
-
-
-def required(
-    route: str,
-    parts: tuple[str, ...],
-    query: Mapping[str, str],
-    body: bytes,
-    project: str,
-    *,
-    account: str = DEFAULT_ACCOUNT,
-) -> tuple[str, str]:
-    """(action, resource) a request needs: `route` is its name in api.ROUTES, `parts` its
-    path segments, `project` the one its Host header names."""
-    action = action_for(route, query, project)
-    if not project:
-        return action, resource(account, "*")
-    logstore = parts[1] if len(parts) > 1 else None
-    group = parts[3] if len(parts) > 3 and parts[2] == "consumergroups" else None
-    if route == "CreateLogStore":
-        logstore = _body_name(body, "logstoreName")
-    elif route == "ListLogStores":
-        logstore = "*"
-    elif route == "CreateConsumerGroup":
-        group = _body_name(body, "consumerGroup")
-    elif route == "ListConsumerGroup":
-        group = "*"
-    return action, resource(account, project, logstore, group)

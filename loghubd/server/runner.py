@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from anyio.abc import TaskStatus
 
 from loghubd.console import serve_app as console
 from loghubd.server import api, auth
+from loghubd.server.guard import ConnectionGuard
 from loghubd.server.metrics import ServerMetrics
 from loghubd.server.service import Limits, LogService
 from loghubd.server.storage import Storage
@@ -36,6 +38,27 @@ class ServeOptions:
     fsync: bool = False
     console_token: str = ""  # signs in to /console (besides the access keys)
     console_open: bool = False  # without credentials, /console answers more than loopback
+    service_hosts: tuple[str, ...] = api.DEFAULT_SERVICE_HOSTS
+    max_inflight_body_bytes: int = 64 * 1024 * 1024
+    max_connections: int = 512
+    header_timeout: float = 20.0
+    body_timeout: float = 120.0
+    keepalive_timeout: float = 75.0
+
+
+class GuardedSite(web.TCPSite):
+    """A TCP site whose connections go through a `ConnectionGuard` first."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, guard: ConnectionGuard):
+        super().__init__(runner, host, port, reuse_address=True)
+        self._guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._guard, self._host, self._port, reuse_address=True
+        )
 
 
 async def _every(interval: float, fn: Callable[[], object]) -> None:
@@ -60,9 +83,23 @@ async def serve(
         time.time,
         Limits(opts.max_body_bytes, opts.max_groups_per_logstore, opts.ttl_day_seconds),
     )
-    app = api.make_app(
-        service, access_keys=keys, default_project=opts.default_project, metrics=ServerMetrics()
+    settings = api.HttpSettings(
+        access_keys=keys,
+        default_project=opts.default_project,
+        service_hosts=opts.service_hosts,
+        body_timeout=opts.body_timeout,
+        max_inflight_body_bytes=opts.max_inflight_body_bytes,
     )
+    runner: web.AppRunner
+
+    def protocol() -> asyncio.Protocol:  # aiohttp's, built once the runner is set up
+        assert runner.server is not None
+        return runner.server()
+
+    guard = ConnectionGuard(
+        protocol, max_connections=opts.max_connections, header_timeout=opts.header_timeout
+    )
+    app = api.make_app(service, settings, metrics=ServerMetrics(), guard=guard)
     console.mount(
         app,
         service,
@@ -71,10 +108,15 @@ async def serve(
         token=opts.console_token,
         open_to_all=opts.console_open,
     )
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=opts.keepalive_timeout,
+    )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, opts.host, opts.port, reuse_address=True)
+        site = GuardedSite(runner, opts.host, opts.port, guard)
         await site.start()
         port = runner.addresses[0][1]
         log.info("serving", host=opts.host, port=port, data_dir=str(opts.data_dir))

@@ -315,12 +315,12 @@ class LogService:
         group = self._group(ls, name)
         if timeout is not None and timeout <= 0:
             raise E.JsonInfoInvalid("timeout must be a positive number of seconds")
-        outcome = self._step(
+        # _step saves the group when the update changed it (once; nothing to save otherwise)
+        self._step(
             ls,
             group,
             co.GroupUpdated(order, None if timeout is None else float(timeout), self.clock()),
         )
-        self._persist(ls, outcome.group)
 
     def list_groups(self, ls: Logstore) -> list[co.Group]:
         return [self._group(ls, r.name) for r in self.storage.list_groups(ls.id)]
@@ -364,7 +364,8 @@ class LogService:
             ls, group, co.CheckpointCommitted(shard_id, consumer, force, at_end, self.clock())
         )
         now_us = int(self.clock() * 1_000_000)
-        self.storage.set_checkpoint(ls.id, name, shard_id, checkpoint, consumer, now_us)
+        canonical = cursors.encode(value)  # as stored and answered: without a trailing newline
+        self.storage.set_checkpoint(ls.id, name, shard_id, canonical, consumer, now_us)
 
     def checkpoints(self, ls: Logstore, name: str, shard_id: int | None) -> list[dict[str, object]]:
         group = self._group(ls, name)

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from loghubd.protocol import compress as codec
-from loghubd.protocol import pb
+from loghubd.protocol import pb, signing
 from loghubd.testing import wait_until as wait_until  # re-exported: tests poll through here
 
 ENDPOINT_HOST = "sls.local"
@@ -43,10 +43,17 @@ class Answer:
 class RawClient:
     """One keep-alive connection to a server on 127.0.0.1:`port`; reconnects after errors."""
 
-    def __init__(self, port: int, project: str = "proj", timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        port: int,
+        project: str = "proj",
+        timeout: float = 10.0,
+        creds: signing.Credentials | None = None,
+    ) -> None:
         self.port = port
         self.project = project
         self.timeout = timeout
+        self.creds = creds  # set: every request is v1-signed with these keys
         self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
@@ -75,6 +82,11 @@ class RawClient:
             "Content-Length": str(len(body)),
         }
         hdrs.update(headers or {})
+        if self.creds is not None:  # signed as the server reads values: without blanks
+            lower = {k.lower(): v.strip() for k, v in hdrs.items()}
+            params = {k: v if isinstance(v, str) else v.decode() for k, v in (query or {}).items()}
+            signing.sign_v1(self.creds, method, path, params, lower, body)
+            hdrs = {**lower, **{k.lower(): v for k, v in hdrs.items()}}
         if self._conn is None:
             self._conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
         try:
@@ -204,24 +216,13 @@ def log_group(
     return data
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, pos
-
-
 def split_log_group_list(data: bytes) -> list[bytes]:
     """The serialized LogGroups inside LogGroupList bytes (field 1, length-delimited)."""
     out, pos = [], 0
     while pos < len(data):
-        tag, pos = _varint(data, pos)
+        tag, pos = pb.decode_varint(data, pos)
         assert tag == 0x0A, f"unexpected tag {tag} in LogGroupList"
-        size, pos = _varint(data, pos)
+        size, pos = pb.decode_varint(data, pos)
         out.append(data[pos : pos + size])
         pos += size
     return out

@@ -1,2 +1,2 @@
 """The handlers of `loghubd serve`'s HTTP API, one module per kind of resource; the
-route table is `loghubd.server.api.ROUTES`."""
+route table is `loghubd.server.routes.ROUTES`."""

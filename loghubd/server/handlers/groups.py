@@ -21,19 +21,19 @@ from loghubd.server.service import LogService
 
 
 async def create_group(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
+    ls = call.service.logstore(call.target.project, call.target.ls)
     data = body_json(call, E.JsonInfoInvalid)
-    if not isinstance(data, dict) or not isinstance(data.get("consumerGroup"), str):
+    if not isinstance(data, dict):
         raise E.JsonInfoInvalid("body must be {consumerGroup, timeout, order}")
     timeout, order = as_seconds(data.get("timeout")), as_bool(data.get("order", False))
     if timeout is None or order is None:
         raise E.JsonInfoInvalid("timeout must be a whole number of seconds and order a boolean")
-    call.service.create_group(ls, data["consumerGroup"], timeout, order)
+    call.service.create_group(ls, call.target.cg, timeout, order)
     return empty_response()
 
 
 async def list_groups(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
+    ls = call.service.logstore(call.target.project, call.target.ls)
     groups = call.service.list_groups(ls)
     return json_response(
         [{"name": g.name, "timeout": int(g.timeout), "order": g.order} for g in groups]
@@ -41,7 +41,7 @@ async def list_groups(call: Call) -> web.Response:
 
 
 async def update_group(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
+    ls = call.service.logstore(call.target.project, call.target.ls)
     data = body_json(call, E.JsonInfoInvalid)
     if not isinstance(data, dict) or not ({"timeout", "order"} & set(data)):
         raise E.JsonInfoInvalid("body must hold timeout and/or order")
@@ -49,19 +49,19 @@ async def update_group(call: Call) -> web.Response:
     order = as_bool(data["order"]) if "order" in data else None
     if ("timeout" in data and timeout is None) or ("order" in data and order is None):
         raise E.JsonInfoInvalid("timeout must be a whole number of seconds and order a boolean")
-    call.service.update_group(ls, call.parts[3], timeout, order)
+    call.service.update_group(ls, call.target.cg, timeout, order)
     return empty_response()
 
 
 async def delete_group(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
-    call.service.delete_group(ls, call.parts[3])
+    ls = call.service.logstore(call.target.project, call.target.ls)
+    call.service.delete_group(ls, call.target.cg)
     return empty_response()
 
 
 async def group_post(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
-    group, kind = call.parts[3], call.query.get("type", "")
+    ls = call.service.logstore(call.target.project, call.target.ls)
+    group, kind = call.target.cg, call.query.get("type", "")
     consumer = call.query.get("consumer", "")
     if kind == "heartbeat":
         held = body_json(call, E.JsonInfoInvalid)
@@ -100,8 +100,8 @@ async def group_post(call: Call) -> web.Response:
 
 
 async def group_get(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
-    group = call.parts[3]
+    ls = call.service.logstore(call.target.project, call.target.ls)
+    group = call.target.cg
     if call.query.get("type") == "status":  # loghubd extension, for `loghubd status`
         return json_response(_group_status(call.service, ls, group))
     shard = call.query.get("shard")

@@ -22,31 +22,32 @@ async def create_project(call: Call) -> web.Response:
     data = body_json(call, E.ParameterInvalid) or {}
     if not isinstance(data, dict):
         raise E.ParameterInvalid("body must be a JSON object")
-    name = call.project or str(data.get("projectName", ""))
-    call.service.create_project(name, str(data.get("description", "")))
+    call.service.create_project(call.target.project, str(data.get("description", "")))
     return empty_response()
 
 
+async def list_projects(call: Call) -> web.Response:
+    projects = call.service.storage.list_projects()
+    return json_response(
+        {
+            "count": len(projects),
+            "total": len(projects),
+            "projects": [
+                {
+                    "projectName": p.name,
+                    "description": p.description,
+                    "status": "Normal",
+                    "region": "local",
+                }
+                for p in projects
+            ],
+        }
+    )
+
+
 async def get_project(call: Call) -> web.Response:
-    if not call.project:
-        projects = call.service.storage.list_projects()
-        return json_response(
-            {
-                "count": len(projects),
-                "total": len(projects),
-                "projects": [
-                    {
-                        "projectName": p.name,
-                        "description": p.description,
-                        "status": "Normal",
-                        "region": "local",
-                    }
-                    for p in projects
-                ],
-            }
-        )
-    call.service.project(call.project)
-    p = call.service.storage.get_project(call.project)
+    call.service.project(call.target.project)
+    p = call.service.storage.get_project(call.target.project)
     assert p is not None
     return json_response(
         {
@@ -62,20 +63,20 @@ async def get_project(call: Call) -> web.Response:
 
 
 async def update_project(call: Call) -> web.Response:
-    call.service.project(call.project)
+    call.service.project(call.target.project)
     data = body_json(call, E.ParameterInvalid)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise E.ParameterInvalid("body must be a JSON object")
     call.service.storage.update_project(
-        call.project, str(data.get("description", "")), int(time.time())
+        call.target.project, str(data.get("description", "")), int(time.time())
     )
     return empty_response()
 
 
 async def delete_project(call: Call) -> web.Response:
-    call.service.delete_project(call.project)
+    call.service.delete_project(call.target.project)
     return empty_response()
 
 
@@ -87,29 +88,27 @@ async def create_logstore(call: Call) -> web.Response:
     if not isinstance(data, dict):
         raise E.LogStoreInfoInvalid("body must be a JSON object")
     try:
-        name = str(data["logstoreName"])
         ttl = int(data.get("ttl", 30))
         shards = int(data.get("shardCount", 2))
     except (KeyError, TypeError, ValueError) as exc:
         raise E.LogStoreInfoInvalid(f"invalid logstore definition: {exc}") from None
-    call.service.create_logstore(call.project, name, ttl, shards)
+    call.service.create_logstore(call.target.project, call.target.ls, ttl, shards)
     return empty_response()
 
 
 async def list_logstores(call: Call) -> web.Response:
-    call.service.project(call.project)
+    call.service.project(call.target.project)
     offset = int_param(call.query.get("offset"), "offset", default=0)
     size = int_param(call.query.get("size"), "size", default=100)
     pattern = call.query.get("logstoreName", "")
-    names = [
-        ls.name for ls in call.service.storage.list_logstores(call.project) if pattern in ls.name
-    ]
+    stored = call.service.storage.list_logstores(call.target.project)
+    names = [ls.name for ls in stored if pattern in ls.name]
     page = names[offset : offset + size] if size >= 0 else names[offset:]
     return json_response({"count": len(page), "total": len(names), "logstores": page})
 
 
 async def get_logstore(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
+    ls = call.service.logstore(call.target.project, call.target.ls)
     shards = call.service.storage.list_shards(ls.id)
     return json_response(
         {
@@ -127,7 +126,7 @@ async def get_logstore(call: Call) -> web.Response:
 
 
 async def update_logstore(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
+    ls = call.service.logstore(call.target.project, call.target.ls)
     data = body_json(call, E.LogStoreInfoInvalid)
     if data is None:
         data = {}
@@ -144,5 +143,5 @@ async def update_logstore(call: Call) -> web.Response:
 
 
 async def delete_logstore(call: Call) -> web.Response:
-    call.service.delete_logstore(call.project, call.parts[1])
+    call.service.delete_logstore(call.target.project, call.target.ls)
     return empty_response()

@@ -22,15 +22,17 @@ from loghubd.server.call import (
 
 
 async def list_shards(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
+    ls = call.service.logstore(call.target.project, call.target.ls)
     return json_response([shard_json(s) for s in call.service.shards(ls)])
 
 
 def _decoded_body(call: Call) -> bytes:
-    ctype = call.headers.get("x-log-compresstype", "").lower()
+    declared = call.headers.get("x-log-compresstype")
+    ctype = "" if declared is None else declared.strip().lower()
     limit = call.service.limits.max_body_bytes
-    if ctype not in codec.SUPPORTED:
-        raise E.InvalidCompressType(f"compress type {ctype[:32]!r} is not supported")
+    # Absent: not compressed. Present, it must name a codec: empty or blank is not one.
+    if declared is not None and (not ctype or ctype not in codec.SUPPORTED):
+        raise E.InvalidCompressType(f"compress type {declared[:32]!r} is not supported")
     if not ctype:
         if len(call.body) > limit:
             raise E.PostBodyTooLarge(f"body exceeds {limit} bytes")
@@ -53,7 +55,7 @@ def _decoded_body(call: Call) -> bytes:
 
 
 async def put_logs(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
+    ls = call.service.logstore(call.target.project, call.target.ls)
     raw = _decoded_body(call)
     key = call.query.get("key") if call.parts[3] == "route" else None
     if call.parts[3] == "route" and key is None:
@@ -65,8 +67,8 @@ async def put_logs(call: Call) -> web.Response:
 
 
 async def shard_get(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
-    shard_id = int_param(call.parts[3], "shard")
+    ls = call.service.logstore(call.target.project, call.target.ls)
+    shard_id = call.target.shard_id
     kind = call.query.get("type", "")
     if kind == "cursor":
         return json_response(
@@ -133,8 +135,8 @@ async def pull_logs(call: Call, ls: Any, shard_id: int) -> web.Response:
 
 
 async def shard_post(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
-    shard_id = int_param(call.parts[3], "shard")
+    ls = call.service.logstore(call.target.project, call.target.ls)
+    shard_id = call.target.shard_id
     action = call.query.get("action", "")
     if action == "split":
         result = call.service.split(ls, shard_id, call.query.get("key", ""))
@@ -146,6 +148,6 @@ async def shard_post(call: Call) -> web.Response:
 
 
 async def delete_shard(call: Call) -> web.Response:
-    ls = call.service.logstore(call.project, call.parts[1])
-    call.service.delete_shard(ls, int_param(call.parts[3], "shard"))
+    ls = call.service.logstore(call.target.project, call.target.ls)
+    call.service.delete_shard(ls, call.target.shard_id)
     return empty_response()

@@ -2,8 +2,9 @@
 STS tokens and the access-keys file.
 
 The allow/deny table goes through the same path as a request does: the route is resolved
-with `api.resolve`, the key comes from a real access-keys file (`auth.load_access_keys`) and
-`auth.authorize` decides, so a row is an (action, resource, key) triple as the server sees it.
+with `routes.resolve`, its target with `routes.target`, the key comes from a real access-keys
+file (`auth.load_access_keys`) and `auth.authorize` decides, so a row is an (action, resource,
+key) triple as the server sees it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from loghubd.protocol import errors as E
 from loghubd.protocol import signing
-from loghubd.server import api, auth
+from loghubd.server import auth, routes
 from loghubd.server import policy as P
 
 # -- the RAM semantics ------------------------------------------------------------------------
@@ -116,24 +117,24 @@ def test_decide_says_why() -> None:
 
 
 def test_every_route_has_an_action() -> None:
-    routes = {name for name, _handler in api.ROUTES.values()}
-    assert routes <= set(P.ROUTE_ACTIONS), routes - set(P.ROUTE_ACTIONS)
-    assert all(a.startswith("log:") for a in P.ROUTE_ACTIONS.values())
+    for route in routes.ROUTES:
+        for a in (route.api, *route.variants.values()):
+            assert a.action.startswith("log:"), a
 
 
 def test_the_api_names_of_the_metrics_have_the_documented_actions() -> None:
-    """Every API name `loghubd serve` knows (route names and their query refinements, as its
-    metrics label them) maps to the action the README documents."""
-    for route, (key, names) in api._BY_QUERY.items():
-        for value, name in names.items():
-            assert P.action_for(route, {key: value}, "p") == P.API_ACTIONS[name], name
-    for route in P.ROUTE_ACTIONS:
-        if route not in api._BY_QUERY and route != "SplitOrMergeShard":
-            assert P.action_for(route, {}, "p") == P.API_ACTIONS[route], route
-    assert P.action_for("GetProject", {}, "") == P.API_ACTIONS["ListProject"]
+    """Every API name `loghubd serve` implements (route names and their query refinements, as
+    its metrics label them) maps to the action the README documents."""
+    for route in routes.ROUTES:
+        for value, a in route.variants.items():
+            if a.implemented:
+                assert route.api_for({route.refine: value}).action == routes.API_ACTIONS[a.name]
+    list_projects = routes.resolve("GET", (), "service")
+    assert list_projects.api.action == routes.API_ACTIONS["ListProject"]
+    group_get = routes.resolve("GET", ("logstores", "ls", "consumergroups", "g"))
     assert (
-        P.action_for("GetCheckPoint", {"type": "status"}, "p")
-        == (P.API_ACTIONS["GetConsumerGroupStatus"])
+        group_get.api_for({"type": "status"}).action
+        == (routes.API_ACTIONS["GetConsumerGroupStatus"])
     )
 
 
@@ -247,15 +248,15 @@ G1 = APP + "/consumergroup/g1"
 REQUESTS: dict[str, tuple[Req, str, str]] = {
     "ListProject": (Req("GET", "/", project=""), "log:ListProject", "acs:log:local:1234:project/*"),
     "CreateProject": (Req("POST", "/", body=b'{"projectName": "demo"}'), "log:CreateProject", R),
+    "CreateProject-service-host": (
+        Req("POST", "/", body=b'{"projectName": "demo"}', project=""), "log:CreateProject", R,
+    ),
     "GetProject": (Req("GET", "/"), "log:GetProject", R),
     "UpdateProject": (Req("PUT", "/"), "log:UpdateProject", R),
     "DeleteProject": (Req("DELETE", "/"), "log:DeleteProject", R),
     "CreateLogStore": (
         Req("POST", "/logstores", body=b'{"logstoreName": "app", "ttl": 1, "shardCount": 2}'),
         "log:CreateLogStore", APP,
-    ),
-    "CreateLogStore-bad-body": (
-        Req("POST", "/logstores", body=b"not json"), "log:CreateLogStore", R + "/logstore/*",
     ),
     "ListLogStores": (Req("GET", "/logstores"), "log:ListLogStores", R + "/logstore/*"),
     "GetLogStore": (Req("GET", "/logstores/app"), "log:GetLogStore", APP),
@@ -337,19 +338,52 @@ DAEMON_CALLS = [
 ]  # fmt: skip
 
 
+def required(req: Req, account: str = "1234") -> tuple[str, str]:
+    """(action, resource) the server evaluates for `req`, the way `api._handle` does."""
+    route = routes.resolve(req.method, req.parts, "project" if req.project else "service")
+    target = routes.target(route, req.parts, req.body, req.project)
+    return route.api_for(req.query).action, routes.resource(target, account)
+
+
+def authorize(key: auth.AccessKey, req: Req) -> None:
+    auth.authorize(key, *required(req, key.account_id))
+
+
 def test_every_route_has_a_row() -> None:
-    covered = {api.resolve(r.method, r.parts)[0] for r, _a, _res in REQUESTS.values()}
-    assert covered == {name for name, _h in api.ROUTES.values()}
+    covered = {
+        id(routes.resolve(r.method, r.parts, "project" if r.project else "service"))
+        for r, _a, _res in REQUESTS.values()
+    }
+    implemented = {id(r) for r in routes.ROUTES if r.api.implemented}
+    assert covered == implemented
 
 
 @pytest.mark.parametrize("name", list(REQUESTS))
 def test_required_action_and_resource(name: str) -> None:
     req, action, resource = REQUESTS[name]
-    route, _handler = api.resolve(req.method, req.parts)
-    got = P.required(route, req.parts, req.query, req.body, req.project, account="1234")
+    got = required(req)
     assert got == (action, resource)
-    if name in P.API_ACTIONS:
-        assert P.API_ACTIONS[name] == action
+    if name in routes.API_ACTIONS:
+        assert routes.API_ACTIONS[name] == action
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b'{"logstoreName": 12345, "ttl": 1}', "ParameterInvalid"),  # issue 13 item 1
+        (b'{"logstoreName": ["app"], "ttl": 1}', "ParameterInvalid"),
+        (b'{"logstoreName": null}', "ParameterInvalid"),
+        (b'{"logstoreName": ""}', "ParameterInvalid"),
+        (b'{"ttl": 1}', "LogStoreInfoInvalid"),
+        (b"not json", "LogStoreInfoInvalid"),
+    ],
+)
+def test_names_are_checked_to_their_type_before_the_policy(body: bytes, code: str) -> None:
+    """A name that is not a non-empty string is refused before any policy sees it (a number
+    was once evaluated as "*" by the policy and used as str() by the handler)."""
+    with pytest.raises(E.SlsError) as info:
+        required(Req("POST", "/logstores", body=body))
+    assert (info.value.http_status, info.value.error_code) == (400, code)
 
 
 ALLOWED: dict[str, set[str]] = {
@@ -372,11 +406,10 @@ ALLOWED["writer"] = ALLOWED["reader"] | {"PutLogs", "PutLogs-route"}
 @pytest.mark.parametrize("name", list(REQUESTS))
 def test_allowed_and_denied(keys: dict[str, auth.AccessKey], key_id: str, name: str) -> None:
     req, action, resource = REQUESTS[name]
-    route, _handler = api.resolve(req.method, req.parts)
     key = keys[key_id]
 
     def call() -> None:
-        auth.authorize(key, route, req.parts, req.query, req.body, req.project)
+        authorize(key, req)
 
     if name in ALLOWED[key_id]:
         call()
@@ -419,20 +452,19 @@ def test_allowed_and_denied(keys: dict[str, auth.AccessKey], key_id: str, name: 
 def test_wildcards_and_scopes(
     keys: dict[str, auth.AccessKey], key_id: str, req: Req, allowed: bool
 ) -> None:
-    route, _handler = api.resolve(req.method, req.parts)
     if allowed:
-        auth.authorize(keys[key_id], route, req.parts, req.query, req.body, req.project)
+        authorize(keys[key_id], req)
     else:
         with pytest.raises(E.Unauthorized) as info:
-            auth.authorize(keys[key_id], route, req.parts, req.query, req.body, req.project)
+            authorize(keys[key_id], req)
         assert info.value.http_status == 403
 
 
 def test_explicit_deny_is_named(keys: dict[str, auth.AccessKey]) -> None:
     with pytest.raises(E.Unauthorized, match="explicitly denied in policy 'all-but-delete'"):
-        auth.authorize(keys["operator"], "DeleteLogStore", ("logstores", "app"), {}, b"", "demo")
+        authorize(keys["operator"], Req("DELETE", "/logstores/app"))
     with pytest.raises(E.Unauthorized, match="not allowed by any statement in policy 'daemon'"):
-        auth.authorize(keys["STS.consumer"], "DeleteProject", (), {}, b"", "demo")
+        authorize(keys["STS.consumer"], Req("DELETE", "/"))
 
 
 # -- signatures, STS tokens, expiry (auth.verify) ---------------------------------------------
@@ -618,7 +650,7 @@ def test_old_files_keep_full_access(tmp_path: Path) -> None:
     keys = auth.load_access_keys(path)
     assert keys["k"] == auth.AccessKey("k", "s")
     assert keys["k2"].policy is None
-    auth.authorize(keys["k"], "DeleteProject", (), {}, b"", "anything")
+    authorize(keys["k"], Req("DELETE", "/", project="anything"))
 
 
 def test_expiry_forms(tmp_path: Path) -> None:
@@ -653,10 +685,10 @@ def test_readme_examples_load(tmp_path: Path) -> None:
     daemon = auth.load_access_keys(path)["k"].policy
     assert daemon is not None
     granted = {a for st in daemon.statements for a in st.actions}
-    assert granted == {P.API_ACTIONS[name] for name in DAEMON_CALLS}
+    assert granted == {routes.API_ACTIONS[name] for name in DAEMON_CALLS}
 
 
 def test_readme_names_every_action() -> None:
     section = _readme_section()
-    for action in set(P.API_ACTIONS.values()):
+    for action in set(routes.API_ACTIONS.values()):
         assert f"`{action}`" in section, action

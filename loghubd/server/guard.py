@@ -1,0 +1,161 @@
+"""Connection limits of `loghubd serve` below aiohttp: how many connections may be open at
+once, and how long a client may take to send a request's line and headers.
+
+aiohttp's server has neither (its keep-alive timer is reset by every byte, so a client that
+sends one header byte every few seconds holds a connection forever). `ConnectionGuard` wraps
+the protocol factory aiohttp's `AppRunner` builds:
+
+- past `max_connections` a new connection gets a complete `503 ServerBusy` answer (which the
+  SLS SDKs retry) and is closed before any of it is read;
+- a request head (from the connection's first byte, or the first byte after the previous
+  request) must be complete within `header_timeout` seconds; if not, the client gets
+  `408 RequestTimeout` and the connection is closed. The application marks the head done
+  (`head_done`) when its handler starts, and the request finished (`request_done`).
+
+The time to send a body is bounded by the application (`loghubd.server.bodies`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("loghubd.server")
+
+
+def raw_error(status: int, reason: str, code: str, message: str) -> bytes:
+    """A complete HTTP/1.1 SLS error answer that closes the connection."""
+    body = json.dumps({"errorCode": code, "errorMessage": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class ConnectionGuard:
+    """Counts open connections and times request heads; see the module docstring."""
+
+    def __init__(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        *,
+        max_connections: int,
+        header_timeout: float,
+    ) -> None:
+        self._factory = factory
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.open = 0
+        self.refused = 0
+        self.head_timeouts = 0
+        self._by_transport: dict[asyncio.BaseTransport, _Guarded] = {}
+
+    def __call__(self) -> asyncio.Protocol:
+        return _Guarded(self._factory(), self)
+
+    def head_done(self, transport: Any) -> None:
+        guarded = self._by_transport.get(transport)
+        if guarded is not None:
+            guarded.head_done()
+
+    def request_done(self, transport: Any) -> None:
+        guarded = self._by_transport.get(transport)
+        if guarded is not None:
+            guarded.request_done()
+
+
+_BUSY = raw_error(503, "Service Unavailable", "ServerBusy", "too many open connections")
+_SLOW_HEAD = raw_error(
+    408, "Request Timeout", "RequestTimeout", "the request line and headers came too slowly"
+)
+
+
+class _Guarded(asyncio.Protocol):
+    """One connection: aiohttp's protocol, plus the head timer and the connection count."""
+
+    def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard) -> None:
+        self._inner = inner
+        self._guard = guard
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_request = False
+        self._counted = False
+
+    # -- asyncio.Protocol, delegated ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        guard = self._guard
+        if guard.open >= guard.max_connections:
+            guard.refused += 1
+            transport.write(_BUSY)
+            transport.close()
+            return
+        guard.open += 1
+        self._counted = True
+        guard._by_transport[transport] = self
+        self._arm()
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._counted:
+            return
+        if not self._in_request and self._timer is None:
+            self._arm()  # the first byte of the next request on a kept-alive connection
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if not self._counted:
+            return None
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._counted:
+            return
+        self._counted = False
+        self._disarm()
+        self._guard.open -= 1
+        if self._transport is not None:
+            self._guard._by_transport.pop(self._transport, None)
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    # -- the head timer ----------------------------------------------------------------------
+
+    def head_done(self) -> None:
+        self._in_request = True
+        self._disarm()
+
+    def request_done(self) -> None:
+        self._in_request = False
+
+    def _arm(self) -> None:
+        self._disarm()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._guard.header_timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self) -> None:
+        self._timer = None
+        transport = self._transport
+        if self._in_request or transport is None or transport.is_closing():
+            return
+        self._guard.head_timeouts += 1
+        log.info("request_head_timeout", timeout_s=self._guard.header_timeout)
+        transport.write(_SLOW_HEAD)
+        transport.close()
