@@ -102,7 +102,7 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
     try:
         return await handler(request)
     finally:
-        guard.request_done(request.transport)
+        guard.request_done(request.transport, body_read=request.content.is_eof())
 
 
 async def handle(request: web.Request) -> web.StreamResponse:

@@ -9,8 +9,12 @@ the protocol factory aiohttp's `AppRunner` builds:
   SLS SDKs retry) and is closed before any of it is read;
 - a request head (from the connection's first byte, or the first byte after the previous
   request) must be complete within `header_timeout` seconds; if not, the client gets
-  `408 RequestTimeout` and the connection is closed. The application marks the head done
-  (`head_done`) when its handler starts, and the request finished (`request_done`).
+  `408 RequestTimeout` and the connection is closed. A head is complete when its blank line
+  arrives (seen here, as the bytes come, so a busy event loop does not time out a client
+  that was on time) or when the application's handler starts (`head_done`); the application
+  says when the request is finished (`request_done`), and whether its body was read: after
+  an unread body, which aiohttp drains for up to `lingering_time`, the next head gets that
+  much longer.
 
 The time to send a body is bounded by the application (`loghubd.server.bodies`).
 """
@@ -46,10 +50,12 @@ class ConnectionGuard:
         *,
         max_connections: int,
         header_timeout: float,
+        lingering_time: float = 10.0,
     ) -> None:
         self._factory = factory
         self.max_connections = max_connections
         self.header_timeout = header_timeout
+        self.lingering_time = lingering_time
         self.open = 0
         self.refused = 0
         self.head_timeouts = 0
@@ -63,10 +69,10 @@ class ConnectionGuard:
         if guarded is not None:
             guarded.head_done()
 
-    def request_done(self, transport: Any) -> None:
+    def request_done(self, transport: Any, *, body_read: bool) -> None:
         guarded = self._by_transport.get(transport)
         if guarded is not None:
-            guarded.request_done()
+            guarded.request_done(body_read)
 
 
 _BUSY = raw_error(503, "Service Unavailable", "ServerBusy", "too many open connections")
@@ -85,6 +91,9 @@ class _Guarded(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._in_request = False
         self._counted = False
+        self._tail = b""  # the last bytes of the head so far (a blank line may span chunks)
+        self._scan = True  # look for the blank line (not in the unread body aiohttp drains)
+        self._allowance = guard.header_timeout
 
     # -- asyncio.Protocol, delegated ----------------------------------------------------------
 
@@ -106,8 +115,14 @@ class _Guarded(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self._counted:
             return
-        if not self._in_request and self._timer is None:
-            self._arm()  # the first byte of the next request on a kept-alive connection
+        if not self._in_request:
+            if self._timer is None:
+                self._arm()  # the first byte of the next request on a kept-alive connection
+            seen = self._tail + data if self._scan else b""
+            if b"\r\n\r\n" in seen or b"\n\n" in seen:
+                self.head_done()
+            else:
+                self._tail = seen[-3:]
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -135,15 +150,21 @@ class _Guarded(asyncio.Protocol):
 
     def head_done(self) -> None:
         self._in_request = True
+        self._tail = b""
         self._disarm()
 
-    def request_done(self) -> None:
+    def request_done(self, body_read: bool) -> None:
         self._in_request = False
+        self._tail = b""
+        self._allowance = self._guard.header_timeout
+        self._scan = body_read
+        if not body_read:  # aiohttp drains it first: what comes next is not yet a head
+            self._allowance += self._guard.lingering_time
 
     def _arm(self) -> None:
         self._disarm()
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._guard.header_timeout, self._expired)
+        self._timer = loop.call_later(self._allowance, self._expired)
 
     def _disarm(self) -> None:
         if self._timer is not None:

@@ -96,8 +96,14 @@ async def serve(
         assert runner.server is not None
         return runner.server()
 
+    # How long aiohttp drains a body it was answered without reading (401, 413, 503), so that
+    # the client can read the answer: not longer than any body may take.
+    lingering = min(10.0, opts.body_timeout)
     guard = ConnectionGuard(
-        protocol, max_connections=opts.max_connections, header_timeout=opts.header_timeout
+        protocol,
+        max_connections=opts.max_connections,
+        header_timeout=opts.header_timeout,
+        lingering_time=lingering,
     )
     app = api.make_app(service, settings, metrics=ServerMetrics(), guard=guard)
     console.mount(
@@ -113,6 +119,7 @@ async def serve(
         access_log=None,
         handle_signals=False,
         keepalive_timeout=opts.keepalive_timeout,
+        lingering_time=lingering,
     )
     await runner.setup()
     try:

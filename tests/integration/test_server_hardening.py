@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from aliyun.log import LogClient, LogException, LogItem, PutLogsRequest
 
 from loghubd.protocol import signing
 from loghubd.testing.process import ServerProcess
 from tests.integration.sls_http import RawClient, log_group
+from tests.reliability import attack
 
 AK, SECRET = "LTAIhardening01", "hardening-secret"
 PROJECT = "demo"
@@ -272,6 +274,58 @@ def test_an_unknown_key_on_an_unknown_path_gets_401(server: ServerProcess) -> No
     stranger = RawClient(server.port, PROJECT, creds=signing.Credentials("LTAInobody", "x"))
     assert stranger.request("GET", "/nothing/here").status == 401
     stranger.close()
+
+
+# -- 5: the busy answer is one the SDK retries -----------------------------------------------
+
+
+def test_the_sdk_retries_the_busy_answer(
+    loghubd_server_factory: Callable[..., ServerProcess],
+    sdk_via_proxy: Callable[[ServerProcess], str],
+    tmp_path: Path,
+) -> None:
+    """The budget is one body; a slow client holds it until its body times out (3 s); the
+    SDK's PutLogs meanwhile gets 503 ServerBusy, sleeps, retries and succeeds."""
+    max_body = 1_000_000
+    budget = max_body + 1024 * 1024
+    server = loghubd_server_factory(
+        "busy",
+        extra_args=[
+            "--access-keys", str(attack.keys_file(tmp_path)),
+            "--max-body-bytes", str(max_body),
+            "--max-inflight-body-bytes", str(budget),
+            "--body-timeout", "3",
+        ],
+    )  # fmt: skip
+    endpoint = sdk_via_proxy(server)
+    client = LogClient(endpoint, attack.AK, attack.SECRET, source="loghubd-test")
+    client.create_project(attack.PROJECT, "")
+    client.create_logstore(attack.PROJECT, attack.LOGSTORE, shard_count=1)
+    headers = attack.signed_headers(
+        "POST", attack.PUT_PATH, b"",
+        **{"content-type": "application/x-protobuf", "content-md5": "0" * 32},
+    )  # fmt: skip
+    headers["content-length"] = str(budget)
+    holder = socket.create_connection(("127.0.0.1", server.port))
+    holder.sendall(attack.head_bytes("POST", attack.PUT_PATH, headers) + b"\0" * 1000)
+    time.sleep(0.5)  # the server has taken the whole budget for it
+    started = time.monotonic()
+    try:
+        items = [LogItem(contents=[("id", str(i))]) for i in range(10)]
+        client.put_logs(PutLogsRequest(attack.PROJECT, attack.LOGSTORE, logitems=items))
+    finally:
+        holder.close()
+    took = time.monotonic() - started
+    assert took >= 1.0, f"the put was not refused first ({took:.2f} s)"
+    metrics = requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
+    busy = [
+        line for line in metrics.splitlines()
+        if line.startswith("loghubd_server_requests_total") and 'status="503"' in line
+    ]  # fmt: skip
+    assert busy and float(busy[0].split()[-1]) >= 1, metrics[-2000:]
+    begin = client.get_cursor(attack.PROJECT, attack.LOGSTORE, 0, "begin").get_cursor()
+    pulled = client.pull_logs(attack.PROJECT, attack.LOGSTORE, 0, begin, count=10)
+    assert pulled.get_log_count() == 10
 
 
 # -- 12, 13: the official SDK ----------------------------------------------------------------
