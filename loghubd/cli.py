@@ -541,6 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = sub.add_parser(
         "plugins",
+        formatter_class=Fmt,
         help="list the installed processors: distribution, version, options",
     )
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
@@ -548,6 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     new_plugin = sub.add_parser(
         "new-plugin",
+        formatter_class=Fmt,
         help="start a processor plugin package (code, entry point, tests) in a new directory",
     )
     new_plugin.add_argument("distribution", help="its distribution name, e.g. loghubd-audit")
