@@ -1,5 +1,5 @@
 """The `--help` formatter of every command: each option shows its default, unless it has none
-(None, a flag that is off) or its help already says it."""
+(None, "", [], a flag that is off) or its help already says it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if (
             action.default is None
             or action.default is False
+            or action.default in ("", [])
             or action.default is argparse.SUPPRESS
             or "default" in text
         ):
