@@ -190,3 +190,27 @@ def test_produce_takes_its_target_from_dash_c(server: ServerProcess, tmp_path: P
     done = cli("produce", "-c", str(config), "--count", "7", "--prefix", "dash-c-")
     assert done.returncode == 0 and '"written": 7' in done.stdout, done.stderr
     one_line(cli("produce", "--count", "1"), 2, "--project and --logstore required", "-c")
+
+
+def test_log_format_flag_wins_over_the_config(server: ServerProcess, tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        dump_toml(
+            {
+                "source": {"endpoint": server.endpoint, "project": PROJECT, "logstore": "nosuch"},
+                "consumer": {"group": "fmt"},
+                "processor": {"name": "jsonl", "jsonl": {"path": str(tmp_path / "out")}},
+                "ops": {"listen": f"127.0.0.1:{free_port()}"},
+                "log": {"format": "json"},
+            }
+        )
+    )
+    as_json = cli("run", "-c", str(config))
+    as_console = cli("--log-format", "console", "run", "-c", str(config))
+    for done in (as_json, as_console):
+        assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+        assert "logstore nosuch" in done.stderr or "nosuch" in done.stderr, done.stderr
+    logged = [line for line in as_json.stdout.splitlines() if "source_cannot_start" in line]
+    assert logged and logged[0].startswith("{"), as_json.stdout
+    logged = [line for line in as_console.stdout.splitlines() if "source_cannot_start" in line]
+    assert logged and not logged[0].startswith("{"), as_console.stdout
