@@ -219,12 +219,12 @@ class ParquetProcessor:
 
     def _commit(self, table: pa.Table, items: list[Buffered]) -> int:
         o, target = self.factory.options, self.factory.target
-        keys = layout.partition_keys(
+        groups = layout.partitions(
             o.template, table, project=self.project, logstore=self.logstore, shard=self.shard
         )
         batch_id = new_batch_id()
         plan = []
-        for i, (directory, rows) in enumerate(layout.split(keys, table)):
+        for i, (directory, rows) in enumerate(groups):
             base = f"{target.root}/{directory}".rstrip("/")
             name = f"part-{self.shard}-{batch_id}-{i}.parquet"
             plan.append((f"{base}/.{name}.tmp", f"{base}/{name}", rows))

@@ -70,40 +70,71 @@ def parse_template(text: str) -> Template:
     return Template(tuple(pieces))
 
 
-def partition_keys(
+def partitions(
     template: Template, table: pa.Table, *, project: str, logstore: str, shard: int
-) -> pa.ChunkedArray | str:
-    """Each row's partition directory (relative, ending in `/` if the template does), or one
-    string when the template does not depend on the rows."""
+) -> list[tuple[str, pa.Table]]:
+    """The rows of `table` grouped by partition directory (relative, ending in `/` if the
+    template does), in order of first appearance.
+
+    Rows share few distinct values (a batch spans seconds, not days), so each placeholder is
+    computed on the distinct values of its column (dictionary encoding), not row by row; a
+    row's partition is the mixed-radix number of its dictionary indices."""
     source = {"project": project, "logstore": logstore, "shard": str(shard)}
-    parts: list[pa.ChunkedArray | str] = []
-    per_row = False
-    for literal, name in template.pieces:
-        if literal:
-            parts.append(literal)
+    literal: list[str | None] = []  # per piece: text, or None for a per-row part
+    dictionaries: list[list[str]] = []
+    codes: pa.Array | None = None
+    encoded: dict[str, pa.DictionaryArray] = {}
+    for text, name in template.pieces:
+        literal.append(text)
         if name is None:
             continue
         if name in source:
-            parts.append(_safe_text(source[name]))
-        elif name in TIME_FORMATS:
-            parts.append(pc.strftime(table.column("__time__"), format=TIME_FORMATS[name]))
-            per_row = True
+            literal.append(_safe_text(source[name]))
+            continue
+        if name in TIME_FORMATS:
+            column = "__time__"
         else:
             column = GROUP_COLUMNS.get(name, column_name(name))
-            if column in table.column_names:
-                values = pc.cast(table.column(column), pa.string())
+        if column not in table.column_names:
+            literal.append(NULL_VALUE)
+            continue
+        if column not in encoded:
+            values_of = table.column(column).combine_chunks()
+            if column == "__time__":  # no format is finer than a minute: fewer distinct values
+                values_of = pc.floor_temporal(values_of, unit="minute")
+            encoded[column] = pc.dictionary_encode(values_of)
+        dictionary = encoded[column]
+        if name in TIME_FORMATS:
+            values = pc.strftime(dictionary.dictionary, format=TIME_FORMATS[name]).to_pylist()
+        else:
+            strings = pc.cast(dictionary.dictionary, pa.string())
+            values = _safe(pa.chunked_array([strings])).to_pylist()
+        indices = pc.cast(pc.fill_null(dictionary.indices, len(values)), pa.int64())
+        values.append(NULL_VALUE)  # the index of a null row
+        radix = len(values)
+        codes = indices if codes is None else pc.add(pc.multiply(codes, radix), indices)
+        literal.append(None)
+        dictionaries.append([str(v) for v in values])
+    if codes is None:
+        return [("".join(t for t in literal if t is not None), table)]
+    out: list[tuple[str, pa.Table]] = []
+    unique = pc.unique(codes).to_pylist()
+    for code in unique:
+        digits, rest = [], int(code)
+        for values in reversed(dictionaries):
+            rest, digit = divmod(rest, len(values))
+            digits.append(values[digit])
+        digits.reverse()
+        parts, at = [], 0
+        for piece in literal:
+            if piece is None:
+                parts.append(digits[at])
+                at += 1
             else:
-                values = pa.chunked_array([pa.nulls(table.num_rows, pa.string())])
-            parts.append(_safe(values))
-            per_row = True
-    if not per_row:
-        return "".join(p for p in parts if isinstance(p, str))
-    arrays = [p if not isinstance(p, str) else pa.scalar(p) for p in parts]
-    if len(arrays) == 1:
-        only = arrays[0]
-        assert isinstance(only, pa.ChunkedArray)
-        return only
-    return pc.binary_join_element_wise(*arrays, "")
+                parts.append(piece)
+        rows = table if len(unique) == 1 else table.filter(pc.equal(codes, code))
+        out.append(("".join(parts), rows))
+    return out
 
 
 def _safe(values: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -117,13 +148,3 @@ def _safe_text(value: str) -> str:
     out = pc.replace_substring_regex(pa.array([value]), pattern=_UNSAFE, replacement="_")
     text = str(out[0].as_py())
     return "_" + text[1:] if text.startswith(".") else text or NULL_VALUE
-
-
-def split(keys: pa.ChunkedArray | str, table: pa.Table) -> list[tuple[str, pa.Table]]:
-    """The rows of `table` grouped by partition directory, in order of first appearance."""
-    if isinstance(keys, str):
-        return [(keys, table)]
-    unique = pc.unique(keys)
-    if len(unique) == 1:
-        return [(str(unique[0].as_py()), table)]
-    return [(str(k.as_py()), table.filter(pc.equal(keys, k))) for k in unique]

@@ -16,7 +16,7 @@ import pytest
 from loghubd import Batch, ProcessorContext
 from loghubd.processors import parquet_files
 from loghubd.processors.parquet import ParquetFactory, ParquetProcessor
-from loghubd.processors.parquet_layout import parse_template, partition_keys
+from loghubd.processors.parquet_layout import parse_template, partitions
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.protocol.signing import Credentials
@@ -216,9 +216,14 @@ def test_template_values_are_safe_path_segments() -> None:
             "host": ["../etc", None, "a/b"],
         }
     )
-    keys = partition_keys(parse_template("h={host}/"), table, project="p", logstore="l", shard=0)
-    assert not isinstance(keys, str)
-    assert keys.to_pylist() == ["h=_._etc/", "h=__HIVE_DEFAULT_PARTITION__/", "h=a_b/"]
+    groups = partitions(
+        parse_template("{logstore}/h={host}/{hour}"), table, project="p", logstore="l", shard=0
+    )
+    assert [(d, t.num_rows) for d, t in groups] == [
+        ("l/h=_._etc/00", 1),
+        ("l/h=__HIVE_DEFAULT_PARTITION__/00", 1),
+        ("l/h=a_b/00", 1),
+    ]
     for bad in ("/abs/{hour}", "{a!r}", "../{hour}", "{}"):
         with pytest.raises(ValueError, match="r"):
             parse_template(bad)
