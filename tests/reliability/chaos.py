@@ -45,14 +45,13 @@ from typing import Any, TypeVar
 
 from loghubd.protocol import cursor as cursors
 from loghubd.testing import wait_until
-from loghubd.testing.process import ServerProcess
 from tests.integration.daemon_harness import (
     Daemon,
     LineCounter,
     Pool,
     read_records,
 )
-from tests.integration.sls_http import RawClient, ids_in_group
+from tests.reliability.cluster import ClusterRun, retry
 
 T = TypeVar("T")
 
@@ -103,18 +102,6 @@ class ChaosConfig:
             + ["split"] * self.splits
             + ["merge"] * self.merges
         )
-
-
-def retry(fn: Callable[[], T], timeout: float = 30.0, what: str = "call") -> T:
-    """`fn()` until it does not raise (the server may be coming back), within `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what} kept failing for {timeout}s: {exc!r}") from exc
-            time.sleep(0.2)
 
 
 # -- the producer ---------------------------------------------------------------------------
@@ -200,26 +187,19 @@ class Event:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-class ChaosRun:
+class ChaosRun(ClusterRun):
     def __init__(self, cfg: ChaosConfig) -> None:
+        super().__init__(cfg.workdir, LOGSTORE, GROUP, cfg.progress)
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
-        self.dir = cfg.workdir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.server = ServerProcess(self.dir / "server-data", log_path=self.dir / "server.log")
-        self.pool: Pool | None = None
         self.slots: list[Daemon] = []
         self.incarnations: list[Daemon] = []
         self.generation = [0] * cfg.daemons
         self.events: list[Event] = []
-        self.t0 = 0.0
+        self.t0 = 0.0  # set when the scenario starts
         self.t0_wall = 0.0
         self.producer: ChunkedProducer | None = None
         self.unexpected_exits: list[dict[str, Any]] = []
-
-    def say(self, text: str) -> None:
-        if self.cfg.progress is not None:
-            self.cfg.progress(f"[{self.now():7.1f}s] {text}")
 
     def now(self) -> float:
         return time.monotonic() - self.t0 if self.t0 else 0.0
@@ -259,13 +239,6 @@ class ChaosRun:
         for d in self.slots:
             d.wait_ready(30)
 
-    def close(self) -> None:
-        if self.producer is not None:
-            self.producer.kill()
-        if self.pool is not None:
-            self.pool.close()
-        self.server.kill()
-
     # -- faults ------------------------------------------------------------------------------
 
     def _rate(self, d: Daemon, seconds: float = 1.0) -> float:
@@ -280,17 +253,6 @@ class ChaosRun:
             return sorted(d.held())
         except (OSError, ValueError):
             return []
-
-    def _positions(self) -> dict[int, tuple[int, int]]:
-        """shard → (committed position or -1, end position) as the server holds them now."""
-        assert self.pool is not None
-        admin = self.pool.admin
-        status = retry(lambda: admin.group_status(LOGSTORE, GROUP), what="group status")
-        out = {}
-        for s in status["shards"]:
-            cp = s["checkpoint"]
-            out[s["shard"]] = (cursors.to_seq(s["shard"], cp) if cp else -1, s["endCursorSeq"])
-        return out
 
     def _pick_daemon(self) -> int:
         alive = [i for i, d in enumerate(self.slots) if d.alive()]
@@ -307,7 +269,7 @@ class ChaosRun:
         d.signal(sig)
         t = self.now()
         time.sleep(0.3)  # a commit already on the wire lands; the victim sends no more
-        at = self._positions()
+        at = self.positions()
         ev = Event(kind, t, d.name, {"held": held, "rate": round(rate, 1)})
         # The victim's un-committed interval per held shard: [checkpoint, end of the data then)
         ev.detail["interval"] = {s: at.get(s, (-1, 0)) for s in held}
@@ -455,7 +417,7 @@ class ChaosRun:
         self.say(f"writing done: {self.producer.acked_count} acked")
         self._check_alive()
         wait_until(
-            self._all_committed,
+            self.all_committed,
             cfg.drain_timeout,
             lambda: f"not everything committed: {self._group_summary()}",
             interval=0.5,
@@ -483,23 +445,6 @@ class ChaosRun:
         }
         return report
 
-    def _all_committed(self) -> bool:
-        assert self.pool is not None
-        try:
-            status = self.pool.admin.group_status(LOGSTORE, GROUP)
-        except Exception:
-            return False
-        shards = status["shards"]
-        for s in shards:
-            end, begin = s["endCursorSeq"], s["beginCursorSeq"]
-            if not s["checkpoint"]:
-                if end == begin:
-                    continue  # never written to
-                return False
-            if cursors.to_seq(s["shard"], s["checkpoint"]) != end:
-                return False
-        return bool(shards)
-
     def _group_summary(self) -> str:
         assert self.pool is not None
         try:
@@ -513,24 +458,6 @@ class ChaosRun:
         return f"consumers {status['consumers']}; " + " ".join(rows)
 
     # -- analysis ----------------------------------------------------------------------------
-
-    def stored(self) -> dict[str, list[tuple[int, int]]]:
-        """id → [(shard, position)] of every stored copy, read back from the server."""
-        assert self.pool is not None
-        out: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        client = RawClient(self.server.port, self.pool.admin.project, timeout=60)
-        try:
-            for s in client.list_shards(LOGSTORE):
-                shard = int(s["shardID"])
-                begin = client.cursor(LOGSTORE, shard, "begin")
-                first = cursors.to_seq(shard, begin)
-                groups, _ = client.pull_all(LOGSTORE, shard, begin=begin)
-                for i, raw in enumerate(groups):
-                    for ident in ids_in_group(raw):
-                        out[ident].append((shard, first + i))
-        finally:
-            client.close()
-        return out
 
     def _lease_losses(self) -> list[dict[str, Any]]:
         """Every time a daemon found its lease gone (`lease_expired`: heartbeats failed for

@@ -34,16 +34,13 @@ import contextlib
 import os
 import signal
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loghubd.protocol import cursor as cursors
 from loghubd.testing import wait_until
-from loghubd.testing.process import ServerProcess
 from tests.integration.daemon_harness import (
-    Admin,
     Daemon,
     LineCounter,
     Pool,
@@ -53,7 +50,7 @@ from tests.integration.daemon_harness import (
     holdings,
     read_records,
 )
-from tests.integration.sls_http import RawClient, ids_in_group
+from tests.reliability.cluster import ClusterRun
 from tests.reliability.faultproxy import FaultProxy
 
 LOGSTORE = "proxied"
@@ -104,32 +101,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-class ProxyRun:
+class ProxyRun(ClusterRun):
     def __init__(self, cfg: ProxyRunConfig, progress: Any = None) -> None:
+        super().__init__(cfg.workdir, LOGSTORE, GROUP, progress)
         self.cfg = cfg
-        self.dir = cfg.workdir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.progress = progress
-        self.server = ServerProcess(self.dir / "server-data", log_path=self.dir / "server.log")
         self.proxy: FaultProxy | None = None
-        self.pool: Pool | None = None
-        self.admin: Admin | None = None
         self.daemons: list[Daemon] = []
         self.producer: Producer | None = None
-        self.t0 = time.monotonic()
-
-    def say(self, text: str) -> None:
-        if self.progress is not None:
-            self.progress(f"[{time.monotonic() - self.t0:6.1f}s] {text}")
 
     def close(self) -> None:
-        if self.producer is not None:
-            self.producer.kill()
-        if self.pool is not None:
-            self.pool.close()
         if self.proxy is not None:
             self.proxy.close()
-        self.server.kill()
+        super().close()
 
     def run(self) -> dict[str, Any]:
         try:
@@ -139,17 +122,7 @@ class ProxyRun:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _positions(self) -> dict[int, tuple[int, int]]:
-        """shard → (committed position or -1, end position), from the server directly."""
-        assert self.admin is not None
-        out = {}
-        for s in self.admin.group_status(LOGSTORE, GROUP)["shards"]:
-            cp = s["checkpoint"]
-            out[s["shard"]] = (cursors.to_seq(s["shard"], cp) if cp else -1, s["endCursorSeq"])
-        return out
-
     def _owners(self) -> dict[int, str]:
-        assert self.admin is not None
         return self.admin.owners(LOGSTORE, GROUP)
 
     def _lease_events(self) -> dict[str, int]:
@@ -171,7 +144,6 @@ class ProxyRun:
         all_shards = frozenset(range(cfg.shards))
         self.server.start()
         self.proxy = FaultProxy(self.server.port, seed=cfg.seed).start()
-        self.admin = Admin(self.server.endpoint)  # set-up and inspection go around the proxy
         self.admin.create_logstore(LOGSTORE, cfg.shards)
         self.admin.create_group(LOGSTORE, GROUP, cfg.timeout, False)
         self.pool = Pool(self.dir / "pool", self.proxy.endpoint)
@@ -271,7 +243,7 @@ class ProxyRun:
 
         # 4. black-hole
         time.sleep(cfg.settle_seconds)
-        at_blackhole = self._positions()
+        at_blackhole = self.positions()
         cpu0 = {d.name: cpu_seconds(d.pid) for d in self.daemons}
         connections0 = self.proxy.stats()["blackholed_connections"]
         t_bh = time.monotonic()
@@ -326,7 +298,7 @@ class ProxyRun:
 
         # 6. the end
         self.producer.wait(cfg.planned_seconds() + 120)
-        wait_until(self._all_committed, 120, "not everything committed", interval=0.5)
+        wait_until(self.all_committed, 120, "not everything committed", interval=0.5)
         exits = {}
         for d in self.daemons:
             d.signal(signal.SIGTERM)
@@ -380,25 +352,8 @@ class ProxyRun:
             "delivery_resumed_s": None if resumed is None else round(resumed, 2),
         }
 
-    def _all_committed(self) -> bool:
-        try:
-            pos = self._positions()
-        except Exception:
-            return False
-        return bool(pos) and all(cp == end for cp, end in pos.values())
-
     def _delivery(self, at_blackhole: dict[int, tuple[int, int]]) -> dict[str, Any]:
-        stored: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        client = RawClient(self.server.port, Admin(self.server.endpoint).project, timeout=60)
-        try:
-            for s in client.list_shards(LOGSTORE):
-                shard = int(s["shardID"])
-                groups, _ = client.pull_all(LOGSTORE, shard)
-                for i, raw in enumerate(groups):
-                    for ident in ids_in_group(raw):
-                        stored[ident].append((shard, i))
-        finally:
-            client.close()
+        stored = self.stored()
         delivered: Counter[tuple[str, int]] = Counter()
         for d in self.daemons:
             for shard, rec in read_records([d.output]):
