@@ -20,7 +20,9 @@ The SDK runs as issue #14 measured it: worker_pool_size 4, data_fetch_interval 0
 max_fetch_log_group_size 1000. Per run: wall seconds (spawn -> the consumer's own clock at its
 last batch: loghubd's `loghubd_last_batch_timestamp_seconds`, the SDK's "done" event), the
 consumer's CPU seconds (utime+stime of the process and its children, at completion, start-up
-included), logs per CPU-second, peak RSS (VmHWM), and the server's CPU share over the run.
+included), logs per CPU-second (also after start-up: minus the CPU spent until the daemon's
+/readyz first answered 200 or the SDK's worker started), peak RSS (VmHWM), and the server's
+CPU share over the run.
 Report: min / median / max over rounds, and the daemon/SDK ratios of the medians.
 """
 
@@ -194,12 +196,22 @@ def run_one(
         )
     buf = b""
     t_end = 0.0
+    cpu_ready = None  # CPU-s when it was up (daemon: /readyz 200; SDK: its worker started)
     deadline = time.monotonic() + 600
     try:
         if proc.stdout is not None:
             os.set_blocking(proc.stdout.fileno(), False)
         while time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.1 if cpu_ready is not None or kind == "ceiling" else 0.02)
+            if cpu_ready is None and ops:
+                url = f"http://127.0.0.1:{ops}/readyz"
+                with (
+                    contextlib.suppress(OSError, urllib.error.URLError),
+                    urllib.request.urlopen(url, timeout=1),
+                ):
+                    cpu_ready = tree_cpu(proc.pid)
+            elif cpu_ready is None and proc.stdout is not None and b'"started"' in buf:
+                cpu_ready = tree_cpu(proc.pid)
             if proc.poll() is not None and proc.stdout is None:
                 raise RuntimeError(f"{name} exited with {proc.returncode}: see {name}.log")
             if ops:
@@ -233,11 +245,14 @@ def run_one(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     wall = t_end - t0
+    after = None if cpu_ready is None else cpu - cpu_ready
     return {
         "kind": kind,
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         "logs_per_cpu_s": round(expect / cpu) if cpu else None,
+        "startup_cpu_s": None if cpu_ready is None else round(cpu_ready, 3),
+        "logs_per_cpu_s_after_startup": round(expect / after) if after else None,
         "vm_hwm_mb": round(hwm, 1),
         "server_cpu_share": round(server_share, 3),
     }
@@ -288,8 +303,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if not rs:
             continue
         row: dict[str, Any] = {"runs": len(rs)}
-        for key in ("wall_s", "cpu_s", "logs_per_cpu_s", "vm_hwm_mb", "server_cpu_share"):
+        for key in (
+            "wall_s",
+            "cpu_s",
+            "logs_per_cpu_s",
+            "startup_cpu_s",
+            "logs_per_cpu_s_after_startup",
+            "vm_hwm_mb",
+            "server_cpu_share",
+        ):
             xs = [r[key] for r in rs if r[key] is not None]
+            if not xs:
+                continue
             row[key] = {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
         out[kind] = row
     ratios: dict[str, Any] = {}

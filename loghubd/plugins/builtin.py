@@ -89,6 +89,8 @@ def _null(options: Mapping[str, Any]) -> ProcessorFactory:
         raise ValueError(f"processor.null.view: one of {', '.join(VIEWS)}, not {view!r}")
     if view and "records" in options and (view == "records") != records:
         raise ValueError("processor.null.records: contradicts processor.null.view")
+    if view == "arrow":  # pyarrow's import (~0.3 s) at start-up, not in the first batch
+        import loghubd.arrow_view  # noqa: F401
     return lambda shard: NullProcessor(records, view)
 
 
