@@ -201,9 +201,20 @@ class JsonlProcessor:
             os.close(fd)
 
     def flush(self) -> None:
+        """fsync, before the shard's checkpoint is committed. On a duplicate of the file
+        descriptor, outside the lock: `process()` goes on writing while the disk syncs (an
+        fsync on a busy disk can take seconds), and what it writes meanwhile is covered by
+        the next flush, as its checkpoint is."""
+        if self.options.fsync == "never":
+            return
         with self._lock:
-            if self._fd >= 0 and self.options.fsync != "never":
-                os.fsync(self._fd)
+            if self._fd < 0:
+                return
+            fd = os.dup(self._fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def shutdown(self, tracker: Tracker) -> None:
         with self._lock:
