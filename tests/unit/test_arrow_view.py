@@ -143,3 +143,18 @@ def test_empty_batch_and_repeated_fields() -> None:
         log.Contents.add(Key=k, Value=v)
     rb = check([group, group])
     assert rb.column("a").to_pylist() == ["3", "3"]
+
+
+def test_huge_values_many_tags_and_many_fields(path: str) -> None:
+    group = pb.LogGroup(Topic="é😀", Source="s")
+    for i in range(300):
+        group.LogTags.add(Key=f"t{i}", Value="v" * (i % 7))
+    for i in range(3):
+        log = group.Logs.add(Time=i)
+        log.Contents.add(Key="big", Value="x" * (2 << 20) + "é")
+        for j in range(200):
+            log.Contents.add(Key=f"f{(i + j) % 250}", Value=str(j))
+    rb = check([group, pb.LogGroup(), group])  # an empty group between
+    assert rb.num_rows == 6
+    assert len(rb.column("big")[0].as_py()) == (2 << 20) + 1
+    assert len(rb.column("__tags__")[0].as_py()) == 300
