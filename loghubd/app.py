@@ -2,10 +2,11 @@
 bounded shutdown.
 
 One daemon consumes one or more sources (`[[sources]]`, or the single `[source]` form named
-"default") in one event loop, each run by a `loghubd.source.SourceRunner`; `Daemon` owns the
-ops listener, the shutdown trigger and the runners. Sources are independent: one that cannot
-start or crashes is logged, `/readyz` reports it, the others go on, and the daemon exits 1 at
-shutdown; when every source failed to start, the daemon exits 1 at once.
+"default") in one event loop, each run by a `loghubd.consumer.runner.SourceRunner`; `Daemon`
+owns the ops listener, the shutdown trigger and the runners; its ops views are built from
+`snapshot()` (`loghubd.ops.views`). Sources are independent: one that cannot start or crashes
+is logged, `/readyz` reports it, the others go on, and the daemon exits 1 at shutdown; when
+every source failed to start, the daemon exits 1 at once.
 
 Shutdown order, per source (SIGTERM/SIGINT, or the injected trigger in tests): stop fetching;
 let in-flight batches finish within `shutdown_grace` while heartbeats go on (so the shards
@@ -22,6 +23,7 @@ import contextlib
 import functools
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,11 +33,15 @@ import structlog
 from loghubd import shutdown
 from loghubd.config import Config
 from loghubd.console.daemon_app import DaemonConsole
-from loghubd.ops import health
+from loghubd.consumer.runner import SourceRunner
+from loghubd.consumer.snapshot import DaemonSnapshot
+from loghubd.consumer.startup import StartupError
+from loghubd.ops import health, views
 from loghubd.ops.metrics import labelled_by_source
 from loghubd.ops.server import make_app, serve_ops
 from loghubd.plugins.manager import Plugins
-from loghubd.source import SourceRunner, StartupError
+
+__all__ = ["Daemon", "StartupError", "default_consumer_name"]
 
 log = structlog.get_logger("loghubd.app")
 
@@ -63,15 +69,24 @@ class Daemon:
                     raise
                 raise ValueError(f"sources.{spec.name}: {exc}") from exc
 
+    def snapshot(self) -> DaemonSnapshot:
+        """The whole daemon as it is now, read-only (`loghubd.consumer.snapshot`): what every
+        ops view is built from."""
+        sources = tuple(r.snapshot() for r in self.runners)
+        verdict = views.readiness(sources)
+        return DaemonSnapshot(
+            consumer=self.consumer,
+            sources=sources,
+            ready=verdict.ready,
+            reasons=verdict.reasons,
+            taken_at=time.time(),
+        )
+
     def verdict(self) -> health.Verdict:
-        return health.readiness_of_sources([r.source_state() for r in self.runners])
+        return views.readiness([r.snapshot() for r in self.runners])
 
     def status(self) -> dict[str, Any]:
-        """The first source's fields at the top level (what a single-source daemon always
-        showed), and every source under `sources`."""
-        sources = [r.status() for r in self.runners]
-        first = {k: v for k, v in sources[0].items() if k not in ("name", "state", "error")}
-        return {**first, "sources": sources}
+        return views.status(self.snapshot())
 
     async def run(
         self,
@@ -176,7 +191,7 @@ class Daemon:
 
 def _ready(runner: SourceRunner) -> float:
     """`loghubd_ready` of one source: what /readyz would say of it alone."""
-    return float(health.readiness_of_sources([runner.source_state()]).ready)
+    return float(views.readiness([runner.snapshot()]).ready)
 
 
 def _named(runner: SourceRunner, count: int) -> str:

@@ -158,7 +158,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if isinstance(daemon, int):
         return daemon
     from loghubd import shutdown
-    from loghubd.source import StartupError
+    from loghubd.app import StartupError
 
     notify = SystemdNotifier.from_env()
     try:

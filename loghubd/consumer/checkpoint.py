@@ -1,7 +1,7 @@
 """CheckpointTracker: the committable cursor of one shard, from the batches fetched and finished.
 
-Pure: no I/O, no clock, no logging. The fetcher, the worker and the flusher drive it; the
-processor sees it through the SDK-shaped `save_checkpoint` / `get_checkpoint`.
+Pure: no I/O, no clock, no logging. The fetcher, the processing step and the periodic commit
+drive it; the processor sees it through the SDK-shaped `save_checkpoint` / `get_checkpoint`.
 
 Cursors are opaque strings, so the tracker never compares them. What it knows is the order in
 which batches were fetched: each `fetched(start, next)` appends a batch to a queue, and the
@@ -122,7 +122,7 @@ class CheckpointTracker:
         self._advance()
 
     def begin(self, token: BatchToken) -> None:
-        """The worker hands `token` to the processor: it is the batch `save_checkpoint` covers."""
+        """The shard task hands `token` to the processor: the batch `save_checkpoint` covers."""
         self._current = token
 
     @property
@@ -137,7 +137,7 @@ class CheckpointTracker:
         buffers several batches and saves once at flush time must not leave the checkpoint stuck
         at the first batch it did not save. Prefetched batches after the current one are not
         covered. `persist=True` asks the I/O layer to commit now (`take_commit_request`);
-        `False` leaves it to the flusher's interval.
+        `False` leaves it to the periodic commit (`checkpoint_interval`).
         """
         current = self._current
         if current is not None:
@@ -153,7 +153,7 @@ class CheckpointTracker:
         """The SDK's `getCheckpoint`: the committable cursor (a processor may roll back to it)."""
         return self._base
 
-    # -- flusher side -------------------------------------------------------------------------
+    # -- commit side --------------------------------------------------------------------------
 
     def committable(self) -> str:
         """The lowest position not yet finished (invariant 2)."""

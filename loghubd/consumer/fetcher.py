@@ -6,10 +6,13 @@ sleeps all of it. The end of a read-only shard is reported as `EndOfShard` so it
 can be committed at once, also when it never held data. An expired cursor (InvalidCursor)
 restarts from the configured start position, loudly.
 
-Bounded runs (`consumer.end`): `window_end` resolves the end of the window to a cursor (None
-while the end time is still ahead); pulls then stop there (`end_cursor`) and reaching it is
-reported as `EndOfWindow`. A position already past it (an older checkpoint of the group)
-counts as reached: the window is never read backwards.
+Bounded runs (`consumer.end`, `loghubd.consumer.window`): `window_end` resolves the end of
+the window to a cursor (None while the end time is still ahead); pulls then stop there
+(`end_cursor`) and reaching it is reported as `EndOfWindow`. A position already past it (an
+older checkpoint of the group) counts as reached: the window is never read backwards.
+
+Failed calls are retried with `FetchSettings.backoff` (`consumer.pull_retry_max_backoff`);
+each failure is logged and told to `on_error` (the shard's last error, in its snapshot).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from loghubd.backoff import Backoff
 from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.inflight import Grant
+from loghubd.consumer.window import reached
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import cursor as cursors
@@ -68,17 +72,6 @@ class EndOfWindow:
 
 
 Item = Batch | EndOfShard | CursorReset | Skipped | EndOfWindow
-
-
-def reached(cursor: str, end: str) -> bool:
-    """Whether `cursor` is at or past `end` (same shard). SLS cursors are base64 decimal
-    positions (PROTOCOL.md §7); an undecodable one only counts when it is equal."""
-    if cursor == end:
-        return True
-    try:
-        return cursors.decode(cursor) >= cursors.decode(end)
-    except cursors.InvalidCursorString:
-        return False
 
 
 class ShardCatalog:
@@ -137,6 +130,7 @@ async def run_fetcher(
     start_position: Callable[[], Awaitable[str]],
     bind: dict[str, object],
     window_end: Callable[[], Awaitable[str | None]] | None = None,
+    on_error: Callable[[str], None] = lambda message: None,
 ) -> None:
     cursor = start
     failures = 0
@@ -150,7 +144,7 @@ async def run_fetcher(
                     stop_at = await window_end()
                 except E.SlsError as exc:
                     failures += 1
-                    await _back_off("window_end_failed", exc, failures, settings, bind)
+                    await _back_off("window_end_failed", exc, failures, settings, bind, on_error)
                     continue
             if stop_at is not None and reached(cursor, stop_at):
                 status.cursor, status.caught_up = cursor, True
@@ -167,7 +161,9 @@ async def run_fetcher(
                     fresh = await start_position()
                 except E.SlsError as lookup:
                     failures += 1
-                    await _back_off("restart_position_failed", lookup, failures, settings, bind)
+                    await _back_off(
+                        "restart_position_failed", lookup, failures, settings, bind, on_error
+                    )
                     continue
                 log.warning(
                     "cursor_invalid_restarting",
@@ -188,7 +184,7 @@ async def run_fetcher(
                 raise
             except E.SlsError as exc:
                 failures += 1
-                await _back_off("pull_failed", exc, failures, settings, bind)
+                await _back_off("pull_failed", exc, failures, settings, bind, on_error)
                 continue
             failures = 0
             now = time.monotonic()
@@ -262,9 +258,15 @@ async def _pull(
 
 
 async def _back_off(
-    event: str, exc: E.SlsError, failures: int, settings: FetchSettings, bind: dict[str, object]
+    event: str,
+    exc: E.SlsError,
+    failures: int,
+    settings: FetchSettings,
+    bind: dict[str, object],
+    on_error: Callable[[str], None],
 ) -> None:
     """Log a failed call and wait before the next try (exponential, capped)."""
+    on_error(f"{event.removesuffix('_failed').replace('_', ' ')}: {exc}")
     wait = settings.backoff.wait(failures)
     log.warning(event, **bind, error=str(exc), attempt=failures, wait_s=round(wait, 2))
     await anyio.sleep(wait)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
+from loghubd.consumer import window
 from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.fetcher import (
     CursorReset,
@@ -40,6 +41,7 @@ from loghubd.consumer.processing import (
     process_with_retry,
     start_with_retry,
 )
+from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot
 from loghubd.consumer.tracking import ShardTracker
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
@@ -75,10 +77,6 @@ class ShardContext:
     checkpoint_interval: float = 5.0
 
 
-# Bounded runs: within this many seconds of `consumer.end` nothing is pulled until the end
-# is this long past; then it is resolved to a cursor. Covers clock skew between us and the
-# service, and logs received just before the end but stored a moment later.
-WINDOW_SETTLE_S = 1.0
 LEASE_POLL_S = 0.05  # how often a shard holding a batch looks whether the lease is back
 # A shard abandoned at the end of the shutdown grace: how long its processor's flush and
 # shutdown may take (they may wait on the very call that is stuck).
@@ -87,7 +85,7 @@ ABANDONED_CALL_S = 1.0
 
 @dataclass
 class ShardStatus:
-    """What the ops surface and the flusher read about one shard."""
+    """What the shard task keeps about itself for the snapshot and the periodic commit."""
 
     shard: int
     fetch: FetchStatus = field(default_factory=FetchStatus)
@@ -98,6 +96,14 @@ class ShardStatus:
     # When the committed position last moved, or was last seen holding nothing back (all that
     # was fetched is committed): `checkpoint_age` counts from here while data waits behind it.
     last_commit: float = field(default_factory=time.monotonic)
+    # Since the shard was taken: finished batches, their logs and bytes.
+    batches: int = 0
+    logs: int = 0
+    bytes: int = 0
+    last_error: ErrorNote | None = None  # a failed pull, batch or commit
+
+    def note_error(self, message: str) -> None:
+        self.last_error = ErrorNote(message=message[:300], at=time.time())
 
     @property
     def caught_up(self) -> bool:
@@ -159,6 +165,7 @@ class ShardTask:
                 log.warning("shard_ownership_lost", **self._bind, error=str(exc))
                 return False
             except Exception as exc:
+                self.status.note_error(f"commit: {exc!r}")
                 self.commit_failed = True
                 self.ctx.metrics.commits.labels("failed").inc()
                 log.warning("checkpoint_commit_failed", **self._bind, error=repr(exc)[:300])
@@ -326,26 +333,14 @@ class ShardTask:
             start_position=self._start_position,
             bind=self._bind,
             window_end=self._window_end if c.end is not None else None,
+            on_error=self.status.note_error,
         )
 
     async def _window_end(self) -> str | None:
-        """The cursor of `consumer.end`, or None while that time is still well ahead: the
-        window is still being written, and everything stored so far is inside it, so pulls
-        need no bound. Close to the end nothing is pulled until it has surely passed (by
-        `WINDOW_SETTLE_S`, for clock skew and logs received just before it), then the cursor
-        is looked up. SLS looks times up to the second: the window is [start, end) in whole
-        seconds, like `consumer.start`."""
         end = self.ctx.end
         assert end is not None
-        now = time.time()
-        if now < end - WINDOW_SETTLE_S:
-            return None
-        await anyio.sleep(max(0.0, end + WINDOW_SETTLE_S - now))
-        cursor = await self.ctx.client.get_cursor(
-            self.ctx.settings.logstore, self.shard, str(int(end))
-        )
-        log.info("shard_window_end_resolved", **self._bind, end=end, cursor=cursor)
-        return cursor
+        c = self.ctx
+        return await window.end_cursor(c.client, c.settings.logstore, self.shard, end, self._bind)
 
     async def _handle(self, batch: Batch) -> str | None:
         assert self.tracker is not None and self.processor is not None
@@ -376,6 +371,9 @@ class ShardTask:
         m.consumed_logs.labels(label).inc(logs)
         m.consumed_bytes.labels(label).inc(batch.raw_size or len(batch.raw))
         m.consumed_batches.labels(label).inc()
+        status = self.status
+        status.batches, status.logs = status.batches + 1, status.logs + logs
+        status.bytes += batch.raw_size or len(batch.raw)
         m.last_batch_time.labels(label).set_to_current_time()
         fetch = self.status.fetch
         fetch.logs_per_group = 0.8 * fetch.logs_per_group + 0.2 * (logs / batch.group_count)
@@ -389,6 +387,8 @@ class ShardTask:
 
     def _processor_failing(self, reason: str) -> None:
         self.status.processor_error = reason
+        if reason:
+            self.status.note_error(f"process: {reason}")
 
     async def _wait_for_lease(self, batch: Batch) -> bool:
         """Our lease has expired (heartbeats failed past the timeout, or we were paused):
@@ -431,3 +431,25 @@ class ShardTask:
         if tracker is None or tracker.committed == tracker.fetch_cursor:
             return 0.0
         return max(0.0, time.monotonic() - self.status.last_commit)
+
+    def snapshot(self, now: float, started_at: float) -> ShardSnapshot:
+        """This shard as it is now; `now` and `started_at` (the source's start) monotonic."""
+        status, fetch = self.status, self.status.fetch
+        return ShardSnapshot(
+            shard=self.shard,
+            state=status.state,
+            reason=status.reason,
+            processor_error=status.processor_error,
+            cursor=fetch.cursor,
+            checkpoint=self.tracker.committed if self.tracker else None,
+            caught_up=status.caught_up,
+            lag_log_groups=fetch.lag_log_groups,
+            lag_seconds=fetch.lag_seconds,
+            seconds_since_progress=now - status.last_progress,
+            seconds_since_pull=now - (fetch.last_pull or started_at),
+            checkpoint_age=self.checkpoint_age(),
+            batches=status.batches,
+            logs=status.logs,
+            bytes=status.bytes,
+            last_error=status.last_error,
+        )

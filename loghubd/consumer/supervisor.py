@@ -21,6 +21,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from loghubd.consumer.assignment import Assignment, Diff
 from loghubd.consumer.shard import ShardContext, ShardTask
+from loghubd.consumer.snapshot import ShardSnapshot
 from loghubd.ops.metrics import Metrics
 
 log = structlog.get_logger("loghubd.supervisor")
@@ -144,6 +145,11 @@ class Supervisor:
 
     def all_tasks(self) -> list[ShardTask]:
         return list(self.tasks.values())
+
+    def shard_snapshots(self, now: float, started_at: float) -> tuple[ShardSnapshot, ...]:
+        """Every held shard, consumed or parked, by shard number (`ShardTask.snapshot`)."""
+        tasks = sorted([*self.tasks.values(), *self.parked.values()], key=lambda t: t.shard)
+        return tuple(t.snapshot(now, started_at) for t in tasks)
 
     async def stop_all(self, grace: float) -> bool:
         """Finish in-flight batches within `grace`, then cancel; every shard's final commit

@@ -29,7 +29,7 @@ class Tracker(Protocol):
 
     def save_checkpoint(self, persist: bool = True) -> None:
         """Mark the current batch done. ``persist=True`` commits to the server now; ``False``
-        lets the checkpoint flusher commit it within ``checkpoint_interval``."""
+        lets the periodic commit do it within ``checkpoint_interval``."""
 
     def get_checkpoint(self) -> str:
         """The position that would be committed now (the lowest one not yet finished)."""

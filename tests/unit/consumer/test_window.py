@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loghubd.consumer.fetcher import reached
+from loghubd.consumer.window import reached
 from loghubd.protocol import cursor as cursors
 
 

@@ -1,27 +1,23 @@
-"""One source of `loghubd run`: one consumer of one logstore (`SourceRunner`).
+"""One source of `loghubd run`: one consumer of one logstore (`SourceRunner`), wired and run.
 
-Each runner has its own HTTP session, client, assignment, supervisor, heartbeat, flusher,
-processor factory and metrics. Every log line its tasks write carries `source=<name>`
-(structlog context variables, inherited by the tasks it starts), and `/metrics` labels every
-series with it. A source whose service is down keeps retrying by itself (heartbeats and pulls
-already do); a permanent start-up error (`StartupError`: bad credentials, a missing logstore)
-or a crash stops that source only.
+Each runner has its own HTTP session, client, assignment, supervisor, heartbeat, processor
+factory and metrics. Every log line its tasks write carries `source=<name>` (structlog
+context variables, inherited by the tasks it starts), and `/metrics` labels every series with
+it. A source whose service is down keeps retrying by itself (heartbeats and pulls already
+do); a permanent start-up error (`StartupError`, `startup`) or a crash stops that source only.
 
-Bounded runs (`consumer.end`): each shard task reads up to the cursor of the end time and
-commits it. A watcher polls the group's checkpoints (GetCheckPoint) until every shard of the
-logstore (within `consumer.shards`) has one at or past its end cursor — the shards may be
-spread over several daemons, and each of them sees the same checkpoints — then the source
-shuts down as the daemon's shutdown does. The daemon exits 0 once all its sources have
-stopped that way.
+What it does not do itself: start-up calls (`startup`), the bounded-run window (`window`),
+the ops views (`loghubd.ops.views`, from the `snapshot` it takes).
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
 
 import aiohttp
 import anyio
@@ -29,82 +25,26 @@ import structlog
 from anyio.abc import TaskGroup
 
 from loghubd.backoff import Backoff
-from loghubd.config import ConsumerConfig, SourceSpec
+from loghubd.config import SourceSpec
+from loghubd.consumer import window
 from loghubd.consumer.assignment import Assignment
 from loghubd.consumer.budget import ByteBudget
-from loghubd.consumer.fetcher import PULL_BACKOFF, FetchSettings, ShardCatalog, reached
+from loghubd.consumer.fetcher import PULL_BACKOFF, FetchSettings, ShardCatalog
 from loghubd.consumer.heartbeat import HeartbeatSettings, HeartbeatState, run_heartbeat
 from loghubd.consumer.processing import RetryPolicy
-from loghubd.consumer.shard import WINDOW_SETTLE_S, ShardContext
+from loghubd.consumer.shard import ShardContext
+from loghubd.consumer.snapshot import HeartbeatSnapshot, SourceSnapshot
+from loghubd.consumer.startup import StartupError, ensure_group, retry_until_ok
 from loghubd.consumer.supervisor import Supervisor, Waker
-from loghubd.ops import health
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import ProcessorContext
 from loghubd.plugins.loaded import LoadedFactory
 from loghubd.plugins.manager import Plugins
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
-from loghubd.sls import CredentialsProvider, SlsClient, Unreachable, provider_for
+from loghubd.sls import CredentialsProvider, SlsClient, provider_for
 
 log = structlog.get_logger("loghubd.source")
-
-STARTUP_BACKOFF = Backoff(initial=1.0, cap=30.0)
-
-
-async def ensure_group(client: SlsClient, logstore: str, c: ConsumerConfig) -> None:
-    """Create the group if it is missing; if it exists with other settings, keep them (every
-    worker rewriting them would make the group's config flap between deployments)."""
-    want = {"timeout": int(c.timeout), "order": c.order}
-    for existing in await client.list_groups(logstore):
-        if existing.get("name") == c.group:
-            have = {"timeout": existing.get("timeout"), "order": existing.get("order")}
-            if have != want:
-                log.warning(
-                    "consumer_group_settings_differ",
-                    group=c.group,
-                    server=have,
-                    configured=want,
-                    action="keeping the server's settings",
-                )
-            return
-    try:
-        await client.create_group(logstore, c.group, int(c.timeout), c.order)
-        log.info("consumer_group_created", group=c.group, **want)
-    except E.ConsumerGroupAlreadyExist:
-        pass  # another worker created it first
-
-
-class StartupError(Exception):
-    """A source cannot start: a permanent error (bad credentials, missing logstore, a
-    request the service refuses). Retrying would not help; the message says what to fix."""
-
-
-async def _retry_until_ok(
-    what: str,
-    fn: Callable[[], Awaitable[None]],
-    failing: Callable[[str], None] = lambda reason: None,
-) -> None:
-    """Start-up calls: a daemon under systemd waits out a service that is down or busy instead
-    of crash-looping, but a permanent refusal (4xx) stops it at once with the reason. `what`
-    says in an operator's words what was being done; `failing` is told why each attempt
-    failed (the source's /status error and /readyz reason while it retries), "" at the end."""
-    attempt = 0
-    while True:
-        try:
-            await fn()
-            failing("")
-            return
-        except E.SlsError as exc:
-            if not exc.retryable:
-                raise StartupError(f"{what}: {exc}") from exc
-            attempt += 1
-            wait = STARTUP_BACKOFF.wait(attempt)
-            reason = f"{what}: {exc} (retrying)"
-            if isinstance(exc, Unreachable):
-                reason = f"{what}: cannot reach the service, retrying: {exc}"
-            failing(reason)
-            log.warning("startup_call_failed", call=what, error=str(exc)[:1000], retry_in_s=wait)
-            await anyio.sleep(wait)
 
 
 class SourceRunner:
@@ -211,75 +151,41 @@ class SourceRunner:
 
     # -- what the ops surface reads -----------------------------------------------------------
 
-    def _tasks(self) -> list[Any]:
-        sup = self.supervisor
-        return [] if sup is None else [*sup.tasks.values(), *sup.parked.values()]
-
-    def snapshot(self) -> health.Snapshot:
+    def snapshot(self) -> SourceSnapshot:
+        """This source as it is now (`loghubd.consumer.snapshot`)."""
         now = time.monotonic()
-        c = self.spec.consumer
-        return health.Snapshot(
-            joined=self.heartbeat.joined,
-            seconds_since_heartbeat=now - self.heartbeat.last_ok,
-            heartbeat_interval=c.heartbeat_interval,
-            timeout=c.timeout,
-            last_heartbeat_error=self.heartbeat.last_error or self.provider.problem,
-            shards=tuple(
-                health.ShardView(
-                    t.shard,
-                    t.status.state,
-                    t.status.reason or t.status.processor_error,
-                    t.status.caught_up,
-                    now - t.status.last_progress,
-                    now - (t.status.fetch.last_pull or self.started_at),
-                )
-                for t in self._tasks()
-            ),
+        s, c, hb = self.spec.source, self.spec.consumer, self.heartbeat
+        sup = self.supervisor
+        return SourceSnapshot(
+            name=self.name,
+            state=self.state,
+            error=self.error,
+            consumer=self.consumer,
+            group=c.group,
+            endpoint=s.endpoint,
+            project=s.project,
+            logstore=s.logstore,
+            credentials=MappingProxyType(self.provider.describe()),
+            shard_filter=c.shards,
+            end=c.end,
             starting=self.state == "starting",
-            start_problem=self.error if self.state == "starting" else "",
+            heartbeat=HeartbeatSnapshot(
+                joined=hb.joined,
+                seconds_since_ok=now - hb.last_ok,
+                interval=c.heartbeat_interval,
+                timeout=c.timeout,
+                last_error=hb.last_error or self.provider.problem,
+            ),
+            held=tuple(self.assignment.report()),
+            assigned_outside_filter=tuple(sorted(hb.unwanted)),
+            shards=() if sup is None else sup.shard_snapshots(now, self.started_at),
+            taken_at=time.time(),
         )
 
     def _starting_problem(self, reason: str) -> None:
         """Why start-up is not through yet ("" once it is): shown as the source's `error`."""
         if self.state == "starting":
             self.error = reason
-
-    def source_state(self) -> health.SourceState:
-        failed = self.error if self.state == "failed" else ""
-        return health.SourceState(self.name, self.snapshot(), failed, self.state == "done")
-
-    def status(self) -> dict[str, Any]:
-        s, c = self.spec.source, self.spec.consumer
-        return {
-            "name": self.name,
-            "state": self.state,
-            "error": self.error,
-            "consumer": self.consumer,
-            "group": c.group,
-            "endpoint": s.endpoint,
-            "project": s.project,
-            "logstore": s.logstore,
-            "credentials": self.provider.describe(),
-            "shard_filter": None if c.shards is None else list(c.shards),
-            "end": c.end,
-            "joined": self.heartbeat.joined,
-            "held": self.assignment.report(),
-            "assigned_outside_filter": sorted(self.heartbeat.unwanted),
-            "shards": [
-                {
-                    "shard": t.shard,
-                    "state": t.status.state,
-                    "reason": t.status.reason,
-                    "cursor": t.status.fetch.cursor,
-                    "checkpoint": t.tracker.committed if t.tracker else None,
-                    "lag_log_groups": t.status.fetch.lag_log_groups,
-                    "lag_seconds": t.status.fetch.lag_seconds,
-                    "caught_up": t.status.caught_up,
-                    "processor_error": t.status.processor_error,
-                }
-                for t in sorted(self._tasks(), key=lambda t: t.shard)
-            ],
-        }
 
     # -- running -----------------------------------------------------------------------------
 
@@ -320,7 +226,7 @@ class SourceRunner:
                         # command's credentials); it then keeps them fresh until we stop.
                         await tg.start(self.provider.run_refresh)
                         where = f"{spec.source.project}/{spec.source.logstore}"
-                        await _retry_until_ok(
+                        await retry_until_ok(
                             f"finding or creating consumer group {c.group} on {where} at "
                             f"{spec.source.endpoint}",
                             lambda: ensure_group(client, spec.source.logstore, c),
@@ -389,7 +295,20 @@ class SourceRunner:
         tg.start_soon(heartbeat)
         window_done = anyio.Event()
         if c.end is not None:
-            tg.start_soon(self._watch_window, client, window_done)
+            tg.start_soon(
+                functools.partial(
+                    window.watch_group,
+                    client,
+                    logstore=spec.source.logstore,
+                    group=c.group,
+                    end=c.end,
+                    shards=c.shards,
+                    every=c.heartbeat_interval,
+                    sleep=self.window_waker.sleep,
+                    done=window_done,
+                    bind=bind,
+                )
+            )
         log.info(
             "consumer_started",
             **bind,
@@ -420,49 +339,6 @@ class SourceRunner:
                 log.info("leave_not_supported", **bind, error=str(exc)[:200])
         self.clean = clean
         self.state = "done" if bounded_done else "stopped"
-
-    async def _watch_window(self, client: SlsClient, done: anyio.Event) -> None:
-        """Bounded run: set `done` once every shard of the group (within `consumer.shards`)
-        has a checkpoint at or past the cursor of `consumer.end`, whoever consumed it."""
-        c, logstore = self.spec.consumer, self.spec.source.logstore
-        assert c.end is not None
-        ends: dict[int, str] = {}  # shard → the window's end cursor (stable once resolved)
-        while True:
-            await self.window_waker.sleep(c.heartbeat_interval)
-            if time.time() < c.end + WINDOW_SETTLE_S:
-                continue
-            try:
-                pending = await self._window_pending(client, logstore, c, ends)
-            except E.SlsError as exc:
-                log.warning("window_check_failed", **self._bind, error=str(exc)[:300])
-                continue
-            if not pending:
-                log.info("window_complete", **self._bind, end=c.end, shards=sorted(ends))
-                done.set()
-                return
-
-    async def _window_pending(
-        self, client: SlsClient, logstore: str, c: ConsumerConfig, ends: dict[int, str]
-    ) -> list[int]:
-        assert c.end is not None
-        shards = [int(s["shardID"]) for s in await client.list_shards(logstore)]
-        if c.shards is not None:
-            shards = [s for s in shards if s in c.shards]
-        checkpoints = {
-            int(cp["shard"]): str(cp.get("checkpoint") or "")
-            for cp in await client.checkpoints(logstore, c.group)
-        }
-        pending = []
-        for shard in shards:
-            checkpoint = checkpoints.get(shard, "")
-            if not checkpoint:
-                pending.append(shard)
-                continue
-            if shard not in ends:
-                ends[shard] = await client.get_cursor(logstore, shard, str(int(c.end)))
-            if not reached(checkpoint, ends[shard]):
-                pending.append(shard)
-        return pending
 
 
 async def _wait_any(*events: anyio.Event) -> None:

@@ -1,0 +1,74 @@
+"""A source's start-up calls: the consumer group made sure of, retried while the service is
+down, a permanent refusal turned into `StartupError` (the message says what to fix)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import structlog
+
+from loghubd.backoff import Backoff
+from loghubd.config import ConsumerConfig
+from loghubd.protocol import errors as E
+from loghubd.sls import SlsClient, Unreachable
+
+log = structlog.get_logger("loghubd.source")
+
+STARTUP_BACKOFF = Backoff(initial=1.0, cap=30.0)
+
+
+class StartupError(Exception):
+    """A source cannot start: a permanent error (bad credentials, missing logstore, a
+    request the service refuses). Retrying would not help; the message says what to fix."""
+
+
+async def ensure_group(client: SlsClient, logstore: str, c: ConsumerConfig) -> None:
+    """Create the group if it is missing; if it exists with other settings, keep them (every
+    worker rewriting them would make the group's config flap between deployments)."""
+    want = {"timeout": int(c.timeout), "order": c.order}
+    for existing in await client.list_groups(logstore):
+        if existing.get("name") == c.group:
+            have = {"timeout": existing.get("timeout"), "order": existing.get("order")}
+            if have != want:
+                log.warning(
+                    "consumer_group_settings_differ",
+                    group=c.group,
+                    server=have,
+                    configured=want,
+                    action="keeping the server's settings",
+                )
+            return
+    try:
+        await client.create_group(logstore, c.group, int(c.timeout), c.order)
+        log.info("consumer_group_created", group=c.group, **want)
+    except E.ConsumerGroupAlreadyExist:
+        pass  # another worker created it first
+
+
+async def retry_until_ok(
+    what: str,
+    fn: Callable[[], Awaitable[None]],
+    failing: Callable[[str], None] = lambda reason: None,
+) -> None:
+    """Start-up calls: a daemon under systemd waits out a service that is down or busy instead
+    of crash-looping, but a permanent refusal (4xx) stops it at once with the reason. `what`
+    says in an operator's words what was being done; `failing` is told why each attempt
+    failed (the source's /status error and /readyz reason while it retries), "" at the end."""
+    attempt = 0
+    while True:
+        try:
+            await fn()
+            failing("")
+            return
+        except E.SlsError as exc:
+            if not exc.retryable:
+                raise StartupError(f"{what}: {exc}") from exc
+            attempt += 1
+            wait = STARTUP_BACKOFF.wait(attempt)
+            reason = f"{what}: {exc} (retrying)"
+            if isinstance(exc, Unreachable):
+                reason = f"{what}: cannot reach the service, retrying: {exc}"
+            failing(reason)
+            log.warning("startup_call_failed", call=what, error=str(exc)[:1000], retry_in_s=wait)
+            await anyio.sleep(wait)

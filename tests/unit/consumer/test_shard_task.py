@@ -1,0 +1,232 @@
+"""A shard task's state changes, driven by a scripted client (`scripted.ScriptedClient`):
+start position, consuming, commits, the end of a read-only shard, ownership lost, a failing
+processor under the `stop` policy, a failed commit, and what its snapshot says."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from loghubd import Batch, Tracker
+from loghubd.backoff import Backoff
+from loghubd.consumer.budget import ByteBudget
+from loghubd.consumer.fetcher import FetchSettings, ShardCatalog
+from loghubd.consumer.processing import RetryPolicy
+from loghubd.consumer.shard import ShardContext, ShardTask
+from loghubd.ops.metrics import Metrics
+from loghubd.plugins.loaded import load_factory
+from loghubd.protocol import errors as E
+from tests.unit.consumer.scripted import ScriptedClient, at
+
+QUICK = Backoff(initial=0.01, cap=0.01)
+
+
+class Recorder:
+    """Saves every batch with `persist`; fails the first `failures` attempts."""
+
+    def __init__(self, *, persist: bool = True, failures: int = 0) -> None:
+        self.persist = persist
+        self.failures = failures
+        self.batches: list[tuple[str, str]] = []
+        self.events: list[str] = []
+
+    def initialize(self, shard: int) -> None:
+        self.events.append(f"initialize {shard}")
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("sink down")
+        self.batches.append((batch.cursor, batch.next_cursor))
+        tracker.save_checkpoint(persist=self.persist)
+
+    def shutdown(self, tracker: Tracker) -> None:
+        self.events.append("shutdown")
+
+
+def context(
+    client: ScriptedClient,
+    processor: Recorder,
+    *,
+    retry: RetryPolicy | None = None,
+    on_finished: Callable[[], None] = lambda: None,
+) -> ShardContext:
+    metrics = Metrics()
+    return ShardContext(
+        client=client,  # type: ignore[arg-type]
+        settings=FetchSettings(
+            logstore="ls", max_log_groups=100, fetch_interval=0.01, backoff=QUICK
+        ),
+        group="g",
+        consumer="c",
+        start="begin",
+        factory=load_factory("recorder", lambda shard: processor),
+        retry=retry or RetryPolicy(backoff=QUICK),
+        metrics=metrics,
+        budget=ByteBudget(1 << 20, metrics),
+        catalog=ShardCatalog(client, "ls"),  # type: ignore[arg-type]
+        lease_valid=lambda: True,
+        on_finished=on_finished,
+    )
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    with anyio.fail_after(10):
+        while not condition():  # noqa: ASYNC110 - polls state owned by the task
+            await anyio.sleep(0.005)
+
+
+async def run(
+    task: ShardTask, body: Callable[[ShardTask], Awaitable[None]]
+) -> tuple[list[str], list[ShardTask]]:
+    """Run `task`, recording its state changes, while `body` drives it; returns the states
+    seen and the tasks `on_exit` got."""
+    states: list[str] = []
+    exited: list[ShardTask] = []
+
+    async def on_exit(t: ShardTask) -> None:
+        exited.append(t)
+
+    async def watch() -> None:
+        while True:
+            if not states or states[-1] != task.status.state:
+                states.append(task.status.state)
+            await anyio.sleep(0.001)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(task.run, on_exit)
+                await body(task)
+            if not states or states[-1] != task.status.state:
+                states.append(task.status.state)
+            tg.cancel_scope.cancel()
+    return states, exited
+
+
+def test_consumes_commits_and_stops() -> None:
+    client, processor = ScriptedClient(shard_data={0: 3}), Recorder()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.batches, "a batch")
+        await until(lambda: client.saved.get(0) == at(3), "the commit")
+        snap = t.snapshot(anyio.current_time(), 0.0)
+        assert (snap.state, snap.batches, snap.logs, snap.checkpoint) == (
+            "consuming",
+            1,
+            6,
+            at(3),
+        )
+        assert snap.bytes > 0 and snap.last_error is None and snap.caught_up
+        t.request_stop()
+
+    states, exited = anyio.run(run, task, body)
+    assert states == ["starting", "consuming", "stopping"]
+    assert processor.batches == [(at(0), at(3))]
+    assert processor.events == ["initialize 0", "shutdown"]
+    assert client.commits(0) == [at(3)]  # nothing new to commit at the stop
+    assert exited == [task]
+
+
+def test_starts_from_the_saved_checkpoint() -> None:
+    client, processor = ScriptedClient(shard_data={0: 3}, checkpoints={0: at(2)}), Recorder()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: client.saved[0] == at(3), "the commit")
+        t.request_stop()
+
+    anyio.run(run, task, body)
+    assert processor.batches == [(at(2), at(3))]
+    assert ("get_cursor", (0, "begin")) not in client.calls  # the checkpoint wins
+
+
+def test_a_drained_readonly_shard_commits_its_end_and_finishes() -> None:
+    finished: list[int] = []
+    client = ScriptedClient(shard_data={0: 2}, readonly=True)
+    processor = Recorder(persist=False)  # only the end-of-shard commit commits
+    task = ShardTask(0, context(client, processor, on_finished=lambda: finished.append(0)))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: finished, "on_finished")
+        assert t.status.state == "finished" and client.saved[0] == at(2)
+        t.request_stop()
+
+    states, _ = anyio.run(run, task, body)
+    assert states == ["starting", "consuming", "finished", "stopping"]
+
+
+def test_ownership_lost_on_commit_stops_the_shard_without_committing_again() -> None:
+    client = ScriptedClient(shard_data={0: 3}, commit_errors=[E.OwnershipLost("taken")])
+    processor = Recorder()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: t.lost, "ownership lost")  # the task stops by itself
+
+    states, exited = anyio.run(run, task, body)
+    assert exited == [task] and task.lost
+    assert client.commits(0) == [at(3)]  # the refused one; none after it
+    assert 0 not in client.saved
+    assert processor.events == ["initialize 0", "shutdown"]
+    assert states[-1] == "stopping"
+
+
+def test_a_processor_failing_under_the_stop_policy_fails_the_shard() -> None:
+    client, processor = ScriptedClient(shard_data={0: 3}), Recorder(failures=5)
+    policy = RetryPolicy(max_attempts=2, on_failure="stop", backoff=QUICK)
+    task = ShardTask(0, context(client, processor, retry=policy))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: t.status.state == "failed", "the shard failed")
+
+    states, exited = anyio.run(run, task, body)
+    assert states == ["starting", "consuming", "failed"]
+    assert "processor failed 2 times" in task.status.reason
+    snap = task.snapshot(anyio.run(_now), 0.0)
+    assert snap.state == "failed" and snap.last_error is not None
+    assert snap.last_error.message.startswith("process: attempt 2")
+    assert processor.batches == [] and exited == [task]
+
+
+async def _now() -> float:
+    return anyio.current_time()
+
+
+def test_a_failed_commit_is_noted_and_the_next_one_goes_through() -> None:
+    client = ScriptedClient(shard_data={0: 3}, commit_errors=[E.SlsError("busy")])
+    processor = Recorder()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: t.commit_failed, "the failed commit")
+        assert t.status.last_error is not None
+        assert t.status.last_error.message.startswith("commit: ")
+        assert await t.commit()  # the periodic commit would do this
+        assert client.saved[0] == at(3) and not t.commit_failed
+        t.request_stop()
+
+    anyio.run(run, task, body)
+    assert client.commits(0) == [at(3), at(3)]
+
+
+@pytest.mark.parametrize("persist", [True, False])
+def test_persist_decides_whether_a_batch_commits_at_once(persist: bool) -> None:
+    client, processor = ScriptedClient(shard_data={0: 3}), Recorder(persist=persist)
+    task = ShardTask(0, context(client, processor))
+    seen: dict[str, Any] = {}
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.batches, "a batch")
+        await anyio.sleep(0.05)
+        seen["saved"] = client.saved.get(0)
+        t.request_stop()
+
+    anyio.run(run, task, body)
+    assert seen["saved"] == (at(3) if persist else None)
+    assert client.saved[0] == at(3)  # the stop commits what was saved either way
