@@ -240,6 +240,6 @@ def page(
         '<a class="skip" href="#main">Skip to content</a>'
         f'<header><nav aria-label="Breadcrumb">{nav}</nav>{who}</header>'
         f'<main id="main" tabindex="-1"><h1>{esc(title)}</h1>{body}</main>'
-        '<p class="updated" aria-live="polite" id="updated"></p>'
+        '<footer><p class="updated" id="updated"></p></footer>'
         "</body></html>"
     )

@@ -5,6 +5,10 @@
 (function () {
   "use strict";
   var updated = document.getElementById("updated");
+  function stamp(el) {
+    el.removeAttribute("data-stale");
+    if (updated) { updated.textContent = "updated " + new Date().toLocaleTimeString(); }
+  }
   function refresh(el) {
     if (document.hidden) { return; }
     fetch(el.getAttribute("data-live"), {
@@ -14,14 +18,15 @@
       if (!r.ok) { throw new Error("HTTP " + r.status); }
       return r.text();
     }).then(function (html) {
+      if (html === el.lastHtml) { stamp(el); return; }  // nothing changed: leave the DOM be
+      el.lastHtml = html;
       var open = [], focused = document.activeElement;
       var focusId = focused && el.contains(focused) ? focused.id : "";
       el.querySelectorAll("details[open]").forEach(function (d) { open.push(d.id); });
       el.innerHTML = html;
       open.forEach(function (id) { var d = document.getElementById(id); if (d) { d.open = true; } });
       if (focusId) { var f = document.getElementById(focusId); if (f) { f.focus(); } }
-      el.removeAttribute("data-stale");
-      if (updated) { updated.textContent = "updated " + new Date().toLocaleTimeString(); }
+      stamp(el);
     }).catch(function (err) {
       el.setAttribute("data-stale", "1");
       if (updated) { updated.textContent = "not updated: " + err.message; }
