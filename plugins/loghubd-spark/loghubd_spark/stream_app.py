@@ -380,9 +380,13 @@ def session(cfg: StreamConfig) -> SparkSession:
     from loghubd_spark.runner import DEFAULT_CONF
 
     master = cfg.master or ("" if under_spark_submit() else "local[*]")
-    if master.startswith("local"):
-        # Executors are Python workers of this host: the same interpreter (and packages).
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # The executors' Python workers read the logstore (the `loghub` source), so they need
+    # loghubd and this plugin. Unless told otherwise (PYSPARK_PYTHON, or spark-submit's
+    # `--conf spark.pyspark.python`), they run this driver's interpreter, which has both: on
+    # any master, since Spark's own default, `python3` from PATH, rarely has them (on a
+    # cluster: ModuleNotFoundError: No module named 'loghubd_spark'). Cluster nodes need the
+    # same interpreter at the same path (one image, or a shared venv); see the README.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     if master:
         builder = builder.master(master)
