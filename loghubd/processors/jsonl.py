@@ -154,12 +154,14 @@ class JsonlProcessor:
         """Close the file under its final name and open a new, empty one."""
         if self.options.fsync != "never":
             os.fsync(self._fd)
-        os.close(self._fd)
-        self._fd = -1
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         closed = self.directory / f"shard-{self.shard}.{stamp}.jsonl"
+        # Renamed while still open: if the rename fails, the file stays open and in place,
+        # and the next batch tries again.
         os.rename(self.path, closed)
         self._sync_directory()
+        old, self._fd = self._fd, -1
+        os.close(old)
         self._open()
         log.info("jsonl_rotated", shard=self.shard, closed=str(closed))
         self._compress_closed()

@@ -215,3 +215,25 @@ def test_a_crash_between_rotation_and_compression_is_finished_at_start(tmp_path:
     p.shutdown(Tracker())
     assert not left.exists()
     assert gzip.decompress(left.with_name(left.name + ".gz").read_bytes()) == batch(0, 3).jsonl()
+
+
+def test_a_failed_rotation_fails_the_batch_before_writing_and_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = JsonlFactory({"path": str(tmp_path), "rotate_bytes": 100})(0)
+    p.initialize(0)
+    p.process(batch(0, 5), Tracker())
+    real = os.rename
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "rename", refuse)
+    with pytest.raises(OSError, match="Read-only"):
+        p.process(batch(5, 5), Tracker())
+    monkeypatch.setattr(os, "rename", real)
+    p.process(batch(5, 5), Tracker())
+    p.shutdown(Tracker())
+    [closed] = tmp_path.glob("shard-0.*Z.jsonl")
+    assert ids(closed) == list(range(5))
+    assert ids(tmp_path / "shard-0.jsonl") == list(range(5, 10))
