@@ -7,7 +7,7 @@ region alone, header X-Console-Region) and as a whole page, one request at a tim
 the server's CPU time from /proc: CPU ms per refresh = server CPU / requests. Repetitions are
 interleaved (every page once per round) and reported as min / median / max.
 
-Daemon page: built in-process (no daemon holds 256 shards here) from a status snapshot of
+Daemon page: built in-process (no daemon holds 256 shards here) from a `DaemonSnapshot` of
 256 shards and a full three-minute history, timing the same functions the ops listener
 calls.
 
@@ -42,7 +42,12 @@ from loghubd.console import daemon_pages
 from loghubd.console import html as H
 from loghubd.console.daemon_app import FRAME
 from loghubd.console.daemon_data import History
-from loghubd.ops.health import Verdict
+from loghubd.consumer.snapshot import (
+    DaemonSnapshot,
+    HeartbeatSnapshot,
+    ShardSnapshot,
+    SourceSnapshot,
+)
 from loghubd.protocol import cursor as cursors
 
 SHARDS = 256
@@ -128,45 +133,64 @@ async def measure(port: int, pid: int, rounds: int, requests: int) -> dict[str, 
 
 def daemon_page(rounds: int, requests: int) -> dict[str, list[float]]:
     """The daemon page with 256 shards and a full history, in-process."""
+
+    def snapshot(when: float, i: int) -> DaemonSnapshot:
+        shards = tuple(
+            ShardSnapshot(
+                shard=s,
+                state="consuming",
+                reason="",
+                processor_error="",
+                cursor="",
+                checkpoint=None,
+                caught_up=s % 2 == 0,
+                lag_log_groups=s % 7,
+                lag_seconds=float(s % 5),
+                seconds_since_progress=0.0,
+                seconds_since_pull=0.0,
+                checkpoint_age=0.0,
+                batches=i,
+                logs=i * 100 + s,
+                bytes=0,
+                last_error=None,
+            )
+            for s in range(SHARDS)
+        )
+        source = SourceSnapshot(
+            name="default",
+            state="running",
+            error="",
+            consumer="bench",
+            group=GROUP,
+            endpoint="http://127.0.0.1:7100",
+            project=PROJECT,
+            logstore=LOGSTORE,
+            credentials={},
+            shard_filter=None,
+            end=None,
+            starting=False,
+            heartbeat=HeartbeatSnapshot(
+                joined=True, seconds_since_ok=0.5, interval=1.0, timeout=4.0, last_error=""
+            ),
+            held=tuple(range(SHARDS)),
+            assigned_outside_filter=(),
+            shards=shards,
+            taken_at=when,
+        )
+        return DaemonSnapshot(
+            consumer="bench", sources=(source,), ready=True, reasons=(), taken_at=when
+        )
+
     history = History()
-    rows = [
-        {
-            "shard": s,
-            "state": "consuming",
-            "reason": "",
-            "cursor": "",
-            "checkpoint": None,
-            "lag_log_groups": s % 7,
-            "lag_seconds": float(s % 5),
-            "caught_up": s % 2 == 0,
-        }
-        for s in range(SHARDS)
-    ]
-    status = {
-        "consumer": "bench",
-        "sources": [
-            {
-                "name": "default",
-                "state": "running",
-                "error": "",
-                "group": GROUP,
-                "endpoint": "http://127.0.0.1:7100",
-                "project": PROJECT,
-                "logstore": LOGSTORE,
-                "shards": rows,
-            }
-        ],
-    }
     now = time.time()
     for i in range(history.keep):
-        consumed = {("default", s): float(i * 100 + s) for s in range(SHARDS)}
-        history.record(now - 2 * (history.keep - i), status, consumed)
-    verdict = Verdict(True, ())
+        history.record(snapshot(now - 2 * (history.keep - i), i))
+    last = snapshot(now, history.keep)
     out: dict[str, list[float]] = {"cpu_ms": [], "bytes": []}
     for _ in range(rounds):
         t0 = time.process_time()
         for _i in range(requests):
-            view = daemon_pages.daemon(status, verdict, history, {"default": "jsonl"}, "x", now)
+            view = daemon_pages.daemon(last, history, {"default": "jsonl"}, "x")
             doc = H.page(FRAME, view.title, view.body)
         out["cpu_ms"].append(1000 * (time.process_time() - t0) / requests)
         out["bytes"].append(len(doc))

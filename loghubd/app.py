@@ -107,9 +107,7 @@ class Daemon:
                 runner.metrics.ready.set_function(functools.partial(_ready, runner))
             registry = labelled_by_source([(r.name, r.metrics.registry) for r in self.runners])
             console = DaemonConsole(
-                self.status,
-                self.verdict,
-                registry,
+                self.snapshot,
                 {r.name: r.spec.processor.name for r in self.runners},
                 cfg.ops.status_token,
             )

@@ -1,17 +1,18 @@
-"""The daemon console's memory: samples of the daemon's status taken every few seconds, kept
-for the last minutes, turned into throughput and lag series and a log of shard errors.
+"""The daemon console's memory: the daemon's snapshots sampled every few seconds and kept for
+the last minutes, turned into throughput and lag series and a log of errors.
 
-Pure: no I/O, no clock. `History.record(now, status, consumed)` takes one sample: the
-daemon's status snapshot (what `/status` serves) and the logs each shard has finished so far
-(`loghubd_consumed_logs_total`); the page asks for series and errors.
+Pure: no I/O, no clock. `History.record(snapshot)` takes one `DaemonSnapshot` (the frozen
+picture every ops view is built from, `loghubd.consumer.snapshot`); the page asks for series
+and errors. Throughput is the difference of a shard's `logs` counter between two samples
+(the counter restarts when the shard is taken again: that difference counts as nothing).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from loghubd.consumer.snapshot import DaemonSnapshot
 
 KEEP = 90  # samples kept: 3 minutes at one every 2 s
 POINTS = 30  # points a series is drawn with (every third sample: 6 s apart)
@@ -40,37 +41,40 @@ class History:
         self.keep = keep
         self._series: dict[ShardKey, _Series] = {}
         self._errors: dict[ShardKey, deque[ShardError]] = {}
-        self._last_text: dict[ShardKey, str] = {}
+        self._last_text: dict[tuple[ShardKey, str], str] = {}
         self.samples = 0
 
-    def record(
-        self, now: float, status: Mapping[str, Any], consumed: Mapping[ShardKey, float]
-    ) -> None:
+    def record(self, snap: DaemonSnapshot) -> None:
         self.samples += 1
-        for src in status.get("sources", ()):
-            name = str(src.get("name", ""))
-            self._note_error((name, -1), now, str(src.get("error") or ""))
-            for row in src.get("shards", ()):
-                key = (name, int(row["shard"]))
+        now = snap.taken_at
+        for src in snap.sources:
+            self._note((src.name, -1), "source", now, src.error)
+            self._note((src.name, -1), "heartbeat", now, src.heartbeat.last_error)
+            for shard in src.shards:
+                key = (src.name, shard.shard)
                 series = self._series.get(key)
                 if series is None:
                     series = self._series[key] = _Series(
                         deque(maxlen=self.keep), deque(maxlen=self.keep), deque(maxlen=self.keep)
                     )
                 series.times.append(now)
-                series.consumed.append(float(consumed.get(key, 0.0)))
-                series.lag_seconds.append(float(row.get("lag_seconds") or 0.0))
-                self._note_error(key, now, str(row.get("reason") or ""))
+                series.consumed.append(float(shard.logs))
+                series.lag_seconds.append(float(shard.lag_seconds or 0.0))
+                self._note(key, "reason", now, shard.reason)
+                self._note(key, "processor", now, shard.processor_error)
+                if shard.last_error is not None:
+                    self._note(key, "last", shard.last_error.at, shard.last_error.message)
 
-    def _note_error(self, key: ShardKey, now: float, text: str) -> None:
+    def _note(self, key: ShardKey, kind: str, when: float, text: str) -> None:
         """An error is remembered when it appears or changes (not at every sample)."""
-        if text and text != self._last_text.get(key):
+        if text and text != self._last_text.get((key, kind)):
             log = self._errors.setdefault(key, deque(maxlen=ERRORS_KEPT))
-            log.append(ShardError(now, key[0], key[1], text))
-        self._last_text[key] = text
+            if not any(e.text == text and e.when == when for e in log):
+                log.append(ShardError(when, key[0], key[1], text))
+        self._last_text[(key, kind)] = text
 
     def throughput(self, key: ShardKey) -> list[float]:
-        """Logs/s between consecutive samples (a counter reset counts as nothing)."""
+        """Logs/s between consecutive samples (a counter restart counts as nothing)."""
         s = self._series.get(key)
         if s is None or len(s.times) < 2:
             return []
@@ -96,22 +100,3 @@ def _thin(values: deque[float]) -> list[float]:
     items = list(values)
     stride = -(-len(items) // POINTS)  # ceiling division
     return items[::-1][::stride][::-1] if stride > 1 else items
-
-
-def consumed_by_shard(families: Sequence[Any]) -> dict[ShardKey, float]:
-    """`loghubd_consumed_logs_total` per (source, shard) from collected metric families
-    (each sample labelled `source` and `shard`, as the ops registry serves them)."""
-    out: dict[ShardKey, float] = {}
-    for family in families:
-        if family.name != "loghubd_consumed_logs":
-            continue
-        for sample in family.samples:
-            if not sample.name.endswith("_total"):
-                continue
-            labels = sample.labels
-            try:
-                key = (str(labels.get("source", "")), int(labels["shard"]))
-            except (KeyError, ValueError):
-                continue
-            out[key] = out.get(key, 0.0) + float(sample.value)
-    return out

@@ -1,57 +1,47 @@
 """The daemon console's page as HTML: readiness in words, sources, shards with throughput and
-lag sparklines, and the last errors. Pure: the status snapshot and the history in, a `View`
+lag sparklines, and the last errors. Pure: the daemon's snapshot and the history in, a `View`
 out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from loghubd.console import html as H
 from loghubd.console.daemon_data import History
 from loghubd.console.web import View
-from loghubd.ops.health import Verdict
+from loghubd.consumer.snapshot import DaemonSnapshot, SourceSnapshot
 
 C = H.Column
 LIVE_MS = 2000
 
 
 def daemon(
-    status: Mapping[str, Any],
-    verdict: Verdict,
-    history: History,
-    processors: Mapping[str, str],
-    version: str,
-    now: float,
+    snap: DaemonSnapshot, history: History, processors: Mapping[str, str], version: str
 ) -> View:
-    live = _live(status, verdict, history, processors, version)
+    live = _live(snap, history, processors, version)
     return View("Daemon", H.live("daemon", live, "/", LIVE_MS), regions={"daemon": live})
 
 
 def _live(
-    status: Mapping[str, Any],
-    verdict: Verdict,
-    history: History,
-    processors: Mapping[str, str],
-    version: str,
+    snap: DaemonSnapshot, history: History, processors: Mapping[str, str], version: str
 ) -> H.Markup:
-    sources = list(status.get("sources", ()))
+    sources = snap.sources
     facts = H.tag(
         "dl",
         [
             H.tag("dt", "Readiness"),
-            H.tag("dd", H.badge("ready" if verdict.ready else "not ready")),
+            H.tag("dd", H.badge("ready" if snap.ready else "not ready")),
             H.tag("dt", "Consumer"),
-            H.tag("dd", str(status.get("consumer", ""))),
+            H.tag("dd", snap.consumer),
             H.tag("dt", "Version"),
             H.tag("dd", f"loghubd {version}"),
         ],
         class_="facts",
     )
     parts = [facts]
-    if verdict.reasons:
+    if snap.reasons:
         parts.append(H.tag("h2", "Why it is not ready"))
-        parts.append(H.tag("ul", [H.tag("li", r) for r in verdict.reasons], class_="reasons"))
+        parts.append(H.tag("ul", [H.tag("li", r) for r in snap.reasons], class_="reasons"))
     parts.append(H.tag("h2", "Sources"))
     parts.append(
         H.table(
@@ -66,12 +56,12 @@ def _live(
             ],
             (
                 (
-                    s.get("name", ""),
-                    H.badge(str(s.get("state", ""))),
-                    f"{s.get('project')}/{s.get('logstore')} at {s.get('endpoint')}",
-                    s.get("group", ""),
-                    processors.get(str(s.get("name", "")), "?"),
-                    str(len(s.get("shards", ()))),
+                    s.name,
+                    H.badge(s.state),
+                    f"{s.project}/{s.logstore} at {s.endpoint}",
+                    s.group,
+                    processors.get(s.name, "?"),
+                    str(len(s.shards)),
                 )
                 for s in sources
             ),
@@ -96,42 +86,39 @@ def _live(
     return H.join(parts)
 
 
-def _shards(sources: list[Mapping[str, Any]], history: History) -> H.Markup:
+def _shards(sources: Sequence[SourceSnapshot], history: History) -> H.Markup:
     rows = []
     for src in sources:
-        name = str(src.get("name", ""))
-        for row in src.get("shards", ()):
-            key = (name, int(row["shard"]))
+        for shard in src.shards:
+            key = (src.name, shard.shard)
             rate = history.throughput(key)
             lag = history.lag(key)
-            minutes = max(history.span(key) / 60, 0.0)
-            window = f"over the last {minutes:.1f} minutes"
+            window = f"over the last {history.span(key) / 60:.1f} minutes"
             rate_now = rate[-1] if rate else 0.0
-            lag_now = float(row.get("lag_seconds") or 0.0)
+            lag_now = shard.lag_seconds or 0.0
+            problem = shard.reason or shard.processor_error
             rows.append(
                 (
-                    f"{name} / {row['shard']}",
-                    H.badge(str(row.get("state", ""))),
-                    H.join(
-                        [
-                            H.sparkline(
-                                rate,
-                                f"throughput of shard {row['shard']} {window}, "
-                                f"now {rate_now:.1f} logs/s",
-                            ),
-                            f" {rate_now:.1f}/s",
-                        ]
+                    f"{src.name} / {shard.shard}",
+                    H.badge(shard.state),
+                    H.Markup(
+                        H.sparkline(
+                            rate,
+                            f"throughput of shard {shard.shard} {window}, "
+                            f"now {rate_now:.1f} logs/s",
+                        )
+                        + f" {rate_now:.1f}/s"
                     ),
-                    H.join(
-                        [
-                            H.sparkline(
-                                lag, f"lag of shard {row['shard']} {window}, now {lag_now:.1f} s"
-                            ),
-                            " caught up" if row.get("caught_up") else f" {H.ago(lag_now)}",
-                        ]
+                    H.Markup(
+                        H.sparkline(
+                            lag, f"lag of shard {shard.shard} {window}, now {lag_now:.1f} s"
+                        )
+                        + (" caught up" if shard.caught_up else f" {H.ago(lag_now)}")
                     ),
-                    H.count(float(row.get("lag_log_groups") or 0)),
-                    str(row.get("reason") or "—"),
+                    "not measured yet"
+                    if shard.lag_log_groups is None
+                    else H.count(shard.lag_log_groups),
+                    problem or "—",
                 )
             )
     return H.table(

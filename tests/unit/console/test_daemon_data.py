@@ -1,31 +1,72 @@
-"""The daemon console's history of status samples (pure)."""
+"""The daemon console's history of snapshots (pure)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from prometheus_client import CollectorRegistry
-
-from loghubd.console.daemon_data import POINTS, History, consumed_by_shard
-from loghubd.ops.metrics import Metrics, labelled_by_source
-
-
-def status(reason: str = "", error: str = "", lag: float = 0.0) -> dict[str, Any]:
-    return {
-        "sources": [
-            {
-                "name": "a",
-                "error": error,
-                "shards": [{"shard": 0, "reason": reason, "lag_seconds": lag}],
-            }
-        ]
-    }
+from loghubd.console.daemon_data import POINTS, History
+from loghubd.consumer.snapshot import (
+    DaemonSnapshot,
+    ErrorNote,
+    HeartbeatSnapshot,
+    ShardSnapshot,
+    SourceSnapshot,
+)
 
 
-def test_throughput_is_logs_per_second_between_samples_and_a_reset_counts_nothing() -> None:
+def snap(
+    when: float,
+    logs: int = 0,
+    *,
+    lag: float | None = 0.0,
+    reason: str = "",
+    error: str = "",
+    last_error: ErrorNote | None = None,
+) -> DaemonSnapshot:
+    shard = ShardSnapshot(
+        shard=0,
+        state="consuming",
+        reason=reason,
+        processor_error="",
+        cursor="",
+        checkpoint=None,
+        caught_up=False,
+        lag_log_groups=0,
+        lag_seconds=lag,
+        seconds_since_progress=0.0,
+        seconds_since_pull=0.0,
+        checkpoint_age=0.0,
+        batches=0,
+        logs=logs,
+        bytes=0,
+        last_error=last_error,
+    )
+    source = SourceSnapshot(
+        name="a",
+        state="running",
+        error=error,
+        consumer="c",
+        group="g",
+        endpoint="http://x",
+        project="p",
+        logstore="l",
+        credentials={},
+        shard_filter=None,
+        end=None,
+        starting=False,
+        heartbeat=HeartbeatSnapshot(
+            joined=True, seconds_since_ok=0.0, interval=1.0, timeout=4.0, last_error=""
+        ),
+        held=(0,),
+        assigned_outside_filter=(),
+        shards=(shard,),
+        taken_at=when,
+    )
+    return DaemonSnapshot(consumer="c", sources=(source,), ready=True, reasons=(), taken_at=when)
+
+
+def test_throughput_is_logs_per_second_between_samples_and_a_restart_counts_nothing() -> None:
     h = History()
-    for t, consumed in [(0, 0.0), (2, 100.0), (4, 300.0), (6, 50.0), (8, 150.0)]:
-        h.record(t, status(lag=t / 2), {("a", 0): consumed})
+    for t, logs in [(0, 0), (2, 100), (4, 300), (6, 50), (8, 150)]:
+        h.record(snap(t, logs, lag=t / 2))
     assert h.throughput(("a", 0)) == [50.0, 100.0, 0.0, 50.0]
     assert h.lag(("a", 0)) == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert h.span(("a", 0)) == 8
@@ -35,28 +76,25 @@ def test_throughput_is_logs_per_second_between_samples_and_a_reset_counts_nothin
 def test_series_are_thinned_to_a_few_points_ending_with_the_newest() -> None:
     h = History(keep=90)
     for t in range(200):
-        h.record(t, status(lag=float(t)), {("a", 0): float(t)})
+        h.record(snap(t, t, lag=None if t == 5 else float(t)))
     lag = h.lag(("a", 0))
     assert len(lag) <= POINTS and lag[-1] == 199.0
     assert lag == sorted(lag)
 
 
-def test_errors_are_noted_when_they_appear_or_change_with_their_time() -> None:
+def test_errors_are_noted_once_with_their_time() -> None:
     h = History()
-    h.record(1, status(), {})
-    h.record(2, status(reason="boom"), {})
-    h.record(3, status(reason="boom"), {})  # the same error again: not a new entry
-    h.record(4, status(reason=""), {})
-    h.record(5, status(reason="boom", error="cannot start"), {})
+    h.record(snap(1))
+    h.record(snap(2, reason="boom"))
+    h.record(snap(3, reason="boom"))  # the same error again: not a new entry
+    h.record(snap(4, last_error=ErrorNote(message="pull failed", at=3.5)))
+    h.record(snap(5, last_error=ErrorNote(message="pull failed", at=3.5)))
+    h.record(snap(6, reason="boom", error="cannot start"))
     errors = [(e.when, e.shard, e.text) for e in h.errors()]
-    assert [when for when, _s, _t in errors] == [5, 5, 2]  # newest first
-    assert sorted(errors) == [(2, 0, "boom"), (5, -1, "cannot start"), (5, 0, "boom")]
-
-
-def test_consumed_logs_are_read_per_source_and_shard_from_the_ops_registry() -> None:
-    a, b = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
-    a.consumed_logs.labels(shard="0").inc(10)
-    a.consumed_logs.labels(shard="3").inc(5)
-    b.consumed_logs.labels(shard="0").inc(7)
-    ops = labelled_by_source([("a", a.registry), ("b", b.registry)])
-    assert consumed_by_shard(list(ops.collect())) == {("a", 0): 10, ("a", 3): 5, ("b", 0): 7}
+    assert [when for when, _s, _t in errors] == [6, 6, 3.5, 2]  # newest first
+    assert sorted(errors) == [
+        (2, 0, "boom"),
+        (3.5, 0, "pull failed"),
+        (6, -1, "cannot start"),
+        (6, 0, "boom"),
+    ]
