@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -139,6 +140,26 @@ def _run_describe(args: argparse.Namespace, cfg: Config | None) -> int:
     args.context = t.context
 
     async def go() -> int:
+        if not args.watch:
+            return await show()
+        # --watch: Ctrl-C (or SIGTERM) ends it between or during refreshes, exit 130.
+        async with anyio.create_task_group() as tg:
+            stopped = False
+
+            async def on_signal() -> None:
+                nonlocal stopped
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        stopped = True
+                        tg.cancel_scope.cancel()
+
+            tg.start_soon(on_signal)
+            await show()
+        if stopped:
+            raise KeyboardInterrupt
+        return OK
+
+    async def show() -> int:
         async with client_for(t) as client:
             while True:
                 v = await inspect.describe(

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from loghubd.testing.process import ServerProcess
 from tests.integration.daemon_harness import (
     PROJECT,
@@ -60,19 +62,36 @@ def produce(tmp: Path, endpoint: str, prefix: str, count: int) -> list[str]:
     return expected_ids(prefix, count)
 
 
-def test_group_describe_reset_delete_with_live_and_stopped_daemons(
+def caught_up(ep: str) -> bool:
+    """Every shard's checkpoint at its end (in-process: cheaper than a CLI call per poll)."""
+    admin = Admin(ep)
+    cps = admin.checkpoints(LOGSTORE, GROUP)
+    return len(cps) == 2 and all(
+        cp["checkpoint"] == admin.cursor(LOGSTORE, s, "end") for s, cp in cps.items()
+    )
+
+
+def start_two(tmp_path: Path, ep: str, prefix: str = "d") -> list[Daemon]:
+    daemons = [
+        Daemon(tmp_path / f"{prefix}{i}", ep, LOGSTORE, GROUP, f"op{i}").start() for i in range(2)
+    ]
+    for d in daemons:
+        d.wait_ready()
+    return daemons
+
+
+@pytest.mark.timeout(240)
+def test_describe_and_reset_while_daemons_run(
     tmp_path: Path, loghubd_server: ServerProcess
 ) -> None:
     ep = loghubd_server.endpoint
     Admin(ep).create_logstore(LOGSTORE, 2)
     first = produce(tmp_path, ep, "a-", 200)
-    daemons = [Daemon(tmp_path / f"d{i}", ep, LOGSTORE, GROUP, f"op{i}").start() for i in range(2)]
+    daemons = start_two(tmp_path, ep)
     outputs = [d.output for d in daemons]
     try:
-        for d in daemons:
-            d.wait_ready()
         wait_until(lambda: sorted(read_ids(outputs)) == sorted(first), 30)
-        wait_until(lambda: describe(ep)["totals"]["lag_log_groups"] == 0, 20)
+        wait_until(lambda: caught_up(ep), 20)
         wait_until(lambda: sorted(len(d.held()) for d in daemons) == [1, 1], 20)
 
         listed = json.loads(loghubd(ep, "group", "list", "--json").stdout)
@@ -92,12 +111,15 @@ def test_group_describe_reset_delete_with_live_and_stopped_daemons(
         assert "op0" in text and "assigned" in text and "already_alloc" not in text
 
         # While live: the dry run shows the plan, --execute is refused, nothing moves.
-        before = {s["shard"]: s["checkpoint"] for s in describe(ep)["shards"]}
+        before = {s["shard"]: s["checkpoint"] for s in view["shards"]}
         plan = loghubd(ep, "group", "reset", GROUP, "--to", "begin").stdout
         assert "dry run" in plan and "live consumers (op0, op1)" in plan, plan
         refused = loghubd(ep, "group", "reset", GROUP, "--to", "begin", "--execute", check_code=5)
         assert "live consumers" in refused.stderr and "--force" in refused.stderr
-        assert {s["shard"]: s["checkpoint"] for s in describe(ep)["shards"]} == before
+        assert {
+            s: cp["checkpoint"] for s, cp in Admin(ep).checkpoints(LOGSTORE, GROUP).items()
+        } == before
+        loghubd(ep, "group", "delete", GROUP, "--yes", check_code=5)  # live: refused too
 
         # --force: applied, and the explanation of what the live owners will do holds: they
         # go on from memory (no re-read of a-*), their next commits replace the reset.
@@ -107,17 +129,35 @@ def test_group_describe_reset_delete_with_live_and_stopped_daemons(
         assert "forced while live" in forced and "next commit" in forced, forced
         second = produce(tmp_path, ep, "b-", 100)
         wait_until(lambda: sorted(read_ids(outputs)) == sorted(first + second), 30)
-        wait_until(lambda: describe(ep)["totals"]["lag_log_groups"] == 0, 20)
-
-        # Stopped: the reset holds, and the restarted daemons start where it says.
+        wait_until(lambda: caught_up(ep), 20)
         for d in daemons:
             assert d.stop() == 0, d.log_tail()
-        time.sleep(1.1)  # cursor times are whole seconds: `middle` is after every b-*
+    finally:
+        for d in daemons:
+            if d.alive():
+                d.kill()
+
+
+@pytest.mark.timeout(240)
+def test_reset_while_stopped_moves_where_the_daemons_start(
+    tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    ep = loghubd_server.endpoint
+    Admin(ep).create_logstore(LOGSTORE, 2)
+    first = produce(tmp_path, ep, "a-", 300)
+    daemons = start_two(tmp_path, ep)
+    outputs = [d.output for d in daemons]
+    try:
+        wait_until(lambda: sorted(read_ids(outputs)) == sorted(first), 30)
+        wait_until(lambda: caught_up(ep), 20)
+        for d in daemons:
+            assert d.stop() == 0, d.log_tail()
+        time.sleep(1.1)  # cursor times are whole seconds: `middle` is after every a-*
         middle = int(time.time())
         time.sleep(1.1)
         third = produce(tmp_path, ep, "c-", 100)
         stopped = describe(ep)
-        assert stopped["consumers"] == [] or not any(c["live"] for c in stopped["consumers"])
+        assert not any(c["live"] for c in stopped["consumers"])
         assert stopped["totals"]["lag_logs"] == 100 and stopped["totals"]["lag_logs_exact"]
         assert stopped["totals"]["lag_log_groups"] == 10
         assert 0 <= stopped["totals"]["max_lag_seconds"] <= 60
@@ -131,13 +171,11 @@ def test_group_describe_reset_delete_with_live_and_stopped_daemons(
         )
         assert moved["executed"] and moved["live_consumers"] == []
         assert describe(ep)["totals"]["lag_logs"] == 100
-        restarted = [
-            Daemon(tmp_path / f"r{i}", ep, LOGSTORE, GROUP, f"op{i}").start() for i in range(2)
-        ]
+        restarted = start_two(tmp_path, ep, "r")
         daemons += restarted
         new_outputs = [d.output for d in restarted]
         wait_until(lambda: len(read_ids(new_outputs)) >= 100, 30)
-        time.sleep(1.5)  # nothing more comes
+        wait_until(lambda: caught_up(ep), 20)
         assert sorted(read_ids(new_outputs)) == sorted(third), "restart began at the reset"
         for d in restarted:
             assert d.stop() == 0, d.log_tail()
@@ -148,7 +186,7 @@ def test_group_describe_reset_delete_with_live_and_stopped_daemons(
         again = Daemon(tmp_path / "s0", ep, LOGSTORE, GROUP, "op0").start()
         daemons.append(again)
         wait_until(lambda: len(read_ids([again.output])) >= len(shard0), 30)
-        time.sleep(1.5)
+        wait_until(lambda: caught_up(ep), 20)
         assert sorted(read_ids([again.output])) == shard0
         assert again.stop() == 0, again.log_tail()
 
