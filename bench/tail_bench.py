@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -213,6 +214,7 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=20_000)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--json", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (outputs, logs)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tail-bench-"))
     server = C.start_server(work)
@@ -294,6 +296,10 @@ def main() -> int:
             p.send_signal(signal.SIGKILL)
             p.wait()
         server.stop()
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)  # gigabytes of output
     return 0
 
 

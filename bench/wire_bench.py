@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -341,6 +342,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated kinds")
     ap.add_argument("--json", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (outputs, logs)")
     ap.add_argument("--ceiling-child", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--expect", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -371,6 +373,10 @@ def main() -> int:
             Path(args.json).write_text(json.dumps(report, indent=1))
     finally:
         server.stop()
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)  # gigabytes of output
     return 0
 
 
