@@ -137,7 +137,7 @@ class ConvertPool:
             self._children.append(child)
             self._idle.put(child)
         # Warm every child (imports) before the daemon is ready.
-        from loghubd_spark.engine import synthetic_batch
+        from loghubd_spark.warmup import synthetic_batch
 
         b = synthetic_batch()
         taken = [self._idle.get() for _ in range(self.processes)]

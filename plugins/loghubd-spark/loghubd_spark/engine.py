@@ -33,6 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import structlog
 
+from loghubd import Ack, Batch, ProcessorContext
 from loghubd.arrow import (
     SCHEMA,
     Converted,
@@ -41,16 +42,14 @@ from loghubd.arrow import (
     split_log_groups,
     steps_per_group,
 )
-from loghubd.models import Batch
-from loghubd.plugins.api import Ack, ProcessorContext
 from loghubd.protocol import cursor as cursors
-from loghubd.protocol import pb
 from loghubd.wal import COMMITTED, Entry, Lease, Range, Wal, new_batch_id
 from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.runner import SparkError, SparkRunner
 from loghubd_spark.source import committed_checkpoints, pull_ranges
+from loghubd_spark.warmup import synthetic_batch
 
 log = structlog.get_logger("loghubd.spark")
 
@@ -137,19 +136,6 @@ def _log_skip(batch: Batch, groups: int) -> None:
         log_groups=groups,
         of=batch.group_count,
     )
-
-
-def synthetic_batch(rows: int = 16) -> Batch:
-    """A small batch for the warm-up (never written anywhere)."""
-    lgl = pb.LogGroupList()
-    group = lgl.LogGroups.add(Topic="warm-up", Source="loghubd-spark")
-    group.LogTags.add(Key="host", Value="warm-up")
-    now = int(time.time())
-    for n in range(rows):
-        entry = group.Logs.add(Time=now, Time_ns=n)
-        for key, value in (("id", str(n)), ("level", "INFO"), ("msg", f"warm-up {n}")):
-            entry.Contents.add(Key=key, Value=value)
-    return Batch(0, cursors.encode(1), cursors.encode(2), lgl.SerializeToString(), 1)
 
 
 class Engine:

@@ -18,9 +18,8 @@ from typing import TypeVar
 
 import aiohttp
 
-from loghubd import CredentialsSource, Pulled, SlsClient
+from loghubd import CredentialsSource, ProcessorContext, Pulled, SlsClient
 from loghubd.arrow import position
-from loghubd.plugins.api import ProcessorContext
 from loghubd.wal import Range
 
 PULL_GROUPS = 1000  # log groups per PullLogs, the service's maximum
