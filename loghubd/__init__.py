@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from loghubd.backoff import Backoff
 from loghubd.models import Batch, Record
 from loghubd.plugins.api import (
     Ack,
     Bindable,
+    CliCommand,
     Closable,
     Flushable,
     Processor,
@@ -48,8 +50,10 @@ hookimpl = pluggy.HookimplMarker("loghubd")
 
 __all__ = [
     "Ack",
+    "Backoff",
     "Batch",
     "Bindable",
+    "CliCommand",
     "Closable",
     "CommandCredentials",
     "Credentials",

@@ -10,9 +10,9 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -25,6 +25,7 @@ from loghubd.config import Config
 from loghubd.ops.systemd import SystemdNotifier
 
 if TYPE_CHECKING:
+    from loghubd import CliCommand
     from loghubd.app import Daemon
     from loghubd.server.runner import ServeOptions
 
@@ -339,27 +340,14 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_spark_stream(args: argparse.Namespace) -> int:
-    try:  # the plugin brings pyspark: import it only for this command
-        from loghubd_spark.stream_app import run_cli
-    except ImportError as exc:
-        print(
-            "loghubd spark-stream: needs the loghubd-spark plugin (pip install "
-            f"./plugins/loghubd-spark, with pyspark >= 4.2 and Java 17): {exc}",
-            file=sys.stderr,
-        )
-        return 2
-    code: int = run_cli(args.config, check=args.check, available_now=args.available_now)
-    return code
-
-
 EPILOG = """exit codes: 0 done; 1 failed (the service refused, or some work failed); 2 usage or
 configuration error; 3 not found (project, logstore, group, shard); 4 cannot reach the
 service, or a local port is taken; 5 refused for safety (live consumers: --force; no
 confirmation: --yes); 130 interrupted. --debug prints the traceback of an error."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
+    """The command line of the core's commands, and its subparsers (to add plugins')."""
     parser = argparse.ArgumentParser(
         prog="loghubd",
         description=__doc__,
@@ -557,27 +545,58 @@ def build_parser() -> argparse.ArgumentParser:
     new_plugin.add_argument("--dir", help="where to write it (default: ./<distribution>)")
     new_plugin.set_defaults(func=_cmd_new_plugin)
 
-    stream = sub.add_parser(
-        "spark-stream",
-        formatter_class=Fmt,
-        help="run a Spark Structured Streaming pipeline over a logstore (the loghubd-spark plugin)",
-        description="Reads [source], [consumer] and [spark_stream] (or [processor.spark]) of the "
-        "config file; see plugins/loghubd-spark/README.md.",
-    )
-    stream.add_argument("-c", "--config", required=True, help="TOML config file")
-    stream.add_argument(
-        "--available-now", action="store_true", help="read what is there now, then stop"
-    )
-    stream.add_argument(
-        "--check", action="store_true", help="validate the file, print it (secrets masked)"
-    )
-    stream.set_defaults(func=_cmd_spark_stream)
+    return parser, sub
+
+
+def build_parser(plugin_commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser:
+    """The command line: the core's commands, then `plugin_commands` (`_plugin_commands`)."""
+    parser, sub = _core_parser()
+    for command in plugin_commands:
+        if command.name in sub.choices:
+            from loghubd.plugins.manager import PluginError
+
+            raise PluginError(f"a plugin adds the command {command.name!r}, which is already taken")
+        added = sub.add_parser(
+            command.name,
+            formatter_class=Fmt,
+            help=command.help,
+            description=command.description or None,
+        )
+        command.arguments(added)
+        added.set_defaults(func=command.run, logs_are_output=command.logs_are_output)
     return parser
 
 
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand the command line names (None: none, e.g. `loghubd --help`)."""
+    words = iter(argv)
+    for word in words:
+        if word in ("--log-level", "--log-format"):
+            next(words, None)  # its value
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _plugin_commands(argv: Sequence[str]) -> list[CliCommand]:
+    """The subcommands plugins add (`loghubd_cli_commands`), loaded only when the command
+    line may name one: a core command does not pay for importing every plugin."""
+    core = frozenset(_core_parser()[1].choices)
+    if _command_word(argv) in core:
+        return []
+    from loghubd.plugins.manager import PluginError, Plugins
+
+    try:
+        return Plugins().cli_commands(taken=core)
+    except PluginError as exc:  # a core command still works; a plugin's is then unknown
+        print(f"loghubd: plugin commands unavailable: {exc}", file=sys.stderr)
+        return []
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    logs_are_output = args.func in (_cmd_run, _cmd_serve, _cmd_spark_stream)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_plugin_commands(argv)).parse_args(argv)
+    logs_are_output = args.func in (_cmd_run, _cmd_serve) or getattr(args, "logs_are_output", False)
     loghubd_logging.configure(
         args.log_level or "info",
         args.log_format or "auto",

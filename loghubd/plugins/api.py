@@ -16,6 +16,7 @@ processor.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -118,6 +119,24 @@ class ProcessorContext:
     consumer: str
     auth_version: str = "v1"
     region: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CliCommand:
+    """A `loghubd <name>` subcommand a plugin adds (the `loghubd_cli_commands` hook).
+
+    The core makes the subparser with `help` and `description`, lets `arguments` add the
+    command's own arguments, and calls `run(args)` for its exit code (0 done, 1 failed,
+    2 usage or configuration error). `logs_are_output`: a long-running command whose log lines
+    go to standard output, like `loghubd run` (otherwise they go to standard error). Import
+    heavy dependencies inside `run`, so `loghubd --help` stays fast."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str = ""
+    logs_are_output: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import pluggy
 
-from loghubd.plugins.api import ProcessorSpec
+from loghubd.plugins.api import CliCommand, ProcessorSpec
 
 hookspec = pluggy.HookspecMarker("loghubd")
 
@@ -23,5 +23,17 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
     (``[processor] name = "..."`` selects it) and gives the callable that turns the
     ``[processor.<name>]`` options into a per-daemon factory. Two plugins registering the
     same name is an error at start-up.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def loghubd_cli_commands() -> Iterable[CliCommand]:
+    """Return the `loghubd` subcommands this plugin adds.
+
+    Called when the command line is parsed, on every registered plugin (not ``firstresult``).
+    Each :class:`~loghubd.plugins.api.CliCommand` names a subcommand (``loghubd <name>``), adds
+    its arguments and runs it. A name taken by a core command or by another plugin is an
+    error. Keep the hook cheap: import what the command needs inside its ``run``.
     """
     raise NotImplementedError

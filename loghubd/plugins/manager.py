@@ -15,7 +15,7 @@ import pluggy
 
 import loghubd
 from loghubd.plugins import builtin, hookspecs
-from loghubd.plugins.api import ProcessorSpec
+from loghubd.plugins.api import CliCommand, ProcessorSpec
 from loghubd.plugins.loaded import LoadedFactory, ShapeError, load_factory
 
 PROJECT = "loghubd"
@@ -104,3 +104,18 @@ class Plugins:
             return load_factory(name, factory)
         except ShapeError as exc:
             raise PluginError(str(exc)) from exc
+
+    def cli_commands(self, taken: Iterable[str] = ()) -> list[CliCommand]:
+        """The subcommands plugins add (`loghubd_cli_commands`), by name; a name in `taken`
+        (the core's commands) or added twice is a PluginError."""
+        names = set(taken)
+        commands = []
+        for result in self.pm.hook.loghubd_cli_commands():
+            for command in cast(Iterable[CliCommand], result):
+                if command.name in names:
+                    raise PluginError(
+                        f"a plugin adds the command {command.name!r}, which is already taken"
+                    )
+                names.add(command.name)
+                commands.append(command)
+        return sorted(commands, key=lambda c: c.name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from loghubd import Batch, ProcessorContext, ProcessorSpec, Tracker, hookimpl
+from loghubd import Batch, CliCommand, ProcessorContext, ProcessorSpec, Tracker, hookimpl
 from loghubd_spark.options import NAME, SparkOptions
 
 
@@ -80,3 +80,10 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
             "Arrow micro-batches through a PySpark pipeline to Parquet/JSON lines, exactly once",
         )
     ]
+
+
+@hookimpl
+def loghubd_cli_commands() -> Iterable[CliCommand]:
+    from loghubd_spark.cli import SPARK_STREAM
+
+    return [SPARK_STREAM]
