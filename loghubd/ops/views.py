@@ -9,10 +9,12 @@ live object: a new view (the console, a CLI) is a function of `DaemonSnapshot` t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from loghubd.consumer.snapshot import DaemonSnapshot, SourceSnapshot
 from loghubd.ops import health
+from loghubd.protocol import cursor as cursors
 
 
 def health_snapshot(source: SourceSnapshot) -> health.Snapshot:
@@ -78,10 +80,49 @@ def source_status(source: SourceSnapshot) -> dict[str, Any]:
                 "lag_seconds": s.lag_seconds,
                 "caught_up": s.caught_up,
                 "processor_error": s.processor_error,
+                # readable forms (issue #18): positions as log-group numbers, the lag in words
+                "position": readable_position(s.shard, s.cursor),
+                "checkpoint_position": readable_position(s.shard, s.checkpoint),
+                "behind": behind(s.lag_log_groups, s.lag_seconds, s.caught_up),
+                "last_error": None
+                if s.last_error is None
+                else {"message": s.last_error.message, "at": _iso(s.last_error.at)},
             }
             for s in source.shards
         ],
     }
+
+
+def readable_position(shard: int, cursor: str | None) -> str | None:
+    """A cursor as the log-group number it stands for: `log group 1,234` (counted from the
+    shard's first position on `loghubd serve`; SLS's cursors are numbers of their own); None
+    for no cursor or one that is not a number."""
+    if not cursor:
+        return None
+    try:
+        return f"log group {cursors.to_seq(shard, cursor):,}"
+    except cursors.InvalidCursorString:
+        pass
+    try:
+        return f"log group {cursors.decode(cursor):,}"
+    except cursors.InvalidCursorString:
+        return None
+
+
+def behind(lag_log_groups: int | None, lag_seconds: float | None, caught_up: bool) -> str:
+    """The lag in words: `caught up`, `12 log groups, oldest unread written 4s ago`."""
+    if caught_up or lag_log_groups == 0:
+        return "caught up"
+    if lag_log_groups is None:
+        return "not measured yet"
+    text = f"{lag_log_groups:,} log groups"
+    if lag_seconds is not None:
+        text += f", oldest unread written {lag_seconds:.0f}s ago"
+    return text
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status(daemon: DaemonSnapshot) -> dict[str, Any]:

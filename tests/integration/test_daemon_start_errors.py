@@ -54,6 +54,13 @@ def test_a_processor_that_cannot_start_is_retried_then_starts(
         blocker.unlink()  # the operator fixes the path: the next attempt starts the shard
         wait_until(lambda: len(read_ids([out])) == 50, 30, daemon.log_tail)
         wait_until(lambda: reasons(daemon) == [], 10, lambda: str(reasons(daemon)))
+        # /status reads as positions and words, next to the raw cursors
+        wait_until(lambda: daemon.source_status("default")["shards"][0]["caught_up"], 10)
+        (shard,) = daemon.source_status("default")["shards"]
+        assert shard["position"].startswith("log group ") and shard["behind"] == "caught up"
+        assert shard["checkpoint_position"] is None or shard["checkpoint_position"].startswith(
+            "log group "
+        )
     finally:
         assert daemon.stop() == 0, daemon.log_tail()
 
