@@ -23,6 +23,7 @@ import structlog
 from loghubd.consumer import window
 from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.fetcher import (
+    CaughtUp,
     CursorReset,
     EndOfShard,
     EndOfWindow,
@@ -306,6 +307,8 @@ class ShardTask:
                     elif isinstance(item, Skipped):  # filtered out by the server's query
                         tracker.done(tracker.fetched(item.cursor, item.next_cursor))
                         self.status.last_progress = time.monotonic()
+                    elif isinstance(item, CaughtUp):  # the batches before it are done
+                        await self.commit()
                     else:
                         assert isinstance(item, CursorReset)
                         tracker.rollback(item.cursor)
