@@ -48,18 +48,25 @@ class ByteBudget:
         self._metrics.bytes_in_flight.set(self._bytes.held)
         return grant
 
-    def cancel(self, grant: Grant) -> None:
-        """The pull of `grant` failed or brought nothing to process: give its room back."""
-        self._bytes.settle(grant, 0, 0)
+    def cancel(self, grant: Grant, groups: int = 0) -> None:
+        """The pull of `grant` failed, or brought nothing to process (`groups`: the log
+        groups it used of its count, e.g. all filtered out by a query): give its room back."""
+        self._bytes.settle(grant, groups, 0)
         self._changed()
 
     async def hand_over(
-        self, grant: Grant, groups: int, batch: Batch, send: MemoryObjectSendStream[Any]
+        self,
+        grant: Grant,
+        groups: int,
+        batch: Batch,
+        send: MemoryObjectSendStream[Any],
+        *,
+        capped: bool = False,
     ) -> None:
         """`batch` came from the pull of `grant` (`groups`: the log groups that pull used of
-        its count): count its bytes in instead of the reservation and send it; the receiver
-        calls `handled(batch)` when done."""
-        self._bytes.settle(grant, groups, len(batch.raw))
+        its count; `capped`: the service cut the answer by size): count its bytes in instead
+        of the reservation and send it; the receiver calls `handled(batch)` when done."""
+        self._bytes.settle(grant, groups, len(batch.raw), capped=capped)
         self._changed()
         try:
             await send.send(batch)

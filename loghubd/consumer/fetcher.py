@@ -3,10 +3,11 @@
 Pacing follows how full the last pull was: a full pull means we are behind, so the next pull
 starts at once; a partial one sleeps the unfilled fraction of `fetch_interval`; an empty one
 sleeps all of it. The first pull that is not full after full ones (or the first pull at all)
-is reported as `CaughtUp`, so the end of a backlog is committed at once, not one checkpoint
-interval later; polls while caught up report nothing. The end of a read-only shard is
-reported as `EndOfShard` so its end cursor can be committed at once, also when it never held
-data. An expired cursor (InvalidCursor) restarts from the configured start position, loudly.
+is reported as `CaughtUp` when it follows data handed on, so the end of a backlog is committed
+at once, not one checkpoint interval later; polls while caught up report nothing. The end of a
+read-only shard is reported as `EndOfShard` so its end cursor can be committed at once, also
+when it never held data. An expired cursor (InvalidCursor) restarts from the configured start
+position, loudly.
 
 Bounded runs (`consumer.end`, `loghubd.consumer.window`): `window_end` resolves the end of
 the window to a cursor (None while the end time is still ahead); pulls then stop there
@@ -150,6 +151,7 @@ async def run_fetcher(
     label = str(shard)
     stop_at: str | None = None  # the end of a bounded run's window, once resolved
     behind = True  # until the first pull that is not full (see CaughtUp)
+    delivered = False  # something was handed on since we were last caught up
     async with send:
         while True:
             if window_end is not None and stop_at is None:
@@ -211,11 +213,14 @@ async def run_fetcher(
                 batch = Batch(
                     shard, cursor, pulled.next_cursor, pulled.data, pulled.count, pulled.raw_size
                 )
-                await budget.hand_over(grant, pulled.raw_count, batch, send)
+                capped = pulled.raw_data_size >= FULL_PULL_BYTES
+                await budget.hand_over(grant, pulled.raw_count, batch, send, capped=capped)
+                delivered = True
             else:
-                budget.cancel(grant)
+                budget.cancel(grant, pulled.raw_count)
                 if pulled.next_cursor != cursor:
                     await send.send(Skipped(cursor, pulled.next_cursor))
+                    delivered = True
             cursor = pulled.next_cursor
             status.cursor = cursor
             if stop_at is not None and reached(cursor, stop_at):
@@ -224,9 +229,10 @@ async def run_fetcher(
             # max_log_groups) or capped by size: we are behind, pull again at once.
             full = pulled.raw_count >= grant.groups or pulled.raw_data_size >= FULL_PULL_BYTES
             status.caught_up = not full
-            if behind and not full:
+            if behind and delivered and not full:
                 await send.send(CaughtUp(cursor))
             behind = full
+            delivered = delivered and behind
             if not pulled.raw_count:
                 status.lag_log_groups, status.lag_seconds = 0, 0.0
                 metrics.lag_log_groups.labels(label).set(0)
@@ -242,7 +248,7 @@ async def run_fetcher(
                 await _probe_lag(client, settings.logstore, shard, cursor, status, metrics)
             if full:
                 continue
-            fill = pulled.raw_count / grant.groups
+            fill = pulled.raw_count / settings.max_log_groups
             await anyio.sleep(settings.fetch_interval * (1.0 - fill))
 
 

@@ -18,6 +18,12 @@ Invariants:
    estimate is conservative (the largest of the shard's recent averages), and the next grant
    waits until the excess is released.
 
+How many groups a shard asks for also follows what its pulls bring (a slow start): a pull
+that got all it asked for doubles the next ask, one that got fewer asks for twice what it got
+(at least `MIN_ASK`), one the service cut by size asks for what it got. A shard that is
+caught up, or idle, then reserves little for each poll, and the budget goes to the shards
+that are behind; no shard reserves much more than an answer can bring.
+
 No I/O, no clock: the asynchronous shell that waits for room is
 `loghubd.consumer.budget.ByteBudget`.
 """
@@ -34,6 +40,9 @@ from dataclasses import dataclass
 INITIAL_GROUP_BYTES = 64 * 1024
 # How many recent pulls of a shard its estimate looks at (the largest average of them wins).
 RECENT_PULLS = 4
+# The fewest log groups a pull asks for (unless the budget has less room), and the first ask
+# of a shard: full answers double it from there.
+MIN_ASK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,7 @@ class InFlightBytes:
         self._initial = float(initial_group_bytes)
         self._recent: dict[int, deque[float]] = {}  # shard → recent bytes per log group
         self._last = 0.0  # bytes per group of the source's latest non-empty pull
+        self._ask: dict[int, int] = {}  # shard → groups its next pull asks for at most
 
     @property
     def free(self) -> int:
@@ -74,7 +84,8 @@ class InFlightBytes:
         if max_groups < 1:
             raise ValueError(f"max_groups must be >= 1, got {max_groups}")
         per_group = max(1.0, self.group_bytes(shard))
-        groups = min(max_groups, int(self.free // per_group))
+        want = min(max_groups, self._ask.get(shard, MIN_ASK))
+        groups = min(want, int(self.free // per_group))
         if groups >= 1:
             reserved = math.ceil(groups * per_group)
         elif self.held == 0:  # invariant 2: nothing else can free room, so one group goes
@@ -84,14 +95,23 @@ class InFlightBytes:
         self.held += reserved
         return Grant(shard, groups, reserved)
 
-    def settle(self, grant: Grant, groups: int, nbytes: int) -> int:
+    def settle(self, grant: Grant, groups: int, nbytes: int, *, capped: bool = False) -> int:
         """The pull of `grant` consumed `groups` log groups of its count (with a query: the
         groups scanned) and brought `nbytes` bytes: those are now held instead of the
         reservation (released later with `release(nbytes)`). Returns `nbytes`. Call it for
-        failed pulls and for answers that make no batch too, with `nbytes` = 0."""
+        failed pulls and for answers that make no batch too, with `nbytes` = 0. `capped`: the
+        service cut the answer by size, so the shard is behind but asking for more groups
+        would only reserve room that no answer fills: the next ask is what this one got."""
         if groups < 0 or nbytes < 0:
             raise ValueError(f"negative pull size: {groups} groups, {nbytes} bytes")
         self.held += nbytes - grant.reserved
+        if capped:
+            ask = groups
+        elif groups >= grant.groups:  # full: behind, ask for more
+            ask = 2 * grant.groups
+        else:  # caught up: room for twice what came
+            ask = 2 * groups
+        self._ask[grant.shard] = max(MIN_ASK, ask)
         if groups and nbytes:  # a pull its query filtered to nothing tells nothing of sizes
             recent = self._recent.setdefault(grant.shard, deque(maxlen=RECENT_PULLS))
             recent.append(nbytes / groups)
@@ -107,3 +127,4 @@ class InFlightBytes:
     def forget(self, shard: int) -> None:
         """The shard is no longer consumed here: drop its estimate."""
         self._recent.pop(shard, None)
+        self._ask.pop(shard, None)

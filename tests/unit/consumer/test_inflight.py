@@ -10,13 +10,55 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loghubd.consumer.inflight import Grant, InFlightBytes
+from loghubd.consumer.inflight import MIN_ASK, Grant, InFlightBytes
 
 KIB = 1024
 
 
+def ramp(budget: InFlightBytes, shard: int, group_bytes: int, asks: int) -> None:
+    """`asks` full pulls of `shard` (each doubles its next ask), all released."""
+    for _ in range(asks):
+        grant = budget.grant(shard, 1000)
+        assert grant is not None
+        budget.release(budget.settle(grant, grant.groups, grant.groups * group_bytes))
+
+
+def test_a_shard_starts_small_and_full_answers_double_its_ask() -> None:
+    budget = InFlightBytes(100 * 1024 * KIB, initial_group_bytes=10 * KIB)
+    asks = []
+    for _ in range(10):
+        grant = budget.grant(0, 1000)
+        assert grant is not None
+        asks.append(grant.groups)
+        budget.release(budget.settle(grant, grant.groups, grant.groups * 10 * KIB))
+    assert asks == [MIN_ASK * 2**i for i in range(8)] + [1000, 1000]
+
+
+def test_a_caught_up_shard_asks_for_twice_what_it_got() -> None:
+    budget = InFlightBytes(100 * 1024 * KIB, initial_group_bytes=10 * KIB)
+    ramp(budget, 0, 10 * KIB, 6)
+    grant = budget.grant(0, 1000)
+    assert grant is not None and grant.groups == MIN_ASK * 2**6
+    budget.release(budget.settle(grant, 5, 5 * 10 * KIB))
+    grant = budget.grant(0, 1000)
+    assert grant is not None and grant.groups == 10
+    budget.settle(grant, 0, 0)  # idle
+    assert budget.grant(0, 1000) == Grant(0, MIN_ASK, MIN_ASK * 10 * KIB)
+
+
+def test_an_answer_cut_by_size_sets_the_next_ask_to_what_it_brought() -> None:
+    budget = InFlightBytes(1024 * 1024 * KIB, initial_group_bytes=40 * KIB)
+    ramp(budget, 0, 40 * KIB, 8)
+    grant = budget.grant(0, 1000)
+    assert grant is not None and grant.groups == 1000
+    budget.release(budget.settle(grant, 400, 400 * 40 * KIB, capped=True))
+    again = budget.grant(0, 1000)
+    assert again == Grant(0, 400, 400 * 40 * KIB)
+
+
 def test_a_grant_asks_for_what_fits_at_the_estimated_group_size() -> None:
     budget = InFlightBytes(100 * KIB, initial_group_bytes=10 * KIB)
+    ramp(budget, 0, 10 * KIB, 2)  # its ask is now 16 groups, room for 10
     grant = budget.grant(0, 1000)
     assert grant == Grant(0, 10, 100 * KIB)
     assert budget.grant(1, 1000) is None  # spent: wait
@@ -24,22 +66,24 @@ def test_a_grant_asks_for_what_fits_at_the_estimated_group_size() -> None:
 
 def test_fewer_groups_when_little_is_left() -> None:
     budget = InFlightBytes(100 * KIB, initial_group_bytes=10 * KIB)
+    ramp(budget, 1, 10 * KIB, 2)
     first = budget.grant(0, 7)
-    assert first is not None and first.groups == 7
+    assert first is not None and first.groups == MIN_ASK
     second = budget.grant(1, 1000)
-    assert second == Grant(1, 3, 30 * KIB)
+    assert second == Grant(1, 6, 60 * KIB)
 
 
 def test_settling_learns_the_group_size_and_holds_the_real_bytes() -> None:
     budget = InFlightBytes(100 * KIB, initial_group_bytes=10 * KIB)
     grant = budget.grant(0, 5)
     assert grant is not None
-    held = budget.settle(grant, 5, 5 * 2 * KIB)  # groups were 2 KiB, not 10
-    assert (held, budget.held) == (10 * KIB, 10 * KIB)
+    held = budget.settle(grant, 4, 4 * 2 * KIB)  # groups were 2 KiB, not 10
+    assert (held, budget.held) == (8 * KIB, 8 * KIB)
     assert budget.group_bytes(0) == 2 * KIB
     assert budget.group_bytes(9) == 2 * KIB  # a shard never pulled uses the source's figure
     again = budget.grant(0, 1000)
-    assert again is not None and again.groups == 45  # (100 - 10) KiB / 2 KiB
+    assert again is not None and again.groups == 2 * MIN_ASK
+    assert again.reserved == 2 * MIN_ASK * 2 * KIB
     budget.release(held)
     assert budget.held == again.reserved
 
@@ -153,7 +197,7 @@ def test_reservations_never_exceed_the_limit(
             got = pick % (grant.groups + 1)  # the service may send fewer groups
             size = group_bytes[grant.shard] * (1 + pick % 3) // 2  # 0.5x .. 1.5x the usual
             nbytes = got * max(1, size)
-            held = b.settle(grant, got, nbytes)
+            held = b.settle(grant, got, nbytes, capped=pick % 5 == 0)
             if got:  # an empty answer makes no batch
                 m.batches.append((held, max(0, held - grant.reserved)))
         elif op == "release" and m.batches:
