@@ -2,12 +2,11 @@
 
 Pacing follows how full the last pull was: a full pull means we are behind, so the next pull
 starts at once; a partial one sleeps the unfilled fraction of `fetch_interval`; an empty one
-sleeps all of it. The first pull that is not full after full ones (or the first pull at all)
-is reported as `CaughtUp` when it follows data handed on, so the end of a backlog is committed
-at once, not one checkpoint interval later; polls while caught up report nothing. The end of a
-read-only shard is reported as `EndOfShard` so its end cursor can be committed at once, also
-when it never held data. An expired cursor (InvalidCursor) restarts from the configured start
-position, loudly.
+sleeps all of it. The first pull that is not full after full ones is reported as `CaughtUp`,
+so the end of a backlog is committed at once, not one checkpoint interval later; polls while
+caught up report nothing. The end of a read-only shard is reported as `EndOfShard` so its end
+cursor can be committed at once, also when it never held data. An expired cursor
+(InvalidCursor) restarts from the configured start position, loudly.
 
 Bounded runs (`consumer.end`, `loghubd.consumer.window`): `window_end` resolves the end of
 the window to a cursor (None while the end time is still ahead); pulls then stop there
@@ -76,10 +75,10 @@ class EndOfWindow:
 
 @dataclass(frozen=True, slots=True)
 class CaughtUp:
-    """The shard has just caught up with the end of its data at `cursor` (the first pull that
-    was not full after full ones, or the first pull at all): once the batches before it are
-    done, their position is committed at once instead of at the next checkpoint interval.
-    Sent once per catch-up, not for every poll while caught up."""
+    """The shard has just caught up with the end of a backlog at `cursor` (the first pull that
+    was not full after full ones): once the batches before it are done, their position is
+    committed at once instead of at the next checkpoint interval. Sent once per catch-up, not
+    for every poll while caught up."""
 
     cursor: str
 
@@ -150,7 +149,7 @@ async def run_fetcher(
     next_lag_probe = 0.0
     label = str(shard)
     stop_at: str | None = None  # the end of a bounded run's window, once resolved
-    behind = True  # until the first pull that is not full (see CaughtUp)
+    behind = False  # the last pull was full: there is a backlog (see CaughtUp)
     delivered = False  # something was handed on since we were last caught up
     async with send:
         while True:
