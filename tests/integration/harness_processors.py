@@ -1,0 +1,208 @@
+"""Test processors, loaded by the daemons under test as an ordinary loghubd plugin.
+
+`plugin_env()` writes a `.dist-info` with a `loghubd` entry point naming this module into a
+directory that goes on the daemon's PYTHONPATH, so the daemon loads it through the ordinary
+entry-point mechanism, with nothing installed into the virtualenv. Its processors:
+
+- `record`: one JSON line per log (`shard`, `id`, `key`, `seq`) appended to ONE file shared
+  by all shards of the daemon, so the file order is the order in which that daemon delivered.
+- `flaky`: like `jsonl`, but the batch holding the log `fail_id` raises on its first
+  `fail_times` attempts; every attempt at it is appended to `attempts` (time, cursors).
+- `stuck`: like `jsonl`, but one shard's `process()` (sync or async) never returns.
+
+Keep the module importable without pytest: the daemon process imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from loghubd import hookimpl
+from loghubd.models import Batch
+from loghubd.plugins.api import ProcessorSpec, Tracker
+from loghubd.processors.jsonl import JsonlProcessor
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def plugin_env(site: Path) -> dict[str, str]:
+    """Environment that makes a daemon load this module as a plugin through an entry point."""
+    dist = site / "loghubd_daemon_tests-0.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: loghubd-daemon-tests\nVersion: 0\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        "[loghubd]\ndaemontests = tests.integration.harness_processors\n"
+    )
+    path = [str(site), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+_record_lock = threading.Lock()
+
+
+class RecordProcessor:
+    """Appends `{"n", "shard", "id", "key", "seq"}` per log to one file shared by the daemon's
+    shards, under one lock, so the file order is this daemon's delivery order (`n` counts
+    across the process)."""
+
+    _fds: dict[str, int] = {}
+    _n = 0
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def initialize(self, shard: int) -> None:
+        with _record_lock:
+            if self.path not in self._fds:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                RecordProcessor._fds[self.path] = os.open(self.path, flags, 0o644)
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        with _record_lock:
+            lines = []
+            for r in batch.logs():
+                RecordProcessor._n += 1
+                rec = {"n": self._n, "shard": batch.shard, "id": r.get("id")}
+                rec.update({"key": r.get("key"), "seq": r.get("seq")})
+                lines.append(json.dumps(rec) + "\n")
+            os.write(self._fds[self.path], "".join(lines).encode())
+        tracker.save_checkpoint(persist=False)
+
+    def flush(self) -> None:
+        os.fsync(self._fds[self.path])
+
+    def shutdown(self, tracker: Tracker) -> None:
+        self.flush()
+
+
+class FlakyProcessor(JsonlProcessor):
+    """`jsonl`, except that the batch holding log `fail_id` fails `fail_times` times first."""
+
+    def __init__(self, factory: FlakyFactory, shard: int) -> None:
+        super().__init__(factory.directory, shard)
+        self.factory = factory
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        if any(r.get("id") == self.factory.fail_id for r in batch.logs()):
+            f = self.factory
+            with f.lock:
+                f.attempts += 1
+                attempt = f.attempts
+                note = {
+                    "attempt": attempt,
+                    "time": time.time(),
+                    "shard": batch.shard,
+                    "cursor": batch.cursor,
+                    "next_cursor": batch.next_cursor,
+                }
+                with open(f.attempts_path, "a") as out:
+                    out.write(json.dumps(note) + "\n")
+            if attempt <= f.fail_times:
+                raise RuntimeError(f"flaky: attempt {attempt} at {f.fail_id} fails on purpose")
+        super().process(batch, tracker)
+
+
+class FlakyFactory:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.directory = Path(options["path"])
+        self.fail_id = str(options["fail_id"])
+        self.fail_times = int(options["fail_times"])
+        self.attempts_path = Path(options["attempts"])
+        self.attempts = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, shard: int) -> FlakyProcessor:
+        return FlakyProcessor(self, shard)
+
+
+class RecordFactory:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.path = str(options["path"])
+
+    def __call__(self, shard: int) -> RecordProcessor:
+        return RecordProcessor(self.path)
+
+
+class StuckProcessor:
+    """Writes `{"id"}` lines to `<path>/shard-<n>.jsonl` (as `jsonl` does), except that the
+    shard `stuck_shard` gets stuck in its batch number `after + 1`: it creates
+    `<path>/stuck-<n>` and never returns. `SyncStuck` blocks its worker thread for ever;
+    `AsyncStuck` awaits for ever, shielded from cancellation."""
+
+    def __init__(self, options: Mapping[str, Any], shard: int) -> None:
+        self.dir = Path(options["path"])
+        self.shard = shard
+        self.stuck_shard = int(options["stuck_shard"])
+        self.after = int(options["after"])
+        self.batches = 0
+        self.fd = -1
+
+    def initialize(self, shard: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        self.fd = os.open(self.dir / f"shard-{shard}.jsonl", flags, 0o644)
+
+    def _gets_stuck(self) -> bool:
+        self.batches += 1
+        if self.shard == self.stuck_shard and self.batches > self.after:
+            (self.dir / f"stuck-{self.shard}").touch()
+            return True
+        return False
+
+    def _write(self, batch: Batch, tracker: Tracker) -> None:
+        lines = "".join(json.dumps({"id": r.get("id")}) + "\n" for r in batch.logs())
+        os.write(self.fd, lines.encode())
+        tracker.save_checkpoint(persist=False)
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+
+    def shutdown(self, tracker: Tracker) -> None:
+        self.flush()
+
+
+class SyncStuck(StuckProcessor):
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        if self._gets_stuck():
+            threading.Event().wait()
+        self._write(batch, tracker)
+
+
+class AsyncStuck(StuckProcessor):
+    async def process(self, batch: Batch, tracker: Tracker) -> None:
+        if self._gets_stuck():
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep_forever()
+        self._write(batch, tracker)
+
+
+class StuckFactory:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
+        self.kind = {"sync": SyncStuck, "async": AsyncStuck}[str(options["kind"])]
+
+    def __call__(self, shard: int) -> StuckProcessor:
+        return self.kind(self.options, shard)
+
+
+TEST_PROCESSORS = ("record", "flaky", "stuck")
+
+
+@hookimpl
+def loghubd_register_processors() -> Iterable[ProcessorSpec]:
+    return [
+        ProcessorSpec("record", RecordFactory, "tests: delivery order in one file"),
+        ProcessorSpec("flaky", FlakyFactory, "tests: jsonl failing at one batch"),
+        ProcessorSpec("stuck", StuckFactory, "tests: one shard's process() never returns"),
+    ]
