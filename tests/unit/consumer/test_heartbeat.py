@@ -5,7 +5,6 @@ answered outside the filter, and the stop that waits for the heartbeat in flight
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import anyio
 import structlog
@@ -26,11 +25,13 @@ class FakeSupervisor:
         self.closing = False
         self.applied: list[Diff] = []
         self.dropped: list[frozenset[int]] = []
+        self.close_after_apply = False
 
     def apply(self, diff: Diff) -> None:
         self.applied.append(diff)
         for shard in diff.to_stop:
             self.assignment.stopped(shard)
+        self.closing = self.closing or self.close_after_apply
 
     def drop(self, shards: frozenset[int]) -> None:
         self.dropped.append(shards)
@@ -44,12 +45,15 @@ def beat(
     shards: tuple[int, ...] | None = None,
     timeout: float = 5.0,
     interval: float = 0.01,
+    closing_after_first: bool = False,
 ) -> tuple[ScriptedClient, FakeSupervisor, HeartbeatState, Assignment, Metrics]:
-    """Run the loop until the script is answered, then stop it."""
+    """Run the loop until the script is answered, then stop it. `closing_after_first`: the
+    supervisor starts shutting down once it has applied the first answer."""
     stop = anyio.Event()
     client = ScriptedClient(heartbeats=script, on_exhausted=stop.set)
     assignment = Assignment(None if shards is None else frozenset(shards))
     supervisor, state, metrics = FakeSupervisor(assignment), HeartbeatState(), Metrics()
+    supervisor.close_after_apply = closing_after_first
     settings = HeartbeatSettings(
         logstore="ls",
         group="g",
@@ -140,34 +144,6 @@ def test_shards_outside_the_filter_are_noted_never_started() -> None:
 
 
 def test_while_closing_no_new_shard_is_taken() -> None:
-    stop = anyio.Event()
-    script: list[Answer] = [[0], [0, 1]]
-    client = ScriptedClient(heartbeats=script, on_exhausted=stop.set)
-    assignment = Assignment()
-    supervisor, state = FakeSupervisor(assignment), HeartbeatState()
-    seen: list[Any] = []
-
-    def apply(diff: Diff) -> None:
-        FakeSupervisor.apply(supervisor, diff)
-        seen.append(diff)
-        supervisor.closing = True  # shutdown began after the first answer
-
-    supervisor.apply = apply  # type: ignore[method-assign]
-    settings = HeartbeatSettings(logstore="ls", group="g", consumer="c", interval=0.01, timeout=5)
-
-    async def main() -> None:
-        with anyio.fail_after(10):
-            await run_heartbeat(
-                client,  # type: ignore[arg-type]
-                settings,
-                assignment,
-                supervisor,  # type: ignore[arg-type]
-                Metrics(),
-                state,
-                Waker(),
-                stop,
-            )
-
-    anyio.run(main)
-    assert [sorted(d.to_start) for d in seen] == [[0], [], []]
+    _client, sup, _state, assignment, _ = beat([[0], [0, 1]], closing_after_first=True)
+    assert [sorted(d.to_start) for d in sup.applied] == [[0], [], []]
     assert assignment.report() == [0]
