@@ -6,16 +6,7 @@ from __future__ import annotations
 import pytest
 
 from loghubd.config import ConfigError, loads
-
-BASE = """
-[source]
-endpoint = "http://127.0.0.1:7100"
-project = "p"
-logstore = "ls"
-
-[consumer]
-group = "g"
-"""
+from tests.unit.test_config import BASE
 
 MULTI = """
 [consumer]
