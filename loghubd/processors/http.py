@@ -17,7 +17,6 @@ drop a (shard, cursor, part) it has already stored.
 from __future__ import annotations
 
 import gzip
-import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import anyio
 import structlog
 from yarl import URL
 
+from loghubd.backoff import Backoff
 from loghubd.models import Batch
 from loghubd.plugins.api import Tracker
 from loghubd.processors.options import check_options
@@ -225,8 +225,10 @@ class HttpProcessor:
                 reason = repr(exc)[:200]
             if o.max_retries and attempt > o.max_retries:
                 raise GaveUp(f"{o.url}: {attempt} failures in a row, the last: {reason}")
-            ceiling = min(o.retry_max_backoff_s, o.retry_initial_backoff_s * 2 ** (attempt - 1))
-            wait = ceiling / 2 + random.uniform(0, ceiling / 2)
+            backoff = Backoff(
+                initial=o.retry_initial_backoff_s, cap=o.retry_max_backoff_s, jitter=0.5
+            )
+            wait = backoff.wait(attempt)
             if asked is not None:
                 wait = max(wait, asked)
             log.warning(

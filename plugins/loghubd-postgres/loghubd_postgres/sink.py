@@ -28,7 +28,6 @@ the server refuses) propagates to the daemon's retry and failure policy.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import anyio
@@ -36,7 +35,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from loghubd import Batch, ProcessorContext, Tracker
+from loghubd import Backoff, Batch, ProcessorContext, Tracker
 from loghubd.protocol import cursor as cursors
 from loghubd_postgres.options import Options
 from loghubd_postgres.rows import RowEncoder
@@ -178,11 +177,11 @@ class PostgresProcessor:
                 if self.conn is not None:
                     await self.conn.close()
                     self.conn = None
-                ceiling = min(
-                    self.options.retry_max_backoff_s,
-                    self.options.retry_initial_backoff_s * 2 ** min(attempt - 1, 20),
-                )
-                wait = ceiling / 2 + random.uniform(0, ceiling / 2)
+                wait = Backoff(
+                    initial=self.options.retry_initial_backoff_s,
+                    cap=self.options.retry_max_backoff_s,
+                    jitter=0.5,
+                ).wait(attempt)
                 log.warning(
                     "postgres_unavailable",
                     **self._bind,

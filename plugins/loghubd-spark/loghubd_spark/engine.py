@@ -24,7 +24,6 @@ replaced by a complete rewrite.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 import structlog
 
-from loghubd import Ack, Batch, ProcessorContext
+from loghubd import Ack, Backoff, Batch, ProcessorContext
 from loghubd.arrow import (
     SCHEMA,
     Converted,
@@ -56,6 +55,9 @@ log = structlog.get_logger("loghubd.spark")
 # The last flush at shard shutdown must end before the daemon's 30 s processor-shutdown limit.
 SHUTDOWN_BUDGET_S = 25.0
 MAX_RETRY_BACKOFF_S = 30.0
+# A failed timed write (max_delay, retries of a failed write), and a shard's last write.
+TIMER_BACKOFF = Backoff(initial=0.5, cap=MAX_RETRY_BACKOFF_S, jitter=0.5)
+SHUTDOWN_BACKOFF = Backoff(initial=0.5, cap=5.0)
 GC_INTERVAL_S = 300.0  # write-ahead entries below the committed checkpoints are deleted
 
 
@@ -468,18 +470,19 @@ class Engine:
         of `shard` could not be written is forgotten, so it never reaches the sink after the
         shard may have gone to another consumer (it was never acked: it will be read again)."""
         deadline = time.monotonic() + SHUTDOWN_BUDGET_S
-        backoff = 0.5
+        failures = 0
         while True:
             remaining = deadline - time.monotonic()
             try:
                 self.flush("shutdown", timeout=max(1.0, remaining))
                 break
             except Exception as exc:
-                if remaining < backoff + 1.0:
+                failures += 1
+                wait = SHUTDOWN_BACKOFF.wait(failures)
+                if remaining < wait + 1.0:
                     log.error("spark_shutdown_write_failed", shard=shard, error=str(exc)[:1000])
                     break
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                time.sleep(wait)
         self._forget_shard(shard)
 
     def _remove_partitions(self, batch: str) -> None:
@@ -520,7 +523,7 @@ class Engine:
     def _run_timer(self) -> None:
         tick = min(0.2, self.options.max_delay / 4)
         retry_at = 0.0
-        backoff = 0.0
+        failures = 0
         gc_at = time.monotonic() + GC_INTERVAL_S
         while not self._stop.wait(tick):
             now = time.monotonic()
@@ -535,12 +538,13 @@ class Engine:
                 continue
             try:
                 self.flush("max_delay" if not failed else "retry")
-                backoff, retry_at = 0.0, 0.0
+                failures, retry_at = 0, 0.0
             except Exception as exc:
-                backoff = min(MAX_RETRY_BACKOFF_S, max(0.5, backoff * 2))
-                retry_at = time.monotonic() + backoff / 2 + random.uniform(0, backoff / 2)
+                failures += 1
+                wait = TIMER_BACKOFF.wait(failures)
+                retry_at = time.monotonic() + wait
                 log.warning(
-                    "spark_timer_write_failed", retry_in_s=round(backoff, 2), error=str(exc)[:500]
+                    "spark_timer_write_failed", retry_in_s=round(wait, 2), error=str(exc)[:500]
                 )
 
     # -- recovery and housekeeping ---------------------------------------------------------------
