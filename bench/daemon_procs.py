@@ -100,7 +100,10 @@ class Daemon(Consumer):
             s, body = self.get("/status")
         except (OSError, urllib.error.URLError):
             return None
-        return json.loads(body) if s == 200 else None
+        if s != 200:
+            return None
+        doc: dict[str, Any] = json.loads(body)
+        return {**doc["sources"][0], **doc}  # the (only) source's fields at the top level
 
 
 def start_daemon(

@@ -1,8 +1,8 @@
 """The daemon's ops views, built from the consumer's read-only snapshot only.
 
 `readiness` turns source snapshots into the `/readyz` verdict (the rules are `health`'s,
-pure); `status` is the `/status` document: the first source's fields at the top level (what
-a single-source daemon always showed) and every source under `sources`. Neither looks at a
+pure); `status` is the `/status` document: the consumer name and every source under
+`sources`. Neither looks at a
 live object: a new view (the console, a CLI) is a function of `DaemonSnapshot` too.
 """
 
@@ -126,7 +126,7 @@ def _iso(when: float) -> str:
 
 
 def status(daemon: DaemonSnapshot) -> dict[str, Any]:
-    """`/status`: the first source's fields at the top level, and every source."""
+    """`/status`: the daemon's consumer name and every source, each once (it used to repeat
+    the first source at the top level: every shard twice)."""
     sources = [source_status(s) for s in daemon.sources]
-    first = {k: v for k, v in sources[0].items() if k not in ("name", "state", "error")}
-    return {**first, "sources": sources}
+    return {"consumer": sources[0]["consumer"], "sources": sources}

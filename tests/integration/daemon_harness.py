@@ -236,9 +236,10 @@ class Daemon:
             return data
 
     def status(self) -> dict[str, Any]:
-        """GET /status: `held` (what the heartbeat reports) and per-shard `shards`."""
-        result: dict[str, Any] = json.loads(self._get("/status"))
-        return result
+        """GET /status, with the first source's fields (`held`, what the heartbeat reports,
+        per-shard `shards` ...) merged in at the top level for single-source tests."""
+        doc: dict[str, Any] = json.loads(self._get("/status"))
+        return {**doc["sources"][0], **doc}
 
     def held(self) -> frozenset[int]:
         return frozenset(self.status()["held"])
