@@ -20,13 +20,17 @@ One flush = one Spark write covering every buffered shard:
 A write that fails stays the *pending write*: it is retried as it is (same batch id, same
 batches, same entry) before anything else is written, so its partitions are only ever
 replaced by a complete rewrite.
+
+Why one module of some 560 lines: the buffer, the pending write, the timer and recovery share
+one lock and one write-ahead log, and each step above relies on what the others hold under
+that lock; split over modules, those invariants would be spread too. The buffered values
+themselves (`Item`, `PendingWrite`) live in `items`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -41,10 +45,10 @@ from loghubd.arrow import (
     split_log_groups,
     steps_per_group,
 )
-from loghubd.protocol import cursor as cursors
-from loghubd.wal import COMMITTED, Entry, Lease, Range, Wal, new_batch_id
+from loghubd.wal import COMMITTED, Entry, Lease, Wal, new_batch_id
 from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
+from loghubd_spark.items import Item, PendingWrite
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.runner import SparkError, SparkRunner
 from loghubd_spark.source import committed_checkpoints, pull_ranges
@@ -63,62 +67,6 @@ GC_INTERVAL_S = 300.0  # write-ahead entries below the committed checkpoints are
 
 class WaitForWriter(SparkError):
     """Another live process is writing (or recovering) the same source range: retry later."""
-
-
-@dataclass(eq=False)
-class Item:
-    """One daemon batch in the buffer (possibly trimmed to the log groups not yet written)."""
-
-    shard: int
-    cursor: str
-    next_cursor: str
-    start: int | None  # position of `cursor` when positions step by one per log group
-    group_count: int
-    data: Converted
-    acks: list[Ack]
-    added: float = field(default_factory=time.monotonic)
-
-    @property
-    def key(self) -> tuple[int, str]:
-        return (self.shard, self.cursor)
-
-    @property
-    def rows(self) -> int:
-        return self.data.rows
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.table.nbytes)
-
-    def ranges(self) -> list[Range]:
-        """The source ranges this item holds: runs of consecutive converted groups."""
-        if self.start is None:
-            return [Range(self.shard, self.cursor, self.next_cursor)]
-        out: list[Range] = []
-        groups = self.data.groups
-        i = 0
-        while i < len(groups):
-            j = i
-            while j + 1 < len(groups) and groups[j + 1] == groups[j] + 1:
-                j += 1
-            a, b = self.start + groups[i], self.start + groups[j] + 1
-            out.append(Range(self.shard, cursors.encode(a), cursors.encode(b)))
-            i = j + 1
-        return out
-
-
-@dataclass(eq=False)
-class PendingWrite:
-    entry: Entry
-    items: list[Item]
-    lease: Lease | None = None
-    attempts: int = 0
-
-    def find(self, key: tuple[int, str]) -> Item | None:
-        return next((it for it in self.items if it.key == key), None)
-
-    def table(self) -> pa.Table:
-        return pa.concat_tables([it.data.table for it in self.items])
 
 
 def _ack(items: list[Item], lock: threading.Lock) -> None:
