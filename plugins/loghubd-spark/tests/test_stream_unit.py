@@ -9,15 +9,12 @@ from typing import Any
 
 import pytest
 from loghubd_spark import LogHubDataSource
+from loghubd_spark.planning import ShardInfo, admit, lineage, plan
 from loghubd_spark.stream import (
     LogHubStreamReader,
     OptionError,
-    ShardInfo,
     StreamOptions,
-    admit,
-    lineage,
     partitions,
-    plan,
 )
 from loghubd_spark.stream_app import StreamConfigError, parse
 
