@@ -16,7 +16,7 @@ from loghubd_spark.stream import (
     StreamOptions,
     partitions,
 )
-from loghubd_spark.stream_app import StreamConfigError, parse
+from loghubd_spark.stream_config import StreamConfigError, parse
 
 from loghubd.arrow import SCHEMA
 from loghubd.protocol import cursor as cursors
