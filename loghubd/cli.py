@@ -195,7 +195,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _port_taken(exc: BaseException) -> bool:
     import errno
 
-    from loghubd.admin.errors import leaves
+    from loghubd.errors import leaves
 
     return any(isinstance(e, OSError) and e.errno == errno.EADDRINUSE for e in leaves(exc))
 
@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:
-        from loghubd.admin.errors import leaves
+        from loghubd.errors import leaves
 
         if all(isinstance(e, BrokenPipeError) for e in leaves(exc)):
             _quiet_stdout()  # e.g. `loghubd status | head`: the reader had enough

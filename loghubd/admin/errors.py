@@ -24,6 +24,7 @@ import errno
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from loghubd.errors import leaves
 from loghubd.protocol import errors as E
 from loghubd.sls import Unreachable
 
@@ -65,16 +66,6 @@ def check_endpoint(text: str, flag: str = "--endpoint") -> str:
             "(e.g. http://127.0.0.1:7100) or https://REGION.log.aliyuncs.com for SLS",
         )
     return text
-
-
-def leaves(exc: BaseException) -> list[BaseException]:
-    """The exceptions inside (nested) exception groups, or [exc]."""
-    if isinstance(exc, BaseExceptionGroup):
-        out: list[BaseException] = []
-        for inner in exc.exceptions:
-            out += leaves(inner)
-        return out
-    return [exc]
 
 
 def explain(exc: BaseException, ctx: Context) -> tuple[int, str] | None:

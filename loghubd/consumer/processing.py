@@ -20,6 +20,7 @@ import anyio
 import structlog
 
 from loghubd.backoff import Backoff
+from loghubd.errors import describe_error
 from loghubd.files import write_durably
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
@@ -154,17 +155,6 @@ async def start_with_retry(
         if attempt > 1:
             failing("")
         return processor
-
-
-def describe_error(exc: BaseException) -> str:
-    """`repr(exc)`, plus the file it is about when an OSError names one its text lacks
-    (`FileNotFoundError(2, 'No such file or directory')` says nothing of the path)."""
-    text = repr(exc)
-    if isinstance(exc, OSError):
-        for name in (exc.filename, exc.filename2):
-            if name is not None and str(name) not in text:
-                text += f" (path {name})"
-    return text
 
 
 def _write_dead_letter(directory: Path, batch: Batch, exc: BaseException, attempts: int) -> Path:

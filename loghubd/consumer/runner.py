@@ -36,6 +36,7 @@ from loghubd.consumer.shard import ShardContext
 from loghubd.consumer.snapshot import HeartbeatSnapshot, SourceSnapshot
 from loghubd.consumer.startup import StartupError, ensure_group, retry_until_ok
 from loghubd.consumer.supervisor import Supervisor, Waker
+from loghubd.errors import describe_error
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import ProcessorContext
 from loghubd.plugins.loaded import LoadedFactory
@@ -205,7 +206,7 @@ class SourceRunner:
             try:
                 await self._run(stop, started_once)
             except Exception as exc:
-                self.state, self.error, self.clean = "failed", repr(exc)[:500], False
+                self.state, self.error, self.clean = "failed", describe_error(exc)[:500], False
                 log.exception("source_crashed", **self._bind, error=self.error)
             finally:
                 if self.state == "starting":

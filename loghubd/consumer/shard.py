@@ -44,6 +44,7 @@ from loghubd.consumer.processing import (
 )
 from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot
 from loghubd.consumer.tracking import ShardTracker
+from loghubd.errors import describe_error
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.loaded import LoadedFactory, LoadedProcessor
@@ -240,8 +241,8 @@ class ShardTask:
             self.status.state = "consuming"
             await self._consume()
         except Exception as exc:
-            self.status.state, self.status.reason = "failed", repr(exc)[:300]
-            log.error("shard_failed", **self._bind, error=repr(exc)[:500])
+            self.status.state, self.status.reason = "failed", describe_error(exc)[:300]
+            log.error("shard_failed", **self._bind, error=describe_error(exc)[:500])
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish()

@@ -29,6 +29,7 @@ import structlog
 from yarl import URL
 
 from loghubd.backoff import Backoff
+from loghubd.errors import leaves
 from loghubd.models import Batch
 from loghubd.plugins.api import Tracker
 from loghubd.processors.options import check_options
@@ -179,10 +180,7 @@ class HttpProcessor:
                         tg.start_soon(send, index, body)
         except ExceptionGroup as group:
             # One refused request fails the batch; report the first reason, not a group.
-            first = group.exceptions[0]
-            while isinstance(first, ExceptionGroup):
-                first = first.exceptions[0]
-            raise first from None
+            raise leaves(group)[0] from None
         del self._acked[batch.cursor]
         tracker.save_checkpoint(persist=False)
 

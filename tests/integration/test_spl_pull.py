@@ -327,4 +327,9 @@ def test_a_daemon_with_a_refused_query_stops_its_shards_and_says_why(
     # refused once per shard, not retried in a loop
     assert len(events) == 2
     assert daemon.metric("loghubd_consumed_logs_total") == 0
-    assert daemon.stop() == 0, daemon.log_tail()
+    # The shards stopped on a failure: the exit code says so (#18), and the reason names the
+    # refusal itself, not the task group that carried it.
+    assert daemon.stop() == 1, daemon.log_tail()
+    failed = daemon.events("shard_failed")
+    assert failed, daemon.log_tail()
+    assert all(e["error"].startswith("ParameterInvalid(") for e in failed), failed

@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from loghubd.backoff import Backoff
-from loghubd.consumer.processing import RetryPolicy, ShardStopped, describe_error, start_with_retry
+from loghubd.consumer.processing import RetryPolicy, ShardStopped, start_with_retry
+from loghubd.errors import describe_error
 from loghubd.ops.metrics import Metrics
 
 FAST = Backoff(initial=0.001, cap=0.002, jitter=0.0)
