@@ -32,6 +32,10 @@ let go" (``owner := next``), "next timed out or left" and "balancing cancels the
 (both: the owner keeps it); 9 covers "the owner timed out or left" and "the owner let go".
 Deleting a shard (``ShardsRemoved``: a read-only shard's data expired) is not an edge: the
 machine of that shard simply ends.
+
+Why one module of ~620 lines: the rules above are one invariant set over one data type.
+Splitting the balancing from the transitions would put Rule 5 and Rule 6 on two sides of a
+module boundary that both must see; the file is the unit that the stateful tests check.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ Log groups are stored as the serialized LogGroup bytes the client sent (after de
 keyed by (logstore, shard, seq); PullLogs frames them into a LogGroupList without decoding.
 Positions (`seq`) count log groups within a shard from 0 and are never reused, so expiry only
 raises a shard's `min_seq`.
+
+Why one module of ~550 lines: every SQL statement against the schema is here, next to the
+schema, so a change of a table is one file to read; the methods are thin and independent.
 """
 
 from __future__ import annotations

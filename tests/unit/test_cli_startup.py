@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loghubd import cli
+from loghubd import cli, commands
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def test_the_collector_is_off_during_start_up_and_frozen_objects_stay_out_of_it(
 ) -> None:
     gc.unfreeze()
     gc.enable()
-    with cli._startup():
+    with commands.startup():
         assert not gc.isenabled()
         made_at_start_up = [[i] for i in range(1000)]
     assert gc.isenabled()
@@ -40,7 +40,7 @@ def test_the_collector_is_off_during_start_up_and_frozen_objects_stay_out_of_it(
 
 def test_a_start_up_that_fails_leaves_the_collector_on(collector: None) -> None:
     gc.enable()
-    with pytest.raises(RuntimeError), cli._startup():
+    with pytest.raises(RuntimeError), commands.startup():
         raise RuntimeError("bad plugin")
     assert gc.isenabled()
 
@@ -51,7 +51,7 @@ def test_bad_configuration_exits_2_with_the_collector_on(
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[consumer]\nno_such_key = 1\n")
     gc.enable()
-    # _cmd_run, not main(): main() would point structlog at this test's captured stderr
-    assert cli._cmd_run(cli.build_parser().parse_args(["run", "-c", str(cfg)])) == 2
+    # cmd_run, not main(): main() would point structlog at this test's captured stderr
+    assert commands.cmd_run(cli.build_parser().parse_args(["run", "-c", str(cfg)])) == 2
     assert gc.isenabled()
     assert "no_such_key" in capsys.readouterr().err
