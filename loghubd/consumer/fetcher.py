@@ -114,6 +114,8 @@ class FetchStatus:
     caught_up: bool = False
     lag_log_groups: int | None = None
     lag_seconds: float | None = None
+    # Unix time the log group at `cursor` was written (None: caught up, or not measured yet)
+    cursor_time: float | None = None
     last_pull: float = 0.0  # monotonic
     logs_per_group: float = 1.0  # recent average, kept by the shard task
 
@@ -336,11 +338,11 @@ async def _probe_lag(
     metrics.lag_log_groups.labels(label).set(groups)
     metrics.lag_logs.labels(label).set(groups * status.logs_per_group)
     if groups == 0:
-        status.lag_seconds = 0.0
+        status.lag_seconds, status.cursor_time = 0.0, None
     else:
         try:
             at = await client.cursor_time(logstore, shard, cursor)
         except E.SlsError:
             return
-        status.lag_seconds = max(0.0, time.time() - at)
+        status.lag_seconds, status.cursor_time = max(0.0, time.time() - at), float(at)
     metrics.lag_seconds.labels(label).set(status.lag_seconds or 0.0)

@@ -449,6 +449,7 @@ class ShardTask:
             caught_up=status.caught_up,
             lag_log_groups=fetch.lag_log_groups,
             lag_seconds=fetch.lag_seconds,
+            cursor_time=None if status.caught_up else fetch.cursor_time,
             seconds_since_progress=now - status.last_progress,
             seconds_since_pull=now - (fetch.last_pull or started_at),
             checkpoint_age=self.checkpoint_age(),

@@ -46,6 +46,8 @@ class ShardSnapshot:
     caught_up: bool  # read up to the end of the shard, and no batch is failing meanwhile
     lag_log_groups: int | None  # behind the end of the shard (None: not measured yet)
     lag_seconds: float | None
+    cursor_time: float | None  # unix time the log group at `cursor` was written (None: caught
+    # up, or not measured yet)
     seconds_since_progress: float  # since the last batch was finished
     seconds_since_pull: float  # since the last answered pull (or since the source started)
     # Seconds the committed position has been holding back fetched data (0: all committed).

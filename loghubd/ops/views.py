@@ -82,6 +82,7 @@ def source_status(source: SourceSnapshot) -> dict[str, Any]:
                 "processor_error": s.processor_error,
                 # readable forms (issue #18): positions as log-group numbers, the lag in words
                 "position": readable_position(s.shard, s.cursor),
+                "position_written_at": None if s.cursor_time is None else _iso(s.cursor_time),
                 "checkpoint_position": readable_position(s.shard, s.checkpoint),
                 "behind": behind(s.lag_log_groups, s.lag_seconds, s.caught_up),
                 "last_error": None

@@ -31,6 +31,7 @@ def snap(
         caught_up=False,
         lag_log_groups=0,
         lag_seconds=lag,
+        cursor_time=None,
         seconds_since_progress=0.0,
         seconds_since_pull=0.0,
         checkpoint_age=0.0,

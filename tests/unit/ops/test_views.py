@@ -1,0 +1,39 @@
+"""`/status` in words an operator reads: positions, the time they were written, the lag."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from loghubd.ops import views
+from tests.unit.console.test_daemon_data import snap
+
+
+def shard_status(**changes: object) -> dict[str, object]:
+    daemon = snap(0.0)
+    source = daemon.sources[0]
+    shard = dataclasses.replace(source.shards[0], **changes)
+    shards: list[dict[str, object]] = views.source_status(
+        dataclasses.replace(source, shards=(shard,))
+    )["shards"]
+    return shards[0]
+
+
+def test_a_shard_behind_shows_when_the_data_at_its_position_was_written() -> None:
+    row = shard_status(lag_log_groups=12, lag_seconds=4.2, cursor_time=1_764_000_000.0)
+    assert row["position_written_at"] == "2025-11-24T16:00:00Z"
+    assert row["behind"] == "12 log groups, oldest unread written 4s ago"
+
+
+@pytest.mark.parametrize(
+    ("changes", "behind"),
+    [
+        ({"caught_up": True, "lag_log_groups": 0}, "caught up"),
+        ({"lag_log_groups": None, "lag_seconds": None}, "not measured yet"),
+    ],
+)
+def test_no_time_when_caught_up_or_not_measured(changes: dict[str, object], behind: str) -> None:
+    row = shard_status(cursor_time=None, **changes)
+    assert row["position_written_at"] is None
+    assert row["behind"] == behind
