@@ -155,6 +155,9 @@ def test_a_drained_readonly_shard_commits_its_end_and_finishes() -> None:
     async def body(t: ShardTask) -> None:
         await until(lambda: finished, "on_finished")
         assert t.status.state == "finished" and client.saved[0] == at(2)
+        # Let the state sampler (1 ms timer, due before this one) record "finished" before
+        # the stop replaces it: without this the two tasks race on a busy machine.
+        await anyio.sleep(0.01)
         t.request_stop()
 
     states, _ = anyio.run(run, task, body)
