@@ -103,8 +103,8 @@ def test_a_window_ending_in_the_future_is_consumed_until_then(daemon_pool: Pool)
     pool.admin.create_logstore("live", SHARDS)
     pool.produce("live", count=N, group_size=50, prefix="a").wait()
     # `end` must stay ahead until the "b" logs are written: the daemon's start and a
-    # `loghubd produce` process take a few seconds on a busy machine (4 s was too short).
-    end = int(time.time()) + 8
+    # `loghubd produce` process take a few seconds on a busy machine (4 s and 8 s were too short).
+    end = int(time.time()) + 15
     daemon = pool.daemon("live", "until", "until", consumer={"end": end})
     daemon.wait_ready()
     pool.produce("live", count=N, group_size=50, prefix="b").wait()

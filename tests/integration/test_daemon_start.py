@@ -72,10 +72,11 @@ def test_expired_cursor_restarts_at_the_beginning_of_retained_data(
     loghubd_server_factory: Callable[..., ServerProcess],
     daemon_pools: Callable[[ServerProcess], Pool],
 ) -> None:
-    # One TTL day lasts 3 s here: long enough for a daemon to start before fresh data
+    # One TTL day lasts 8 s here: long enough for a daemon to start before fresh data
     # expires, so "the beginning of the retained data" is observable (not just "the end").
+    # (3 s was too short on a loaded machine: the daemon's start-up alone can take that long.)
     server = loghubd_server_factory(
-        "ttl-server", extra_args=["--ttl-day-seconds", "3", "--expire-interval", "0.5"]
+        "ttl-server", extra_args=["--ttl-day-seconds", "8", "--expire-interval", "0.5"]
     )
     pool = daemon_pools(server)
     ls, group = "short", "ttl-group"
@@ -93,7 +94,7 @@ def test_expired_cursor_restarts_at_the_beginning_of_retained_data(
     after_b = cursors.to_seq(0, pool.admin.cursor(ls, 0, "end"))
     wait_until(
         lambda: cursors.to_seq(0, pool.admin.cursor(ls, 0, "begin")) >= after_b,
-        15,
+        25,
         "the logs written while the daemon was stopped did not expire",
         interval=0.2,
     )
