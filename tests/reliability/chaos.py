@@ -482,10 +482,30 @@ class ChaosRun(ClusterRun):
                         "daemon": d.name,
                         "event": ev["event"],
                         "t": round(t, 1),
-                        "explained_by": f"stop_long at {stops[0].t:.1f}s" if stops else "",
+                        "explained_by": f"stop_long at {stops[0].t:.1f}s"
+                        if stops
+                        else self._stacked_silence(d.name, t),
                     }
                 )
         return out
+
+    def _stacked_silence(self, daemon: str, t: float) -> str:
+        """A short SIGSTOP and a server restart each stay inside the lease, but one right
+        after the other add up: the daemon cannot heartbeat while stopped, and then not while
+        the server is down. Such a lease loss is explained by the two faults together."""
+        timeout = self.cfg.timeout
+        for stop in self.events:
+            if stop.kind != "stop_short" or stop.target != daemon:
+                continue
+            silent_until = stop.t + stop.detail["paused_s"]
+            for restart in self.events:
+                if (
+                    restart.kind == "server_restart"
+                    and stop.t <= restart.t <= silent_until + timeout
+                    and stop.t <= t <= restart.t + restart.detail["down_s"] + 2 * timeout
+                ):
+                    return f"stop_short at {stop.t:.1f}s + server_restart at {restart.t:.1f}s"
+        return ""
 
     def analyse(self) -> dict[str, Any]:
         cfg = self.cfg
