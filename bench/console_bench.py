@@ -146,6 +146,7 @@ def daemon_page(rounds: int, requests: int) -> dict[str, list[float]]:
                 caught_up=s % 2 == 0,
                 lag_log_groups=s % 7,
                 lag_seconds=float(s % 5),
+                cursor_time=None if s % 2 == 0 else when - float(s % 5),
                 seconds_since_progress=0.0,
                 seconds_since_pull=0.0,
                 checkpoint_age=0.0,
