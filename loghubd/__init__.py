@@ -15,6 +15,7 @@ from loghubd.backoff import Backoff
 from loghubd.models import Batch, Record
 from loghubd.plugins.api import (
     Ack,
+    BatchRejected,
     Bindable,
     CliCommand,
     Closable,
@@ -52,6 +53,7 @@ __all__ = [
     "Ack",
     "Backoff",
     "Batch",
+    "BatchRejected",
     "Bindable",
     "CliCommand",
     "Closable",

@@ -3,7 +3,8 @@ sync or async was decided when it was made, `loghubd.plugins.loaded`).
 
 A failing batch is retried with exponential backoff and jitter, never skipped silently and
 never in a tight loop. After `max_attempts` (0 = unlimited) the policy decides: keep
-retrying, write the batch to the dead-letter directory and go on, or stop the shard.
+retrying, write the batch to the dead-letter directory and go on, or stop the shard. A
+processor that raises `BatchRejected` (retrying cannot help) gets the policy at once.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import anyio
 import structlog
 
 from loghubd.backoff import Backoff
-from loghubd.errors import describe_error
+from loghubd.errors import describe_error, leaves
 from loghubd.files import write_durably
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
-from loghubd.plugins.api import Tracker
+from loghubd.plugins.api import BatchRejected, Tracker
 from loghubd.plugins.loaded import LoadedProcessor
 
 log = structlog.get_logger("loghubd.worker")
@@ -81,16 +82,19 @@ async def process_with_retry(
         try:
             result = await processor.process(batch, tracker)
         except Exception as exc:
-            failing(f"attempt {attempt} at cursor {batch.cursor}: {exc!r}"[:300])
+            error = describe_error(exc)
+            rejected = any(isinstance(e, BatchRejected) for e in leaves(exc))
+            failing(f"attempt {attempt} at cursor {batch.cursor}: {error}"[:300])
             metrics.processor_errors.labels(str(batch.shard)).inc()
             log.warning(
                 "process_failed",
                 **bind,
                 attempt=attempt,
                 cursor=batch.cursor,
-                error=repr(exc)[:500],
+                rejected=rejected,
+                error=error[:500],
             )
-            if policy.max_attempts and attempt >= policy.max_attempts:
+            if rejected or (policy.max_attempts and attempt >= policy.max_attempts):
                 if policy.on_failure == "dead_letter":
                     path = await anyio.to_thread.run_sync(
                         _write_dead_letter, policy.dead_letter_dir, batch, exc, attempt
@@ -101,7 +105,8 @@ async def process_with_retry(
                     log.error("batch_dead_lettered", **bind, cursor=batch.cursor, path=str(path))
                     return DeadLettered(path)
                 if policy.on_failure == "stop":
-                    reason = f"processor failed {attempt} times at cursor {batch.cursor}: {exc!r}"
+                    how = "rejected the batch" if rejected else f"failed {attempt} times"
+                    reason = f"processor {how} at cursor {batch.cursor}: {error}"
                     log.error("shard_stopped_on_failure", **bind, reason=reason[:500])
                     return ShardStopped(reason)
             wait = policy.backoff.wait(attempt)
@@ -169,7 +174,8 @@ def _write_dead_letter(directory: Path, batch: Batch, exc: BaseException, attemp
         "next_cursor": batch.next_cursor,
         "log_groups": batch.group_count,
         "attempts": attempts,
-        "error": repr(exc),
+        "error": describe_error(exc),
+        "rejected": any(isinstance(e, BatchRejected) for e in leaves(exc)),
         "traceback": "".join(traceback.format_exception(exc)),
         "data": raw_path.name,
     }

@@ -46,6 +46,14 @@ class Ack(Protocol):
         """The batch is safely written. `persist=True` asks for a commit now."""
 
 
+class BatchRejected(Exception):
+    """Raise it (or a subclass) from `process` when trying the same batch again cannot help: a
+    sink that refused the data itself (HTTP 400, a value its column cannot hold). The failure
+    policy applies at once, without the `max_attempts` retries: `dead_letter` sets the batch
+    aside, `stop` stops the shard, and `retry` (the default) keeps retrying with backoff, as
+    it says. Any other exception is retried `max_attempts` times first."""
+
+
 @runtime_checkable
 class Processor(Protocol):
     """One instance per shard."""

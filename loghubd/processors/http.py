@@ -4,10 +4,11 @@ A batch is cut into requests of `batch_size` logs (one JSON object per line, opt
 gzipped), sent with up to `concurrency` requests in flight per shard. A request is done when
 the endpoint answers 2xx. 429, 5xx, time-outs and connection errors are retried with
 exponential backoff and jitter, waiting at least what a `Retry-After` header asks; any other
-answer (4xx) fails the batch, which then follows the daemon's failure policy
-(`consumer.max_attempts` / `on_failure`). The shard's checkpoint moves only once every request
-of the batch was acknowledged, so a crash re-sends, never skips: **at least once**. When the
-daemon retries a failed batch, the requests already acknowledged are not sent again.
+answer (4xx) rejects the batch (`BatchRejected`): the daemon's failure policy
+(`consumer.on_failure`) applies at once, without `max_attempts` retries. The shard's
+checkpoint moves only once every request of the batch was acknowledged, so a crash re-sends,
+never skips: **at least once**. When the daemon retries a failed batch, the requests already
+acknowledged are not sent again.
 
 Each request carries `X-Loghubd-Shard`, `X-Loghubd-Cursor` (where its batch starts) and
 `X-Loghubd-Part` (`<index>/<count>` within the batch): a receiver that wants exactly once can
@@ -31,7 +32,7 @@ from yarl import URL
 from loghubd.backoff import Backoff
 from loghubd.errors import leaves
 from loghubd.models import Batch
-from loghubd.plugins.api import Tracker
+from loghubd.plugins.api import BatchRejected, Tracker
 from loghubd.processors.options import check_options
 
 log = structlog.get_logger("loghubd.http")
@@ -40,8 +41,9 @@ PREFIX = "processor.http"
 MAX_RETRY_AFTER_S = 300.0  # a Retry-After longer than this is taken as this
 
 
-class HttpRejected(Exception):
-    """The endpoint refused a request with a status that retrying cannot fix (4xx)."""
+class HttpRejected(BatchRejected):
+    """The endpoint refused a request with a status that retrying cannot fix (4xx): the
+    failure policy applies at once, without the `max_attempts` retries."""
 
 
 class GaveUp(Exception):

@@ -172,7 +172,7 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
             "http",
             processor="http",
             processor_options={"url": receiver.url},
-            consumer={"max_attempts": 2, "on_failure": "dead_letter"},
+            consumer={"max_attempts": 5, "on_failure": "dead_letter"},
         ).wait_ready()
         wait_until(lambda: daemon.events("batch_dead_lettered"), 30, daemon.log_tail)
         assert daemon.stop() == 0, daemon.log_tail()
@@ -180,9 +180,11 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
         receiver.stop()
     notes = list((daemon.dead_letter / "shard-0").glob("*.json"))
     assert len(notes) == 1
-    error = json.loads(notes[0].read_text())["error"]
-    assert "answered 400" in error and "answer 400" in error, error
-    assert receiver.requests == 2  # one per attempt: a 4xx is not retried by the processor
+    note = json.loads(notes[0].read_text())
+    assert "answered 400" in note["error"] and "answer 400" in note["error"], note
+    # Sending it again cannot help: the policy applies at once, not after max_attempts.
+    assert note["rejected"] is True and note["attempts"] == 1, note
+    assert receiver.requests == 1
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from loghubd import BatchRejected
 from loghubd_postgres.options import Options
 
 _INT_RANGES = {
@@ -40,8 +41,9 @@ def _escape(text: str) -> str:
     return text
 
 
-class BadRow(ValueError):
-    """A log that cannot become a row of the table (its index, the log, the reason)."""
+class BadRow(BatchRejected, ValueError):
+    """A log that cannot become a row of the table (its index, the log, the reason). Trying
+    again cannot help: the daemon's failure policy applies at once."""
 
 
 def _text(value: Any) -> str:
