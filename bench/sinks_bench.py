@@ -2,8 +2,10 @@
 
 - `parquet`: the `parquet` processor over a 2,000,000-log backlog (20 batches of 1,000 log
   groups of 100 logs, from the wire bytes) vs plain pyarrow writing the same rows
-  (`pq.write_table` of the same Arrow tables, zstd, 1,000,000 rows a file). CPU seconds of
-  this process (the processor runs here, as in a daemon's worker threads).
+  (`pq.write_table` of the same Arrow tables, zstd, 1,000,000 rows a file) and the `spark`
+  processor writing the same batches (`--spark MASTER`, default local[2]; its CPU includes the
+  JVM's). CPU seconds of this process (the processor runs here, as in a daemon's worker
+  threads).
 - `postgres`: the `postgres` processor (exactly once: positions in the transaction) vs a plain
   COPY loop of the same rows into the same server (one transaction per batch, rows from
   `batch.logs()` written with psycopg's `write_row`), rows per wall second; and the cost of
@@ -19,6 +21,7 @@ Repetitions are interleaved (A, B, A, B, ...) and reported as min / median / max
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import statistics
@@ -26,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,27 +45,7 @@ from loghubd import Batch, ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.protocol.signing import Credentials
-from loghubd.testing import free_port
-
-
-class Tracker:
-    def __init__(self) -> None:
-        self.acks = 0
-
-    def save_checkpoint(self, persist: bool = True) -> None:
-        self.acks += 1
-
-    def get_checkpoint(self) -> str:
-        return ""
-
-    def defer(self) -> Any:
-        tracker = self
-
-        class Ack:
-            def done(self, persist: bool = False) -> None:
-                tracker.acks += 1
-
-        return Ack()
+from loghubd.testing import RecordingTracker, free_port
 
 
 def context() -> ProcessorContext:
@@ -107,7 +90,9 @@ def interleaved(reps: int, phases: dict[str, Callable[[], float]]) -> dict[str, 
 # -- parquet -----------------------------------------------------------------------------------
 
 
-def bench_parquet(reps: int, quick: bool, max_rows: int = 100_000) -> dict[str, Any]:
+def bench_parquet(
+    reps: int, quick: bool, max_rows: int = 100_000, spark: str | None = None
+) -> dict[str, Any]:
     from loghubd.processors.parquet import ParquetFactory
 
     count = 4 if quick else 20
@@ -124,14 +109,14 @@ def bench_parquet(reps: int, quick: bool, max_rows: int = 100_000) -> dict[str, 
         factory = ParquetFactory({"path": str(out), "max_rows": max_rows})
         factory.bind(context())
         p = factory(0)
-        t = Tracker()
+        t = RecordingTracker()
         started = time.process_time()
         p.initialize(0)
         for b in batches:
             p.process(b, t)
         p.shutdown(t)
         cpu = time.process_time() - started
-        assert t.acks == len(batches)
+        assert len(t.acked) + len(t.saved) == len(batches), t
         return total / cpu
 
     def plain() -> float:
@@ -159,19 +144,52 @@ def bench_parquet(reps: int, quick: bool, max_rows: int = 100_000) -> dict[str, 
             b.arrow()
         return total / (time.process_time() - started)
 
+    phases = {
+        "parquet processor (wire -> files), logs/CPU-s": processor,
+        "plain pyarrow write of the same tables, logs/CPU-s": plain,
+        "batch.arrow() alone, logs/CPU-s": convert,
+    }
     try:
         print(f"parquet: {total:,} logs", flush=True)
-        result = interleaved(
-            reps,
-            {
-                "parquet processor (wire -> files), logs/CPU-s": processor,
-                "plain pyarrow write of the same tables, logs/CPU-s": plain,
-                "batch.arrow() alone, logs/CPU-s": convert,
-            },
-        )
+        with spark_phase(spark, batches, work / "spark", max_rows) as run_spark:
+            if run_spark is not None:
+                phases["spark processor (wire -> files), logs/CPU-s of process + JVM"] = run_spark
+            result = interleaved(reps, phases)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"logs": total, **result}
+
+
+@contextlib.contextmanager
+def spark_phase(
+    master: str | None, batches: list[Batch], path: Path, max_rows: int
+) -> Iterator[Callable[[], float] | None]:
+    """The `spark` processor (plugins/loghubd-spark) writing the same batches as Parquet, on
+    one SparkSession started here (its start is not measured; one warm-up write is done):
+    logs per CPU second of this process and its JVM. None when `master` is None."""
+    if master is None:
+        yield None
+        return
+    import spark_bench
+    from loghubd_spark.runner import SparkRunner
+
+    runner = SparkRunner(master, {"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
+    runner.start()
+    spark = runner.spark
+    spark.sparkContext.setLogLevel("ERROR")
+    total = sum(b.log_count for b in batches)
+
+    def run() -> float:
+        for b in batches:
+            b._cache.clear()
+        *_, cpu = spark_bench.run_processor(spark, master, [batches], path, max_rows)
+        return total / cpu
+
+    try:
+        spark_bench.run_processor(spark, master, [batches[:1]], path, max_rows)  # warm up
+        yield run
+    finally:
+        runner.stop()
 
 
 # -- postgres ----------------------------------------------------------------------------------
@@ -213,9 +231,9 @@ def bench_postgres(reps: int, quick: bool) -> dict[str, Any]:
             started = time.perf_counter()
             for b in batches:
                 b._cache.clear()
-                await p.process(b, Tracker())
+                await p.process(b, RecordingTracker())
             elapsed = time.perf_counter() - started
-            await p.shutdown(Tracker())
+            await p.shutdown(RecordingTracker())
             return elapsed
 
         return total / anyio.run(go)
@@ -359,7 +377,7 @@ def bench_http(reps: int, quick: bool) -> dict[str, Any]:
                     cpu, wall = time.process_time(), time.perf_counter()
                     for b in batches:
                         b._cache.clear()
-                        await p.process(b, Tracker())
+                        await p.process(b, RecordingTracker())
                     return time.perf_counter() - wall, time.process_time() - cpu
                 finally:
                     await factory.close()
@@ -394,14 +412,21 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument(
+        "--spark",
+        default="local[2]",
+        metavar="MASTER",
+        help="Spark master for the spark processor's parquet row ('' leaves it out)",
+    )
     args = ap.parse_args()
     out: dict[str, Any] = {}
     with open("/proc/loadavg") as f:
         out["loadavg_before"] = f.read().split()[:3]
     for part in args.only.split(","):
-        out[part] = {"parquet": bench_parquet, "postgres": bench_postgres, "http": bench_http}[
-            part
-        ](args.reps, args.quick)
+        if part == "parquet":
+            out[part] = bench_parquet(args.reps, args.quick, spark=args.spark or None)
+            continue
+        out[part] = {"postgres": bench_postgres, "http": bench_http}[part](args.reps, args.quick)
     with open("/proc/loadavg") as f:
         out["loadavg_after"] = f.read().split()[:3]
     text = json.dumps(out, indent=2)
