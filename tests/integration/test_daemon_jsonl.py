@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +20,6 @@ from tests.integration.daemon_harness import Pool, delivery_report, short, wait_
 pytestmark = pytest.mark.slow
 
 COUNT = 20_000  # 200 groups of 100 over 2 shards: ~2.6 MB of JSON lines
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "tmpfs"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        pytest.fail(f"this test needs `mount -t tmpfs` (root): {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def at_end(pool: Pool, logstore: str, group: str, shards: int) -> bool:
@@ -70,12 +52,12 @@ def ids_of(raw_lines: list[bytes]) -> list[str]:
 
 
 def test_full_disk_then_grown_no_missing_no_duplicate_and_status_says_why(
-    daemon_pool: Pool, tmpfs: Path
+    daemon_pool: Pool, tiny_tmpfs: Path
 ) -> None:
     pool = daemon_pool
     pool.admin.create_logstore("full", 2)
     pool.produce("full", count=COUNT, group_size=100, prefix="d").wait()
-    out = tmpfs / "out"
+    out = tiny_tmpfs / "out"
     daemon = pool.daemon(
         "full",
         "full-group",
@@ -100,7 +82,7 @@ def test_full_disk_then_grown_no_missing_no_duplicate_and_status_says_why(
     assert all("No space left on device" in s["processor_error"] for s in failing), failing
     wait_until(lambda: len(daemon.events("process_failed")) >= 6, 30, daemon.log_tail)
 
-    subprocess.run(["mount", "-o", "remount,size=64m", str(tmpfs)], check=True)
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_tmpfs)], check=True)
     wait_until(lambda: at_end(pool, "full", "full-group", 2), 60, daemon.log_tail)
     wait_until(
         lambda: all(s["caught_up"] and not s["processor_error"] for s in daemon.status()["shards"]),

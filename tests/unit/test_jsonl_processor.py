@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,20 +18,7 @@ from loghubd.models import Batch
 from loghubd.processors import jsonl
 from loghubd.processors.jsonl import JsonlFactory, JsonlOptions, JsonlProcessor
 from loghubd.protocol import pb
-
-
-class Tracker:
-    def __init__(self) -> None:
-        self.saved = 0
-
-    def save_checkpoint(self, persist: bool = True) -> None:
-        self.saved += 1
-
-    def get_checkpoint(self) -> str:
-        return ""
-
-    def defer(self) -> None:
-        raise NotImplementedError
+from loghubd.testing import RecordingTracker
 
 
 def batch(first: int, count: int, size: int = 40) -> Batch:
@@ -53,8 +39,8 @@ def test_lines_are_batch_jsonl(tmp_path: Path) -> None:
     p = JsonlProcessor(tmp_path, 0)
     p.initialize(0)
     b = batch(0, 5)
-    p.process(b, Tracker())
-    p.shutdown(Tracker())
+    p.process(b, RecordingTracker())
+    p.shutdown(RecordingTracker())
     assert (tmp_path / "shard-0.jsonl").read_bytes() == b.jsonl()
 
 
@@ -63,7 +49,7 @@ def test_injected_enospc_mid_batch_is_cut_back_before_the_retry(
 ) -> None:
     p = JsonlProcessor(tmp_path, 0)
     p.initialize(0)
-    tracker = Tracker()
+    tracker = RecordingTracker()
     p.process(batch(0, 100), tracker)
     real = jsonl.write_all
     calls = {"n": 0}
@@ -77,7 +63,7 @@ def test_injected_enospc_mid_batch_is_cut_back_before_the_retry(
     failing = batch(100, 100)
     with pytest.raises(OSError, match="No space"):
         p.process(failing, tracker)
-    assert calls["n"] == 1 and tracker.saved == 1  # not saved: the batch failed
+    assert calls["n"] == 1 and tracker.saved == [False]  # not saved: the batch failed
     assert ids(tmp_path / "shard-0.jsonl") == list(range(100))  # cut back at once
     monkeypatch.setattr(jsonl, "write_all", real)
     p.process(failing, tracker)
@@ -91,7 +77,7 @@ def test_cut_back_fails_too_the_retry_cuts_first(
 ) -> None:
     p = JsonlProcessor(tmp_path, 0)
     p.initialize(0)
-    p.process(batch(0, 10), Tracker())
+    p.process(batch(0, 10), RecordingTracker())
     real_write, real_truncate = jsonl.write_all, os.ftruncate
 
     def torn(fd: int, data: bytes) -> None:
@@ -104,36 +90,18 @@ def test_cut_back_fails_too_the_retry_cuts_first(
     monkeypatch.setattr(jsonl, "write_all", torn)
     monkeypatch.setattr(os, "ftruncate", refuse)
     with pytest.raises(OSError, match="I/O"):
-        p.process(batch(10, 10), Tracker())
+        p.process(batch(10, 10), RecordingTracker())
     monkeypatch.setattr(jsonl, "write_all", real_write)
     monkeypatch.setattr(os, "ftruncate", real_truncate)
-    p.process(batch(10, 10), Tracker())
-    p.shutdown(Tracker())
+    p.process(batch(10, 10), RecordingTracker())
+    p.shutdown(RecordingTracker())
     assert ids(tmp_path / "shard-0.jsonl") == list(range(20))
-
-
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real 256 KiB tmpfs (needs root, as the test machines run): a full disk for real."""
-    where = tmp_path / "tmpfs"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        pytest.fail(f"this test needs `mount -t tmpfs` (root): {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def test_real_full_tmpfs_then_grown_leaves_no_torn_line_or_duplicate(tiny_tmpfs: Path) -> None:
     p = JsonlProcessor(tiny_tmpfs / "out", 0, JsonlOptions(fsync="batch"))
     p.initialize(0)
-    tracker = Tracker()
+    tracker = RecordingTracker()
     first = failures = 0
     errors: list[int | None] = []
     while first < 5000:
@@ -174,8 +142,8 @@ def test_rotation_by_size_names_and_compresses_closed_files(tmp_path: Path, comp
     p = JsonlFactory({"path": str(tmp_path), "rotate_bytes": 3000, "compress": compress})(2)
     p.initialize(2)
     for first in range(0, 400, 20):
-        p.process(batch(first, 20), Tracker())
-    p.shutdown(Tracker())
+        p.process(batch(first, 20), RecordingTracker())
+    p.shutdown(RecordingTracker())
     closed = sorted(tmp_path.glob("shard-2.*Z.jsonl*"))
     assert len(closed) >= 3
     suffix = {"none": ".jsonl", "gzip": ".jsonl.gz", "zstd": ".jsonl.zst"}[compress]
@@ -196,12 +164,12 @@ def test_rotation_by_size_names_and_compresses_closed_files(tmp_path: Path, comp
 def test_rotation_by_time(tmp_path: Path) -> None:
     p = JsonlFactory({"path": str(tmp_path), "rotate_seconds": 0.2})(0)
     p.initialize(0)
-    p.process(batch(0, 5), Tracker())
-    p.process(batch(5, 5), Tracker())
+    p.process(batch(0, 5), RecordingTracker())
+    p.process(batch(5, 5), RecordingTracker())
     assert not list(tmp_path.glob("shard-0.*Z.jsonl"))
     time.sleep(0.3)
-    p.process(batch(10, 5), Tracker())
-    p.shutdown(Tracker())
+    p.process(batch(10, 5), RecordingTracker())
+    p.shutdown(RecordingTracker())
     [closed] = tmp_path.glob("shard-0.*Z.jsonl")
     assert ids(closed) == list(range(10))
     assert ids(tmp_path / "shard-0.jsonl") == list(range(10, 15))
@@ -212,7 +180,7 @@ def test_a_crash_between_rotation_and_compression_is_finished_at_start(tmp_path:
     left.write_bytes(batch(0, 3).jsonl())
     p = JsonlFactory({"path": str(tmp_path), "compress": "gzip"})(1)
     p.initialize(1)
-    p.shutdown(Tracker())
+    p.shutdown(RecordingTracker())
     assert not left.exists()
     assert gzip.decompress(left.with_name(left.name + ".gz").read_bytes()) == batch(0, 3).jsonl()
 
@@ -222,7 +190,7 @@ def test_a_failed_rotation_fails_the_batch_before_writing_and_is_retried(
 ) -> None:
     p = JsonlFactory({"path": str(tmp_path), "rotate_bytes": 100})(0)
     p.initialize(0)
-    p.process(batch(0, 5), Tracker())
+    p.process(batch(0, 5), RecordingTracker())
     real = os.rename
 
     def refuse(src: object, dst: object) -> None:
@@ -230,10 +198,10 @@ def test_a_failed_rotation_fails_the_batch_before_writing_and_is_retried(
 
     monkeypatch.setattr(os, "rename", refuse)
     with pytest.raises(OSError, match="Read-only"):
-        p.process(batch(5, 5), Tracker())
+        p.process(batch(5, 5), RecordingTracker())
     monkeypatch.setattr(os, "rename", real)
-    p.process(batch(5, 5), Tracker())
-    p.shutdown(Tracker())
+    p.process(batch(5, 5), RecordingTracker())
+    p.shutdown(RecordingTracker())
     [closed] = tmp_path.glob("shard-0.*Z.jsonl")
     assert ids(closed) == list(range(5))
     assert ids(tmp_path / "shard-0.jsonl") == list(range(5, 10))

@@ -20,6 +20,7 @@ from loghubd.processors.parquet_layout import parse_template, partitions
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.protocol.signing import Credentials
+from loghubd.testing import RecordingTracker
 from loghubd.wal import PENDING, Entry, Range, Wal
 
 SHARD = 2
@@ -65,26 +66,6 @@ def batch(first: int, groups: int, per_group: int = 3, t: int = HOUR) -> Batch:
     )
 
 
-class Tracker:
-    def __init__(self) -> None:
-        self.acked = 0
-
-    def save_checkpoint(self, persist: bool = True) -> None:
-        raise AssertionError("the parquet processor acknowledges through defer()")
-
-    def get_checkpoint(self) -> str:
-        return ""
-
-    def defer(self) -> Any:
-        tracker = self
-
-        class Ack:
-            def done(self, persist: bool = False) -> None:
-                tracker.acked += 1
-
-        return Ack()
-
-
 def factory(out: Path, **options: Any) -> ParquetFactory:
     f = ParquetFactory({"path": str(out), "max_age_s": 3600.0, **options})
     f.bind(context())
@@ -113,11 +94,11 @@ def expected(*ranges: tuple[int, int], per_group: int = 3) -> list[str]:
 def test_rolls_by_rows_partitions_and_compresses(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = processor(factory(out, max_rows=10, partition="{logstore}/dt={date}/hour={hour}/{level}/"))
-    t = Tracker()
+    t = RecordingTracker()
     p.process(batch(0, 2), t)  # 6 rows: buffered
-    assert ids(out) == [] and t.acked == 0
+    assert ids(out) == [] and len(t.acked) == 0
     p.process(batch(2, 2), t)  # 12 rows >= 10: written, both batches acknowledged
-    assert t.acked == 2
+    assert len(t.acked) == 2
     assert ids(out) == expected((0, 4))
     dirs = sorted(str(f.parent.relative_to(out)) for f in out.rglob("*.parquet"))
     assert dirs == ["ls/dt=2023-11-14/hour=22/info", "ls/dt=2023-11-14/hour=22/warn"]
@@ -128,10 +109,10 @@ def test_rolls_by_rows_partitions_and_compresses(tmp_path: Path) -> None:
 
 def test_shutdown_writes_the_buffer(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p, t = processor(factory(out)), Tracker()
+    p, t = processor(factory(out)), RecordingTracker()
     p.process(batch(0, 3), t)
     p.shutdown(t)
-    assert ids(out) == expected((0, 3)) and t.acked == 1
+    assert ids(out) == expected((0, 3)) and len(t.acked) == 1
 
 
 def test_max_age_writes_from_the_timer(tmp_path: Path) -> None:
@@ -139,12 +120,12 @@ def test_max_age_writes_from_the_timer(tmp_path: Path) -> None:
     f = factory(out, max_age_s=0.2)
     f.start()
     try:
-        p, t = processor(f), Tracker()
+        p, t = processor(f), RecordingTracker()
         p.process(batch(0, 1), t)
         deadline = time.monotonic() + 10
-        while t.acked == 0 and time.monotonic() < deadline:
+        while len(t.acked) == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert t.acked == 1 and ids(out) == expected((0, 1))
+        assert len(t.acked) == 1 and ids(out) == expected((0, 1))
     finally:
         f.close()
 
@@ -152,12 +133,12 @@ def test_max_age_writes_from_the_timer(tmp_path: Path) -> None:
 def test_redelivered_ranges_are_not_written_twice(tmp_path: Path) -> None:
     out = tmp_path / "out"
     first = processor(factory(out, max_rows=1))
-    first.process(batch(0, 4), Tracker())  # committed, but "the checkpoint never moved"
+    first.process(batch(0, 4), RecordingTracker())  # committed, but "the checkpoint never moved"
     # A new owner (another process: its own factory) gets [0, 6) again, cut differently.
-    second, t = processor(factory(out, max_rows=1)), Tracker()
+    second, t = processor(factory(out, max_rows=1)), RecordingTracker()
     second.process(batch(0, 2), t)
     second.process(batch(2, 4), t)
-    assert t.acked == 2
+    assert len(t.acked) == 2
     assert ids(out) == expected((0, 6))
 
 
@@ -172,14 +153,14 @@ def test_commit_before_rename_is_finished_by_the_next_owner(
 
     monkeypatch.setattr(parquet_files, "rename", crash)
     with pytest.raises(OSError, match="killed"):
-        crashed.process(batch(0, 3), Tracker())
+        crashed.process(batch(0, 3), RecordingTracker())
     monkeypatch.undo()
     assert ids(out) == []  # committed in the log, not visible yet
     assert list(out.rglob(".part-*.tmp"))
-    successor, t = processor(factory(out, max_rows=1)), Tracker()  # recovery renames
+    successor, t = processor(factory(out, max_rows=1)), RecordingTracker()  # recovery renames
     assert ids(out) == expected((0, 3))
     successor.process(batch(0, 3), t)  # re-delivered: covered, acknowledged, not written
-    assert t.acked == 1 and ids(out) == expected((0, 3))
+    assert len(t.acked) == 1 and ids(out) == expected((0, 3))
     assert not list(out.rglob("*.tmp"))
 
 
@@ -201,7 +182,7 @@ def test_a_dead_pending_write_is_discarded(tmp_path: Path) -> None:
     lease = wal.begin(entry)
     assert wal.read(entry.batch) is not None and wal.read(entry.batch).state == PENDING  # type: ignore[union-attr]
     lease.release()  # the writer died: its lock is free, its entry still pending
-    p, t = processor(factory(out, max_rows=1)), Tracker()
+    p, t = processor(factory(out, max_rows=1)), RecordingTracker()
     assert not tmp.exists() and wal.read(entry.batch) is None
     p.process(batch(0, 3), t)  # its ranges come again and are written once
     assert ids(out) == expected((0, 3))

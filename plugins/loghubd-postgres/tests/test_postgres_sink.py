@@ -23,6 +23,7 @@ from loghubd import Batch, ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.protocol.signing import Credentials
+from loghubd.testing import RecordingTracker
 
 SHARD = 3
 
@@ -68,20 +69,6 @@ def ids_batch(first: int, ids: Iterable[int], per_group: int = 2) -> Batch:
     return batch(first, groups)
 
 
-class Tracker:
-    def __init__(self) -> None:
-        self.saved = 0
-
-    def save_checkpoint(self, persist: bool = True) -> None:
-        self.saved += 1
-
-    def get_checkpoint(self) -> str:
-        return ""
-
-    def defer(self) -> Any:
-        raise NotImplementedError
-
-
 def factory(dsn: str, /, **options: Any) -> PostgresFactory:
     opts: dict[str, Any] = {
         "dsn": dsn,
@@ -111,9 +98,9 @@ def run(processor: PostgresProcessor, *batches: Batch) -> list[str | None]:
     async def go() -> list[str | None]:
         await processor.initialize(SHARD)
         try:
-            return [await processor.process(b, Tracker()) for b in batches]
+            return [await processor.process(b, RecordingTracker()) for b in batches]
         finally:
-            await processor.shutdown(Tracker())
+            await processor.shutdown(RecordingTracker())
 
     return anyio.run(go)
 
@@ -164,17 +151,15 @@ def test_postgres_restart_mid_stream_loses_and_doubles_nothing(
     async def go() -> None:
         await p.initialize(SHARD)
         for i in range(10):
+            batch = ids_batch(i * 2, range(i * 4, i * 4 + 4))
             if i == 4:
                 await anyio.to_thread.run_sync(pg_server.kill)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(anyio.to_thread.run_sync, _start_later, pg_server)
-                    assert (
-                        await p.process(ids_batch(i * 2, range(i * 4, i * 4 + 4)), Tracker())
-                        is None
-                    )
+                    assert await p.process(batch, RecordingTracker()) is None
             else:
-                assert await p.process(ids_batch(i * 2, range(i * 4, i * 4 + 4)), Tracker()) is None
-        await p.shutdown(Tracker())
+                assert await p.process(batch, RecordingTracker()) is None
+        await p.shutdown(RecordingTracker())
 
     anyio.run(go)
     (row,) = query(pg_dsn, "SELECT count(*), count(DISTINCT id) FROM logs")

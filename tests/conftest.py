@@ -1,0 +1,28 @@
+"""Fixtures shared by the unit and integration tests."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A real 256 KiB tmpfs: a full disk for real. Needs root (`mount`), as the test machines
+    run; fails naming the reason otherwise. Grow it with `mount -o remount,size=64m PATH`."""
+    where = tmp_path / "tmpfs"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        pytest.fail(f"this test needs `mount -t tmpfs` (root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
