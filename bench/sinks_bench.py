@@ -197,7 +197,7 @@ def spark_phase(
 
 def bench_postgres(reps: int, quick: bool) -> dict[str, Any]:
     import psycopg
-    from loghubd_postgres.plugin import PostgresFactory
+    from loghubd_postgres.factory import PostgresFactory
     from pg_server import PgServer
 
     count = 20 if quick else 100

@@ -1,38 +1,25 @@
-"""The `postgres` processor's registration and per-daemon factory.
+"""The `postgres` processor's registration (the module the `loghubd` entry point names).
 
-`create(options)` parses the `[processor.postgres]` table and checks the database (reachable,
-table and columns as mapped, positions table created): bad configuration stops the daemon at
-start with the key and the reason. `bind(context)` gives the factory the group, logstore and
-consumer that key the stored positions.
+Every daemon loads every installed plugin's entry point at start, whatever processor it
+runs, so this module imports nothing heavy: psycopg and the factory
+(`loghubd_postgres.factory`) are imported when a config asks for `postgres`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loghubd import ProcessorContext, ProcessorSpec, hookimpl
-from loghubd_postgres import schema
-from loghubd_postgres.options import parse
-from loghubd_postgres.rows import RowEncoder
-from loghubd_postgres.sink import PostgresProcessor, Statements
+from loghubd import ProcessorSpec, hookimpl
+
+if TYPE_CHECKING:
+    from loghubd_postgres.factory import PostgresFactory
 
 
-class PostgresFactory:
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        self.options = parse(options)
-        schema.check(self.options)
-        self.statements = Statements(self.options)
-        self.encoder = RowEncoder(self.options)
-        self.context: ProcessorContext | None = None
+def create(options: Mapping[str, Any]) -> PostgresFactory:
+    from loghubd_postgres.factory import PostgresFactory
 
-    def bind(self, context: ProcessorContext) -> None:
-        self.context = context
-
-    def __call__(self, shard: int) -> PostgresProcessor:
-        if self.context is None:
-            raise RuntimeError("postgres: the daemon did not bind the processor to its source")
-        return PostgresProcessor(self.options, self.statements, self.encoder, self.context, shard)
+    return PostgresFactory(options)
 
 
 @hookimpl
@@ -40,7 +27,7 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
     return [
         ProcessorSpec(
             "postgres",
-            PostgresFactory,
+            create,
             "rows into a PostgreSQL table by COPY, exactly once",
             {
                 "dsn": "libpq connection URI or key=value string (required)",

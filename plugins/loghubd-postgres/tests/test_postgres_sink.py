@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loghubd_postgres.plugin import PostgresFactory
+from loghubd_postgres.factory import PostgresFactory
 from loghubd_postgres.rows import BadRow
 from loghubd_postgres.sink import PostgresProcessor
 from pg_server import PgServer
