@@ -6,6 +6,7 @@ starts it again on the same port and data, so tests can prove what survives `kil
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -22,6 +23,18 @@ def free_port() -> int:
         return port
 
 
+def _logged(text: str, event: str) -> bool:
+    """Whether a JSON log line of `text` is the event `event`."""
+    for line in text.splitlines():
+        if event in line:
+            try:
+                if json.loads(line).get("event") == event:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
 class ServerProcess:
     def __init__(
         self,
@@ -32,6 +45,7 @@ class ServerProcess:
         log_path: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self._port_chosen_here = port is None  # another free port may be tried at start
         self.port = port or free_port()
         self.extra_args = list(extra_args or [])
         self.log_path = log_path or data_dir.with_name(data_dir.name + ".log")
@@ -46,12 +60,38 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> ServerProcess:
+        """Start it and wait until it listens. A child that does not listen within `timeout`
+        is killed before the error is raised (no server is left running behind a failed
+        start). A free port taken by someone else in the meantime (`free_port` can only
+        promise it was free) is retried on another port, when the port was chosen here.
+        Listening means the child logged `serving`: a bare connect could reach whoever else
+        holds the port while the child is failing to bind it."""
+        for _attempt in range(3):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError as exc:
+                if not (self._port_chosen_here and "address already in use" in str(exc)):
+                    raise
+                self.port = free_port()
+        return self._start_once(timeout)
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _start_once(self, timeout: float) -> ServerProcess:
         cmd = [
             sys.executable,
             "-m",
             "loghubd",
             "--log-format",
             "json",
+            "--log-level",
+            "info",  # start() waits for the `serving` line
             "serve",
             "--data-dir",
             str(self.data_dir),
@@ -60,19 +100,20 @@ class ServerProcess:
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        offset = log.tell()
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"loghubd serve exited with {self.proc.returncode}: {self.log_tail()}"
+                    f"loghubd serve exited with {self.proc.returncode}: "
+                    f"{self._log_since(offset).strip()[-2000:]}"
                 )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.02)
+            if _logged(self._log_since(offset), "serving"):
+                return self
+            time.sleep(0.02)
+        self.kill()
         raise TimeoutError(f"loghubd serve not listening after {timeout}s: {self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:

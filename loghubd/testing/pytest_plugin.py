@@ -20,8 +20,8 @@ def loghubd_server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProce
 
     def start(name: str = "server", extra_args: list[str] | None = None) -> ServerProcess:
         proc = ServerProcess(tmp_path / name, extra_args=extra_args)
-        started.append(proc.start())
-        return proc
+        started.append(proc)  # killed at teardown even when its start fails
+        return proc.start()
 
     yield start
     for proc in started:
