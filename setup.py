@@ -14,6 +14,6 @@ setup(
     ext_modules=[
         Extension("loghubd._fastlog", ["loghubd/_fastlog.c"], depends=WIRE, optional=True),
         Extension("loghubd._fastjsonl", ["loghubd/_fastjsonl.c"], depends=WIRE, optional=True),
-        Extension("loghubd._fastarrow", ["loghubd/_fastarrow.c"], optional=True),
+        Extension("loghubd._fastarrow", ["loghubd/_fastarrow.c"], depends=WIRE, optional=True),
     ]
 )

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loghubd import arrow, models
+from loghubd import arrow, arrow_view, models
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
@@ -77,18 +77,18 @@ def main() -> None:
         ),
     }
     print(f"{n:,} logs, {len(raw) / n:.0f} B of wire per log; ns per log (CPU), min / median")
-    saved = (models._fastlog, models._fastjsonl, arrow.c_parse)
+    saved = (models._fastlog, models._fastjsonl, arrow.c_parse, arrow_view.c_fields)
     for path in ("C", "Python"):
         if path == "Python":
             models._fastlog = models._fastjsonl = None
-            arrow.c_parse = None
+            arrow.c_parse = arrow_view.c_fields = None
         for name, fn in views.items():
             if path == "Python" and name.startswith("json.dumps"):
                 continue
             times = timed(fn, args.repeat if path == "C" else max(1, args.repeat // 2))
             lo, med = min(times) / n * 1e9, statistics.median(times) / n * 1e9
             print(f"  {path:6} {name:30} {lo:8.0f} {med:8.0f}")
-    models._fastlog, models._fastjsonl, arrow.c_parse = saved
+    models._fastlog, models._fastjsonl, arrow.c_parse, arrow_view.c_fields = saved
 
 
 if __name__ == "__main__":

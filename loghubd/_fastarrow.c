@@ -1,17 +1,32 @@
 /* _fastarrow: serialized SLS LogGroups -> Arrow column buffers, without a Python object per
- * field. Optional accelerator of `loghubd.arrow.convert` (which documents the columns);
- * plain CPython C API, no Arrow headers: the output is byte strings laid out as Arrow buffers
- * (little-endian int64 values, int32 offsets, UTF-8 data), wrapped by pyarrow in Python.
+ * field. Optional accelerator of `loghubd.arrow.convert` (the map layout, which documents its
+ * columns) and of `loghubd.arrow_view` (`Batch.arrow()`: one column per field, the schema of
+ * docs/batch-views.md). Plain CPython C API, no Arrow headers: the output is byte strings laid
+ * out as Arrow buffers (little-endian int64 values, int32 offsets, validity bitmaps, UTF-8
+ * data), wrapped by pyarrow in Python.
  *
  * parse(groups: list, start: int, budget: int, allocate) -> (stop, fallback, rows, data, sections)
  *
- * Converts groups[start:], one log group (a bytes-like object) at a time, and stops after the
- * group that brings the row count to `budget` or more, or at the end, or BEFORE a group it
- * will not convert (`fallback` true; `stop` is that group's index): a group that is malformed,
- * has a string that is not valid UTF-8, or would overflow an int32 offset. Python converts such
- * a group with the protobuf path, which escapes bad strings or raises for malformed data.
- * `rows`: the row count of each converted group; `data`: the block from `allocate(size)` that
- * holds every output buffer (see the enum below); `sections`: the (start, size) of each.
+ * The map layout. Converts groups[start:], one log group (a bytes-like object) at a time, and
+ * stops after the group that brings the row count to `budget` or more, or at the end, or
+ * BEFORE a group it will not convert (`fallback` true; `stop` is that group's index): a group
+ * that is malformed, has a string that is not valid UTF-8, or would overflow an int32 offset.
+ * Python converts such a group with the protobuf path, which escapes bad strings or raises for
+ * malformed data. `rows`: the row count of each converted group; `data`: the block from
+ * `allocate(size)` that holds every output buffer (see the enum below); `sections`: the
+ * (start, size) of each.
+ *
+ * fields(raw, wanted, allocate) -> None | (rows, names, data, sections)
+ *
+ * The field columns. Converts a whole LogGroupList `raw` (bytes-like) into the fixed columns
+ * (times, topic, source, tags: the first sections of the enum below) and one string column per
+ * field, each as three sections (validity bitmap, empty when the column has no null; offsets;
+ * data), `names` giving the fields in order of first appearance. `wanted`: None for every
+ * field, or a list of str: only those fields, each a column even when no log has it. A field
+ * repeated within one log keeps its last value. Runs without the GIL while it parses. None
+ * when it does not take the batch (anything `parse` would leave to Python, in any group, or
+ * more than MAX_COLUMNS fields): the caller then converts the whole batch in Python, which
+ * escapes or raises exactly as before.
  *
  * Protobuf decoding mirrors upb (the runtime behind the Python path), proto2 schema:
  *   LogGroup { repeated Log Logs = 1; optional string Reserved = 2; optional string Topic = 3;
@@ -20,14 +35,13 @@
  *   Log      { required uint32 Time = 1; repeated Content Contents = 2;
  *              optional fixed32 Time_ns = 4; }
  *   Content, LogTag { required string Key = 1; required string Value = 2; }
- * - required fields are not enforced (upb does not check them either): missing = 0 / "";
- * - the last occurrence of a singular field wins; repeated fields keep their wire order;
- * - a known field with another wire type than its own is an unknown field: skipped;
- * - unknown fields are skipped by wire type 0, 1, 2 or 5. Groups (3, 4) are legal but rare:
- *   left to the Python path, like every malformed input (wire types 6 and 7, field number 0,
- *   truncated data, varints over 10 bytes, tags over 5 bytes or 32 bits, lengths >= 2^31).
+ * The wire rules (shared with _fastlog.c and _fastjsonl.c) are in _wire.h; in short: required
+ * fields are not enforced (missing = 0 / ""), the last occurrence of a singular field wins,
+ * repeated fields keep their wire order, a known field with another wire type is skipped as
+ * unknown, groups and malformed input go back to Python.
  * Anything this code is unsure about goes back to Python; what it accepts must decode exactly
- * as upb decodes it (tests/test_spark_fastarrow.py compares both on random and broken data).
+ * as upb decodes it (tests/unit/test_fastarrow.py and test_arrow_view.py compare both on
+ * random and broken data).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,6 +49,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "_wire.h" /* Span, Field, next_field, read_pair, is_utf8 */
 
 /* ---- growable byte buffers ------------------------------------------------------------ */
 
@@ -66,7 +82,7 @@ enum {
 
 typedef struct {
     Buf b[NBUF];
-    Buf tags; /* scratch: the current group's tags, as Str pairs */
+    Buf tags; /* scratch: the current group's tags, as Span pairs */
 } Out;
 
 /* Result of the per-group functions. */
@@ -105,133 +121,11 @@ static inline int put_off(Buf *b, size_t n) {
 /* Number of entries (offsets minus the leading 0) of an offsets buffer. */
 static size_t entries(const Buf *off) { return off->len / sizeof(int32_t) - 1; }
 
-/* ---- protobuf wire format --------------------------------------------------------------- */
-
-typedef struct {
-    const uint8_t *s;
-    size_t n;
-} Str;
-
-/* A base-128 varint as upb reads it: at most 10 bytes; bits past the 64th are dropped. */
-static const uint8_t *read_varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
-    uint64_t v = 0;
-    for (int i = 0; i < 10; i++) {
-        if (p >= end) return NULL;
-        uint8_t byte = *p++;
-        v |= (uint64_t)(byte & 0x7F) << (7 * i); /* 7 * 9 = 63: shifts stay below 64 */
-        if (byte < 0x80) {
-            *out = v;
-            return p;
-        }
-    }
-    return NULL;
-}
-
-/* The tag of field `number` with wire type `wire`. */
-#define TAG(number, wire) ((uint32_t)(number) << 3 | (uint32_t)(wire))
-
-typedef struct {
-    uint64_t value; /* wire type 0: the varint; 5: the little-endian 32-bit value */
-    Str bytes;      /* wire type 2 */
-} Field;
-
-/* Reads the field at *pp (which must be < end) and moves *pp past it. Returns its tag, or 0
- * if it is malformed (or a group, see the top). */
-static inline uint32_t next_field(const uint8_t **pp, const uint8_t *end, Field *f) {
-    const uint8_t *p = *pp;
-    uint64_t tag, n;
-    const uint8_t *q = read_varint(p, end, &tag);
-    /* upb: a tag is at most 5 bytes and 32 bits; field number 0 is an error. */
-    if (q == NULL || q - p > 5 || tag > UINT32_MAX || (tag >> 3) == 0) return 0;
-    switch (tag & 7) {
-        case 0:
-            q = read_varint(q, end, &f->value);
-            if (q == NULL) return 0;
-            break;
-        case 1:
-            if (end - q < 8) return 0;
-            q += 8;
-            break;
-        case 2:
-            q = read_varint(q, end, &n);
-            /* upb rejects sizes >= INT32_MAX even when the data is there. */
-            if (q == NULL || n >= INT32_MAX || n > (uint64_t)(end - q)) return 0;
-            f->bytes.s = q;
-            f->bytes.n = (size_t)n;
-            q += n;
-            break;
-        case 5:
-            if (end - q < 4) return 0;
-            f->value = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
-                       (uint32_t)q[3] << 24;
-            q += 4;
-            break;
-        default: /* 3, 4: groups (left to Python); 6, 7: invalid */
-            return 0;
-    }
-    *pp = q;
-    return (uint32_t)tag;
-}
-
-/* Key = 1 and Value = 2 of a Content or LogTag message (last occurrence wins). */
-static int parse_pair(Str msg, Str *key, Str *value) {
-    const uint8_t *p = msg.s, *end = msg.s + msg.n;
-    Field f;
-    key->s = value->s = msg.s;
-    key->n = value->n = 0;
-    while (p < end) {
-        uint32_t tag = next_field(&p, end, &f);
-        if (tag == 0) return -1;
-        if (tag == TAG(1, 2)) *key = f.bytes;
-        if (tag == TAG(2, 2)) *value = f.bytes;
-    }
-    return 0;
-}
-
-/* Strict UTF-8, as Python's decoder and Arrow define it: no overlong forms, no surrogates,
- * nothing above U+10FFFF. */
-static inline int utf8_ok(Str str) {
-    const uint8_t *s = str.s;
-    size_t n = str.n, i = 0;
-    while (i < n) {
-        if (n - i >= 8) { /* ASCII fast path */
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if ((w & 0x8080808080808080ULL) == 0) {
-                i += 8;
-                continue;
-            }
-        }
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i += 1;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            if (n - i < 2 || (s[i + 1] & 0xC0) != 0x80) return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (n - i < 3 || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
-            if (c == 0xE0 && s[i + 1] < 0xA0) return 0; /* overlong */
-            if (c == 0xED && s[i + 1] > 0x9F) return 0; /* surrogate */
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (n - i < 4 || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 ||
-                (s[i + 3] & 0xC0) != 0x80)
-                return 0;
-            if (c == 0xF0 && s[i + 1] < 0x90) return 0; /* overlong */
-            if (c == 0xF4 && s[i + 1] > 0x8F) return 0; /* above U+10FFFF */
-            i += 4;
-        } else {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* One string value: its bytes, then its end offset. */
-static inline int put_str(Out *o, int off, Str v) {
+static inline int put_str(Out *o, int off, Span v) {
     Buf *data = &o->b[off + 1];
-    if (data->len > INT32_MAX || v.n > (size_t)INT32_MAX - data->len) return FALLBACK;
-    if (buf_put(data, v.s, v.n) != OK) return NOMEM;
+    if (data->len > INT32_MAX || (size_t)v.n > (size_t)INT32_MAX - data->len) return FALLBACK;
+    if (buf_put(data, v.p, (size_t)v.n) != OK) return NOMEM;
     return put_off(&o->b[off], data->len);
 }
 
@@ -241,30 +135,15 @@ static inline int put_str(Out *o, int off, Str v) {
         if (rc_ != OK) return rc_;    \
     } while (0)
 
-/* One Log: a row. Contents go straight to the output; Time and Time_ns are known at its end. */
-static int add_log(Out *o, Str msg, Str topic, Str source, const Str *tags, size_t ntags) {
-    const uint8_t *p = msg.s, *end = msg.s + msg.n;
-    uint32_t time = 0, time_ns = 0;
-    Field f;
-    Str key, value;
-    while (p < end) {
-        uint32_t tag = next_field(&p, end, &f);
-        if (tag == 0) return FALLBACK;
-        if (tag == TAG(1, 0)) {
-            time = (uint32_t)f.value; /* uint32: the low 32 bits of the varint */
-        } else if (tag == TAG(2, 2)) {
-            if (parse_pair(f.bytes, &key, &value) < 0) return FALLBACK;
-            if (!utf8_ok(key) || !utf8_ok(value)) return FALLBACK;
-            TRY(put_str(o, C_K_OFF, key));
-            TRY(put_str(o, C_V_OFF, value));
-        } else if (tag == TAG(4, 5)) {
-            time_ns = (uint32_t)f.value;
-        }
-    }
-    /* At most (2^32 - 1) * 10^9 + 2^32 - 1 < 2^63: no overflow. */
-    TRY(put_i64(&o->b[T_US], (int64_t)time * 1000000 + time_ns / 1000));
-    TRY(put_i64(&o->b[T_NS], (int64_t)time * 1000000000 + time_ns));
-    TRY(put_off(&o->b[C_OFF], entries(&o->b[C_K_OFF])));
+/* The Time and Time_ns of a Log, as the two int64 columns hold them. At most
+ * (2^32 - 1) * 10^9 + 2^32 - 1 < 2^63: no overflow. */
+static inline int put_times(Buf *us, Buf *ns, uint32_t time, uint32_t time_ns) {
+    TRY(put_i64(us, (int64_t)time * 1000000 + time_ns / 1000));
+    return put_i64(ns, (int64_t)time * 1000000000 + time_ns);
+}
+
+/* The columns every row of a group repeats: topic, source and the tags map entries. */
+static int put_group_columns(Out *o, Span topic, Span source, const Span *tags, size_t ntags) {
     TRY(put_str(o, TOPIC_OFF, topic));
     TRY(put_str(o, SOURCE_OFF, source));
     for (size_t t = 0; t < ntags; t++) {
@@ -274,66 +153,335 @@ static int add_log(Out *o, Str msg, Str topic, Str source, const Str *tags, size
     return put_off(&o->b[TAG_OFF], entries(&o->b[TAG_K_OFF]));
 }
 
-/* One LogGroup. Topic, Source and LogTags may follow the Logs on the wire, and every row
- * repeats them: a first pass collects (and checks) them, a second converts the Logs. */
-static int add_group(Out *o, const uint8_t *data, size_t size, Py_ssize_t *rows) {
-    const uint8_t *p = data, *end = data + size;
-    Str topic = {data, 0}, source = {data, 0}, pair[2];
-    Field f;
+/* One Log: a row. Contents go straight to the output; Time and Time_ns are known at its end. */
+static int add_log(Out *o, Span msg, Span topic, Span source, const Span *tags, size_t ntags) {
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    uint32_t time = 0, time_ns = 0;
+    Field f = {0};
+    Span key, value;
+    int r;
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.num == 1 && f.wt == 0) {
+            time = (uint32_t)f.v; /* uint32: the low 32 bits of the varint */
+        } else if (f.num == 2 && f.wt == 2) {
+            if (read_pair(f.s, &key, &value) < 0) return FALLBACK;
+            if (!is_utf8(key) || !is_utf8(value)) return FALLBACK;
+            TRY(put_str(o, C_K_OFF, key));
+            TRY(put_str(o, C_V_OFF, value));
+        } else if (f.num == 4 && f.wt == 5) {
+            time_ns = (uint32_t)f.v;
+        }
+    }
+    if (r < 0) return FALLBACK;
+    TRY(put_times(&o->b[T_US], &o->b[T_NS], time, time_ns));
+    TRY(put_off(&o->b[C_OFF], entries(&o->b[C_K_OFF])));
+    return put_group_columns(o, topic, source, tags, ntags);
+}
+
+/* A group's topic, source and tags (checked), which may follow its Logs on the wire: the first
+ * pass over a group. The tags go to o->tags as Span pairs. */
+static int read_group_header(Out *o, Span group, Span *topic, Span *source) {
+    const uint8_t *p = group.p, *end = group.p + group.n;
+    Span pair[2];
+    Field f = {0};
+    int r;
+    *topic = *source = EMPTY_SPAN;
     o->tags.len = 0;
-    while (p < end) {
-        uint32_t tag = next_field(&p, end, &f);
-        if (tag == 0) return FALLBACK;
-        if (tag == TAG(3, 2)) {
-            topic = f.bytes;
-        } else if (tag == TAG(4, 2)) {
-            source = f.bytes;
-        } else if (tag == TAG(6, 2)) {
-            if (parse_pair(f.bytes, &pair[0], &pair[1]) < 0) return FALLBACK;
-            if (!utf8_ok(pair[0]) || !utf8_ok(pair[1])) return FALLBACK;
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.wt != 2) continue;
+        if (f.num == 3) {
+            *topic = f.s;
+        } else if (f.num == 4) {
+            *source = f.s;
+        } else if (f.num == 6) {
+            if (read_pair(f.s, &pair[0], &pair[1]) < 0) return FALLBACK;
+            if (!is_utf8(pair[0]) || !is_utf8(pair[1])) return FALLBACK;
             TRY(buf_put(&o->tags, pair, sizeof pair));
         }
     }
-    if (!utf8_ok(topic) || !utf8_ok(source)) return FALLBACK;
-    const Str *tags = (const Str *)(void *)o->tags.p;
-    size_t ntags = o->tags.len / sizeof pair;
-    *rows = 0;
-    for (p = data; p < end;) {
-        uint32_t tag = next_field(&p, end, &f);
-        if (tag == 0) return FALLBACK; /* cannot happen: checked above */
-        if (tag == TAG(1, 2)) {
-            TRY(add_log(o, f.bytes, topic, source, tags, ntags));
-            *rows += 1;
-        }
-    }
+    if (r < 0 || !is_utf8(*topic) || !is_utf8(*source)) return FALLBACK;
     return OK;
 }
 
-/* ---- the Python function ------------------------------------------------------------- */
+/* One LogGroup. Topic, Source and LogTags may follow the Logs on the wire, and every row
+ * repeats them: a first pass collects (and checks) them, a second converts the Logs. */
+static int add_group(Out *o, const uint8_t *data, size_t size, Py_ssize_t *rows) {
+    Span group = {data, (Py_ssize_t)size}, topic, source, log;
+    const uint8_t *p = data, *end = data + size;
+    int r;
+    TRY(read_group_header(o, group, &topic, &source));
+    const Span *tags = (const Span *)(void *)o->tags.p;
+    size_t ntags = o->tags.len / (2 * sizeof(Span));
+    *rows = 0;
+    while ((r = next_message(&p, end, 1, &log)) > 0) {
+        TRY(add_log(o, log, topic, source, tags, ntags));
+        *rows += 1;
+    }
+    return r < 0 ? FALLBACK : OK; /* cannot be malformed here: checked above */
+}
+
+/* ---- fields(): one column per field ----------------------------------------------------- */
+
+#define NFIXED C_OFF       /* the fixed columns' buffers: T_US .. TAG_V_DATA */
+#define MAX_COLUMNS 4096   /* more fields than this in one batch: left to Python */
+#define HINTS 64           /* positions within a log whose last field is remembered */
+
+typedef struct {
+    Buf name; /* the field's name (UTF-8) */
+    uint64_t hash;
+    Buf valid, off, data; /* validity bitmap (once the column has a null), offsets, data */
+    size_t rows;          /* rows the column holds so far, null or not */
+    size_t nulls;
+    int bitmap; /* `valid` is in use */
+} Column;
+
+typedef struct {
+    Out out;      /* the fixed columns (its map buffers stay unused) */
+    Column *cols; /* `ncols` in use; up to `capcols` keep their buffers for the next call */
+    size_t ncols, capcols;
+    uint32_t *index; /* open addressing by name: column + 1, 0 = free; `slots` a power of 2 */
+    size_t slots;
+    uint32_t hint[HINTS]; /* column + 1 of the field last seen at each position of a log */
+    Buf rows;             /* Py_ssize_t per log group: its row count */
+    int closed;           /* the fields were given: the others are skipped */
+} Fields;
+
+static inline uint64_t hash_bytes(Span s) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < s.n; i++) h = (h ^ s.p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static inline int has_name(const Column *c, Span key) {
+    return c->name.len == (size_t)key.n && (key.n == 0 || memcmp(c->name.p, key.p, (size_t)key.n) == 0);
+}
+
+static int index_insert(Fields *s, size_t col) {
+    if ((s->ncols + 1) * 2 > s->slots) { /* keep the table at most half full */
+        size_t slots = s->slots ? s->slots * 2 : 64;
+        uint32_t *index = calloc(slots, sizeof *index);
+        if (index == NULL) return NOMEM;
+        for (size_t c = 0; c < col; c++) {
+            size_t i = s->cols[c].hash & (slots - 1);
+            while (index[i]) i = (i + 1) & (slots - 1);
+            index[i] = (uint32_t)c + 1;
+        }
+        free(s->index);
+        s->index = index;
+        s->slots = slots;
+    }
+    size_t i = s->cols[col].hash & (s->slots - 1);
+    while (s->index[i]) i = (i + 1) & (s->slots - 1);
+    s->index[i] = (uint32_t)col + 1;
+    return OK;
+}
+
+static int add_column(Fields *s, Span name, uint64_t hash, long *col) {
+    if (s->ncols >= MAX_COLUMNS) return FALLBACK;
+    if (s->ncols == s->capcols) {
+        size_t cap = s->capcols ? s->capcols * 2 : 16;
+        Column *cols = realloc(s->cols, cap * sizeof *cols);
+        if (cols == NULL) return NOMEM;
+        memset(cols + s->capcols, 0, (cap - s->capcols) * sizeof *cols);
+        s->cols = cols;
+        s->capcols = cap;
+    }
+    Column *c = &s->cols[s->ncols];
+    c->name.len = c->valid.len = c->off.len = c->data.len = 0;
+    c->rows = c->nulls = 0;
+    c->bitmap = 0;
+    c->hash = hash;
+    TRY(buf_put(&c->name, name.p, (size_t)name.n));
+    TRY(put_off(&c->off, 0));
+    TRY(index_insert(s, s->ncols));
+    *col = (long)s->ncols++;
+    return OK;
+}
+
+/* The column of field `key` (made if new), or -1 when the fields were given without it. */
+static int find_column(Fields *s, Span key, long *col) {
+    uint64_t hash = hash_bytes(key);
+    if (s->slots) {
+        for (size_t i = hash & (s->slots - 1); s->index[i]; i = (i + 1) & (s->slots - 1)) {
+            Column *c = &s->cols[s->index[i] - 1];
+            if (c->hash == hash && has_name(c, key)) {
+                *col = (long)s->index[i] - 1;
+                return OK;
+            }
+        }
+    }
+    if (s->closed) {
+        *col = -1;
+        return OK;
+    }
+    return add_column(s, key, hash, col);
+}
+
+/* The rows so far valid, from the first null on. */
+static int bitmap_start(Column *c) {
+    size_t full = c->rows / 8, bytes = (c->rows + 7) / 8;
+    c->valid.len = 0;
+    if (bytes == 0) return OK;
+    if (c->valid.cap < bytes && buf_grow(&c->valid, bytes) != OK) return NOMEM;
+    memset(c->valid.p, 0xFF, full);
+    if (bytes > full) c->valid.p[full] = (char)((1u << (c->rows % 8)) - 1);
+    c->valid.len = bytes;
+    return OK;
+}
+
+static inline int bit_push(Column *c, int bit) {
+    if (c->rows % 8 == 0) {
+        char zero = 0;
+        TRY(buf_put(&c->valid, &zero, 1));
+    }
+    if (bit) ((unsigned char *)c->valid.p)[c->rows / 8] |= (unsigned char)(1u << (c->rows % 8));
+    return OK;
+}
+
+static int col_null(Column *c) {
+    if (!c->bitmap) {
+        TRY(bitmap_start(c));
+        c->bitmap = 1;
+    }
+    TRY(bit_push(c, 0));
+    TRY(put_off(&c->off, c->data.len));
+    c->rows++;
+    c->nulls++;
+    return OK;
+}
+
+/* Row `row`'s value of the column; the rows before it that lack the field become nulls. */
+static int col_value(Column *c, size_t row, Span v) {
+    if (c->rows == row + 1) { /* the field repeats within this log: the last value wins */
+        int32_t begin;
+        memcpy(&begin, c->off.p + c->off.len - 2 * sizeof begin, sizeof begin);
+        c->data.len = (size_t)begin;
+        c->off.len -= sizeof begin;
+    } else {
+        while (c->rows < row) TRY(col_null(c));
+        if (c->bitmap) TRY(bit_push(c, 1));
+        c->rows++;
+    }
+    if (c->data.len > INT32_MAX || (size_t)v.n > (size_t)INT32_MAX - c->data.len) return FALLBACK;
+    TRY(buf_put(&c->data, v.p, (size_t)v.n));
+    return put_off(&c->off, c->data.len);
+}
+
+/* One Log: row `row` of the fixed columns and of the columns of its fields. */
+static int fields_log(Fields *s, size_t row, Span msg, Span topic, Span source,
+                      const Span *tags, size_t ntags) {
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    uint32_t time = 0, time_ns = 0;
+    size_t k = 0; /* the position of the field within the log */
+    Field f = {0};
+    Span key, value;
+    int r;
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.num == 1 && f.wt == 0) {
+            time = (uint32_t)f.v;
+        } else if (f.num == 2 && f.wt == 2) {
+            long col;
+            if (read_pair(f.s, &key, &value) < 0 || !is_utf8(key)) return FALLBACK;
+            /* Structured logs repeat their fields in the same order: try the column of the
+             * field at this position in the previous log before the hash table. */
+            uint32_t hint = k < HINTS ? s->hint[k] : 0;
+            if (hint && has_name(&s->cols[hint - 1], key)) {
+                col = (long)hint - 1;
+            } else {
+                TRY(find_column(s, key, &col));
+                if (k < HINTS) s->hint[k] = (uint32_t)(col + 1);
+            }
+            k++;
+            if (col < 0) continue; /* not a field asked for */
+            if (!is_utf8(value)) return FALLBACK;
+            TRY(col_value(&s->cols[col], row, value));
+        } else if (f.num == 4 && f.wt == 5) {
+            time_ns = (uint32_t)f.v;
+        }
+    }
+    if (r < 0) return FALLBACK;
+    TRY(put_times(&s->out.b[T_US], &s->out.b[T_NS], time, time_ns));
+    return put_group_columns(&s->out, topic, source, tags, ntags);
+}
+
+/* The whole LogGroupList; then every column padded with nulls to the row count. */
+static int fields_all(Fields *s, const uint8_t *data, size_t size) {
+    const uint8_t *p = data, *end = data + size;
+    size_t row = 0;
+    Span group, log, topic, source;
+    int r;
+    while ((r = next_message(&p, end, 1, &group)) > 0) {
+        const uint8_t *q = group.p, *group_end = group.p + group.n;
+        Py_ssize_t n = 0;
+        TRY(read_group_header(&s->out, group, &topic, &source));
+        const Span *tags = (const Span *)(void *)s->out.tags.p;
+        size_t ntags = s->out.tags.len / (2 * sizeof(Span));
+        while ((r = next_message(&q, group_end, 1, &log)) > 0) {
+            TRY(fields_log(s, row++, log, topic, source, tags, ntags));
+            n++;
+        }
+        if (r < 0) return FALLBACK;
+        TRY(buf_put(&s->rows, &n, sizeof n));
+    }
+    if (r < 0) return FALLBACK;
+    for (size_t c = 0; c < s->ncols; c++)
+        while (s->cols[c].rows < row) TRY(col_null(&s->cols[c]));
+    return OK;
+}
+
+/* ---- the Python functions ------------------------------------------------------------ */
 
 /* The scratch buffers of the previous call, kept for the next one: growing fresh buffers for
  * every chunk costs more (page faults, realloc copies) than the parsing. A call takes them and
  * gives them back, so a call that starts while another runs just allocates its own (Python
  * code can run inside a call: allocate(), the garbage collector; the GIL can change hands). */
 static Out *spare;
+static Fields *fields_spare;
 #define SPARE_MAX ((size_t)64 << 20) /* do not keep more than this (bytes) */
 #define ALIGN 64                     /* of every buffer within the output, as Arrow does */
 
-static void out_free(Out *o) {
-    if (o == NULL) return;
+static void out_free_buffers(Out *o) {
     for (int b = 0; b < NBUF; b++) free(o->b[b].p);
     free(o->tags.p);
-    free(o);
+}
+
+static size_t out_capacity(const Out *o) {
+    size_t kept = o->tags.cap;
+    for (int b = 0; b < NBUF; b++) kept += o->b[b].cap;
+    return kept;
 }
 
 static void out_release(Out *o) {
-    size_t kept = o->tags.cap;
-    for (int b = 0; b < NBUF; b++) kept += o->b[b].cap;
-    if (spare == NULL && kept <= SPARE_MAX) {
+    if (spare == NULL && out_capacity(o) <= SPARE_MAX) {
         spare = o;
     } else {
-        out_free(o);
+        out_free_buffers(o);
+        free(o);
     }
+}
+
+static void fields_release(Fields *s) {
+    size_t kept = out_capacity(&s->out) + s->rows.cap + s->slots * sizeof *s->index;
+    for (size_t c = 0; c < s->capcols; c++) {
+        Column *col = &s->cols[c];
+        kept += col->name.cap + col->valid.cap + col->off.cap + col->data.cap;
+    }
+    if (fields_spare == NULL && kept <= SPARE_MAX) {
+        fields_spare = s;
+        return;
+    }
+    out_free_buffers(&s->out);
+    for (size_t c = 0; c < s->capcols; c++) {
+        Column *col = &s->cols[c];
+        free(col->name.p);
+        free(col->valid.p);
+        free(col->off.p);
+        free(col->data.p);
+    }
+    free(s->cols);
+    free(s->index);
+    free(s->rows.p);
+    free(s);
 }
 
 static int is_offsets(int b) {
@@ -341,16 +489,25 @@ static int is_offsets(int b) {
            b == TAG_V_OFF || b == C_OFF || b == C_K_OFF || b == C_V_OFF;
 }
 
+/* Empty buffers, offsets starting with their 0. */
+static int out_reset(Out *o) {
+    for (int b = 0; b < NBUF; b++) {
+        o->b[b].len = 0;
+        if (is_offsets(b) && put_off(&o->b[b], 0) != OK) return NOMEM;
+    }
+    return OK;
+}
+
 /* Every buffer in one block from `allocate(size)` (a writable buffer, e.g. pyarrow's
  * allocate_buffer: Arrow's allocator reuses its memory, fresh memory costs page faults), each at
  * a multiple of ALIGN; and the (start, size) of each. */
-static PyObject *output(const Out *o, PyObject *allocate, PyObject **sections) {
-    size_t at[NBUF], size = 0;
+static PyObject *output(const Buf *const *bufs, size_t count, PyObject *allocate,
+                        PyObject **sections) {
+    size_t size = 0;
     Py_buffer view;
-    for (int b = 0; b < NBUF; b++) {
-        at[b] = size;
-        if (o->b[b].len > (size_t)PY_SSIZE_T_MAX - size - ALIGN) return PyErr_NoMemory();
-        size += (o->b[b].len + ALIGN - 1) / ALIGN * ALIGN;
+    for (size_t b = 0; b < count; b++) {
+        if (bufs[b]->len > (size_t)PY_SSIZE_T_MAX - size - ALIGN) return PyErr_NoMemory();
+        size += (bufs[b]->len + ALIGN - 1) / ALIGN * ALIGN;
     }
     PyObject *block = PyObject_CallFunction(allocate, "n", (Py_ssize_t)size);
     if (block == NULL) return NULL;
@@ -360,15 +517,17 @@ static PyObject *output(const Out *o, PyObject *allocate, PyObject **sections) {
         PyErr_SetString(PyExc_ValueError, "allocate() returned a buffer too small");
         goto error;
     }
-    *sections = PyTuple_New(NBUF);
-    for (int b = 0; *sections != NULL && b < NBUF; b++) {
-        char *dst = (char *)view.buf + at[b];
-        size_t len = o->b[b].len, padded = (len + ALIGN - 1) / ALIGN * ALIGN;
-        if (len) memcpy(dst, o->b[b].p, len);
+    *sections = PyTuple_New((Py_ssize_t)count);
+    size_t at = 0;
+    for (size_t b = 0; *sections != NULL && b < count; b++) {
+        char *dst = (char *)view.buf + at;
+        size_t len = bufs[b]->len, padded = (len + ALIGN - 1) / ALIGN * ALIGN;
+        if (len) memcpy(dst, bufs[b]->p, len);
         memset(dst + len, 0, padded - len);
-        PyObject *where = Py_BuildValue("(nn)", (Py_ssize_t)at[b], (Py_ssize_t)len);
+        PyObject *where = Py_BuildValue("(nn)", (Py_ssize_t)at, (Py_ssize_t)len);
         if (where == NULL) Py_CLEAR(*sections);
-        else PyTuple_SET_ITEM(*sections, b, where);
+        else PyTuple_SET_ITEM(*sections, (Py_ssize_t)b, where);
+        at += padded;
     }
     PyBuffer_Release(&view);
     if (*sections == NULL) goto error;
@@ -390,12 +549,9 @@ static PyObject *parse(PyObject *self, PyObject *args) {
     o = spare; /* after the arguments: their conversion can run Python code */
     spare = NULL;
     if (o == NULL && (o = calloc(1, sizeof *o)) == NULL) return PyErr_NoMemory();
-    for (int b = 0; b < NBUF; b++) {
-        o->b[b].len = 0;
-        if (is_offsets(b) && put_off(&o->b[b], 0) != OK) {
-            PyErr_NoMemory();
-            goto error;
-        }
+    if (out_reset(o) != OK) {
+        PyErr_NoMemory();
+        goto error;
     }
     rows = PyList_New(0);
     if (rows == NULL) goto error;
@@ -429,7 +585,9 @@ static PyObject *parse(PyObject *self, PyObject *args) {
         i++;
         if (total >= budget) break; /* a budget <= 0: one group per call, as in Python */
     }
-    data = output(o, allocate, &sections);
+    const Buf *bufs[NBUF];
+    for (int b = 0; b < NBUF; b++) bufs[b] = &o->b[b];
+    data = output(bufs, NBUF, allocate, &sections);
     if (data == NULL) goto error;
     out_release(o);
     return Py_BuildValue("(nONNN)", i, fallback ? Py_True : Py_False, rows, data, sections);
@@ -439,10 +597,128 @@ error:
     return NULL;
 }
 
+/* The fields asked for become the first columns, and the set is closed. 0, or -1 with an
+ * exception set (a name that is not str), or 1 when a name cannot be UTF-8 (no field has it:
+ * left to Python). */
+static int want_fields(Fields *s, PyObject *wanted) {
+    if (wanted == Py_None) return 0;
+    if (!PyList_Check(wanted)) {
+        PyErr_SetString(PyExc_TypeError, "fields: wanted must be a list of str or None");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(wanted); i++) {
+        PyObject *name = PyList_GET_ITEM(wanted, i);
+        Py_ssize_t n;
+        long col;
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "fields: wanted must be a list of str or None");
+            return -1;
+        }
+        const char *utf8 = PyUnicode_AsUTF8AndSize(name, &n);
+        if (utf8 == NULL) {
+            PyErr_Clear(); /* lone surrogates */
+            return 1;
+        }
+        int rc = find_column(s, (Span){(const uint8_t *)utf8, n}, &col);
+        if (rc == NOMEM) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (rc == FALLBACK) return 1;
+    }
+    s->closed = 1;
+    return 0;
+}
+
+static PyObject *fields(PyObject *self, PyObject *args) {
+    PyObject *raw, *wanted, *allocate, *rows = NULL, *names = NULL, *nulls = NULL;
+    PyObject *data = NULL, *sections = NULL;
+    const Buf **bufs = NULL;
+    static const Buf none = {NULL, 0, 0}; /* the bitmap of a column without nulls */
+    Py_buffer view;
+    int rc;
+    Fields *s;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOO:fields", &raw, &wanted, &allocate)) return NULL;
+    s = fields_spare;
+    fields_spare = NULL;
+    if (s == NULL && (s = calloc(1, sizeof *s)) == NULL) return PyErr_NoMemory();
+    s->ncols = 0;
+    s->closed = 0;
+    s->rows.len = 0;
+    memset(s->hint, 0, sizeof s->hint);
+    if (s->slots) memset(s->index, 0, s->slots * sizeof *s->index);
+    if (out_reset(&s->out) != OK) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    rc = want_fields(s, wanted);
+    if (rc < 0) goto error;
+    if (rc > 0) goto fallback;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) goto error;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fields_all(s, (const uint8_t *)view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (rc == NOMEM) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    if (rc == FALLBACK) goto fallback;
+
+    size_t count = NFIXED + 3 * s->ncols, groups = s->rows.len / sizeof(Py_ssize_t);
+    bufs = malloc(count * sizeof *bufs);
+    rows = PyList_New((Py_ssize_t)groups);
+    names = PyList_New((Py_ssize_t)s->ncols);
+    nulls = PyList_New((Py_ssize_t)s->ncols);
+    if (bufs == NULL || rows == NULL || names == NULL || nulls == NULL) {
+        if (bufs == NULL) PyErr_NoMemory();
+        goto error;
+    }
+    for (size_t g = 0; g < groups; g++) {
+        Py_ssize_t n;
+        memcpy(&n, s->rows.p + g * sizeof n, sizeof n);
+        PyObject *item = PyLong_FromSsize_t(n);
+        if (item == NULL) goto error;
+        PyList_SET_ITEM(rows, (Py_ssize_t)g, item);
+    }
+    for (int b = 0; b < NFIXED; b++) bufs[b] = &s->out.b[b];
+    for (size_t c = 0; c < s->ncols; c++) {
+        Column *col = &s->cols[c];
+        PyObject *name = PyUnicode_DecodeUTF8(col->name.p, (Py_ssize_t)col->name.len, "strict");
+        if (name == NULL) goto error;
+        PyList_SET_ITEM(names, (Py_ssize_t)c, name);
+        PyObject *count_ = PyLong_FromSize_t(col->nulls);
+        if (count_ == NULL) goto error;
+        PyList_SET_ITEM(nulls, (Py_ssize_t)c, count_);
+        bufs[NFIXED + 3 * c] = col->nulls ? &col->valid : &none;
+        bufs[NFIXED + 3 * c + 1] = &col->off;
+        bufs[NFIXED + 3 * c + 2] = &col->data;
+    }
+    data = output(bufs, count, allocate, &sections);
+    if (data == NULL) goto error;
+    free(bufs);
+    fields_release(s);
+    return Py_BuildValue("(NNNNN)", rows, names, nulls, data, sections);
+fallback:
+    fields_release(s);
+    Py_RETURN_NONE;
+error:
+    free(bufs);
+    fields_release(s);
+    Py_XDECREF(rows);
+    Py_XDECREF(names);
+    Py_XDECREF(nulls);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS,
      "parse(groups, start, budget, allocate) -> (stop, fallback, rows, data, sections): log "
      "groups to Arrow buffers (see loghubd.arrow)."},
+    {"fields", fields, METH_VARARGS,
+     "fields(raw, wanted, allocate) -> None | (rows, names, nulls, data, sections): a "
+     "LogGroupList to Arrow buffers, one column per field (see loghubd.arrow_view)."},
     {NULL, NULL, 0, NULL},
 };
 

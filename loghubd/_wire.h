@@ -1,5 +1,5 @@
-/* _wire.h: reading LogHub's protobuf wire format in place, for the C accelerators of
- * loghubd/models.py (_fastjsonl.c; the same rules as _fastlog.c, which documents them).
+/* _wire.h: reading LogHub's protobuf wire format in place, for the C accelerators of the
+ * Batch views (_fastlog.c, which documents the rules, _fastjsonl.c and _fastarrow.c).
  *
  * Static functions only: each extension that includes it gets its own copy. Include after
  * Python.h (Py_ssize_t, Py_ALWAYS_INLINE). Every read is bounded by the end of the enclosing
@@ -75,8 +75,9 @@ next_field(const uint8_t **pp, const uint8_t *end, Field *f)
             return -1;
         p += 8;
         break;
-    case 2: /* length-delimited: the length may not run past the enclosing message */
-        if (read_varint(&p, end, &len) < 0 || len > (uint64_t)(end - p))
+    case 2: /* length-delimited: the length may not run past the enclosing message, and upb
+             * refuses lengths >= INT32_MAX even when the data is there */
+        if (read_varint(&p, end, &len) < 0 || len >= INT32_MAX || len > (uint64_t)(end - p))
             return -1;
         f->s.p = p;
         f->s.n = (Py_ssize_t)len;

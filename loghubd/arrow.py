@@ -361,38 +361,47 @@ def _c_batch(
     """A record batch of `n` rows over the buffers of `_fastarrow.parse` (no copy); the cursor
     column repeats each group's cursor over its rows (run-end decoding, no list per row)."""
     b = [data.slice(at, size) for at, size in sections]
+    arrays = [
+        pa.Array.from_buffers(TIMESTAMP, n, [None, b[0]]),
+        pa.Array.from_buffers(pa.int64(), n, [None, b[1]]),
+        c_strings(n, b[2], b[3]),
+        c_strings(n, b[4], b[5]),
+        c_map(n, b[6:11]),
+        c_map(n, b[11:16]),
+        pa.repeat(pa.scalar(shard, pa.int32()), n),
+        cursor_column(group_cursors, rows),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+def cursor_column(group_cursors: Sequence[str], rows: Sequence[int]) -> pa.Array:
+    """Each group's cursor repeated over its rows (run-end decoding, no list per row)."""
     runs = [(c, k) for c, k in zip(group_cursors, rows, strict=True) if k]
-    cursor_column = pc.run_end_decode(
+    if not runs:
+        return pa.array([], pa.string())
+    return pc.run_end_decode(
         pa.RunEndEncodedArray.from_arrays(
             pa.array(list(accumulate(k for _, k in runs)), pa.int32()),
             pa.array([c for c, _ in runs], pa.string()),
         )
     )
-    arrays = [
-        pa.Array.from_buffers(TIMESTAMP, n, [None, b[0]]),
-        pa.Array.from_buffers(pa.int64(), n, [None, b[1]]),
-        _c_strings(n, b[2], b[3]),
-        _c_strings(n, b[4], b[5]),
-        _c_map(n, b[6:11]),
-        _c_map(n, b[11:16]),
-        pa.repeat(pa.scalar(shard, pa.int32()), n),
-        cursor_column,
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
 
-def _c_strings(n: int, offsets: pa.Buffer, data: pa.Buffer) -> pa.Array:
-    return pa.Array.from_buffers(pa.string(), n, [None, offsets, data])
+def c_strings(
+    n: int, offsets: pa.Buffer, data: pa.Buffer, validity: pa.Buffer | None = None, nulls: int = 0
+) -> pa.Array:
+    """A string array over C-made offsets and data (and a validity bitmap with `nulls`)."""
+    return pa.Array.from_buffers(pa.string(), n, [validity, offsets, data], null_count=nulls)
 
 
-def _c_map(n: int, b: list[pa.Buffer]) -> pa.Array:
+def c_map(n: int, b: list[pa.Buffer]) -> pa.Array:
     """map<string,string> from row offsets, key offsets and data, value offsets and data."""
     offsets, k_off, k_data, v_off, v_data = b
     entries = k_off.size // 4 - 1
     return pa.MapArray.from_arrays(
         pa.Array.from_buffers(pa.int32(), n + 1, [None, offsets]),
-        _c_strings(entries, k_off, k_data),
-        _c_strings(entries, v_off, v_data),
+        c_strings(entries, k_off, k_data),
+        c_strings(entries, v_off, v_data),
         type=MAP,
     )
 

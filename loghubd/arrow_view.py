@@ -1,8 +1,12 @@
 """`Batch.arrow()`: a batch as one pyarrow.RecordBatch with its fields as columns.
 
-The wire bytes are converted by `loghubd.arrow.convert` (the C converter `_fastarrow` when it
-was built: no Python object per log), whose `contents` map is then pivoted into one column per
-field with vectorised Arrow kernels. The schema (docs/batch-views.md):
+Two ways, same result. The C extension `_fastarrow` (its `fields`), when it was built, writes
+the columns below straight from the wire bytes, without the GIL: the field columns too, each
+with its validity bitmap, so no Python object per log and no map layout in between. A batch it
+does not take (a string that is not UTF-8, malformed data, thousands of distinct fields) and
+every batch when it is missing (`LOGHUBD_NO_C=1`) go the Python way: `loghubd.arrow.convert`
+(the map layout), whose `contents` map is then pivoted into one column per field with
+vectorised Arrow kernels. The schema (docs/batch-views.md):
 
 | column | type | |
 |---|---|---|
@@ -24,12 +28,15 @@ backslash escapes (`\\xff`), as in loghubd/arrow.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from loghubd import arrow
+from loghubd.native import load_extension
+from loghubd.protocol import cursor as cursors
 
 FIXED = (
     "__time__",
@@ -55,6 +62,22 @@ FIXED_SCHEMA = pa.schema(
 _FROM = ("__time__", "__time_ns__", "__topic__", "__source__", "__tags__", "shard", "cursor")
 RENAMED = "__field__:"
 
+# _fastarrow.fields(raw, wanted, allocate) -> None (not taken) | (rows per group, field names,
+# null count per field, data, sections), see _fastarrow.c
+CFields = Callable[
+    [bytes | memoryview, list[str] | None, Callable[[int], pa.Buffer]],
+    tuple[list[int], list[str], list[int], pa.Buffer, tuple[tuple[int, int], ...]] | None,
+]
+
+
+def _load_c() -> CFields | None:
+    extension = load_extension("loghubd._fastarrow")
+    return None if extension is None else cast(CFields, extension.fields)
+
+
+# The C converter, or None for the Python path (tests set it to None to compare the two).
+c_fields: CFields | None = _load_c()
+
 
 def column_name(field: str) -> str:
     """The column of a field: its name, unless a fixed column has it."""
@@ -65,6 +88,12 @@ def fields_batch(
     shard: int, cursor: str, next_cursor: str, raw: bytes, fields: Sequence[str] | None = None
 ) -> pa.RecordBatch:
     """The RecordBatch of `Batch.arrow()` for a batch's bytes (see the module docstring)."""
+    fast = c_fields
+    if fast is not None:
+        wanted = None if fields is None else list(dict.fromkeys(fields))
+        out = fast(raw, wanted, pa.allocate_buffer)
+        if out is not None:
+            return _from_c(shard, cursor, next_cursor, out, fields)
     groups = arrow.split_log_groups(raw)
     per_group = arrow.steps_per_group(cursor, next_cursor, len(groups)) is not None
     table = arrow.convert(shard, cursor, raw, per_group=per_group).table.combine_chunks()
@@ -79,6 +108,41 @@ def fields_batch(
     arrays = fixed + [columns.get(f, empty) for f in names]
     schema = pa.schema(list(FIXED_SCHEMA) + [pa.field(column_name(f), pa.string()) for f in names])
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _from_c(
+    shard: int,
+    cursor: str,
+    next_cursor: str,
+    out: tuple[list[int], list[str], list[int], pa.Buffer, tuple[tuple[int, int], ...]],
+    fields: Sequence[str] | None,
+) -> pa.RecordBatch:
+    """The RecordBatch over the buffers of `_fastarrow.fields` (no copy)."""
+    rows, names, nulls, data, sections = out
+    n = sum(rows)
+    b = [data.slice(at, size) for at, size in sections]
+    base = arrow.steps_per_group(cursor, next_cursor, len(rows))
+    group_cursors = (
+        [cursor] * len(rows)
+        if base is None
+        else [cursors.encode(base + g) for g in range(len(rows))]
+    )
+    fixed = [
+        pa.Array.from_buffers(arrow.TIMESTAMP, n, [None, b[0]]),
+        pa.Array.from_buffers(pa.int64(), n, [None, b[1]]),
+        arrow.c_strings(n, b[2], b[3]),
+        arrow.c_strings(n, b[4], b[5]),
+        arrow.c_map(n, b[6:11]),
+        pa.repeat(pa.scalar(shard, pa.int32()), n),
+        arrow.cursor_column(group_cursors, rows),
+    ]
+    columns = {
+        name: arrow.c_strings(n, b[at + 1], b[at + 2], b[at] if nulls[j] else None, nulls[j])
+        for j, (name, at) in enumerate(zip(names, range(11, len(b), 3), strict=True))
+    }
+    wanted = names if fields is None else list(fields)
+    schema = pa.schema(list(FIXED_SCHEMA) + [pa.field(column_name(f), pa.string()) for f in wanted])
+    return pa.RecordBatch.from_arrays(fixed + [columns[f] for f in wanted], schema=schema)
 
 
 def _single(column: pa.ChunkedArray, type_: pa.DataType) -> pa.Array:

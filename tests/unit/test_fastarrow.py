@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loghubd import arrow
+from loghubd import arrow, arrow_view
 from loghubd.arrow import Converted, convert
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
@@ -399,3 +399,150 @@ def test_empty_input_makes_an_empty_table() -> None:
     c = same(b"")
     assert isinstance(c, Converted) and c.rows == 0
     assert isinstance(c.table, pa.Table)
+
+
+# -- fields(): the columns of Batch.arrow() straight from the wire --------------------------
+
+
+def view(raw: bytes, enabled: bool, fields: list[str] | None, steps: int | None) -> Any:
+    """Batch.arrow()'s record batch with the C or the Python path, or the exception type.
+    `steps`: the positions the batch spans (None: as many as it has log groups)."""
+    saved = arrow_view.c_fields
+    arrow_view.c_fields = fastarrow.fields if enabled else None
+    try:
+        count = len(arrow.split_log_groups(raw)) if steps is None else steps
+        return arrow_view.fields_batch(7, START, cursors.from_seq(1, 1000 + count), raw, fields)
+    except Exception as e:
+        return type(e)
+    finally:
+        arrow_view.c_fields = saved
+
+
+def same_view(
+    raw: bytes, fields: list[str] | None = None, steps: int | None = None
+) -> pa.RecordBatch | type[Exception]:
+    """Batch.arrow() with both paths; asserts they agree and returns the C path's result."""
+    try:
+        arrow.split_log_groups(raw)
+    except ValueError:
+        steps = 0  # the Python path raises before looking at the cursors
+    pure, fast = view(raw, False, fields, steps), view(raw, True, fields, steps)
+    if not isinstance(pure, pa.RecordBatch):
+        assert fast is pure, f"pure path raised {pure.__name__}, C path gave {fast}"
+        return fast
+    assert isinstance(fast, pa.RecordBatch), f"C path raised {fast}, the pure path did not"
+    fast.validate(full=True)
+    assert fast.schema == pure.schema
+    assert fast.equals(pure), (fast.to_pylist(), pure.to_pylist())
+    return fast
+
+
+field_lists = st.one_of(
+    st.none(), st.lists(st.sampled_from(["a", "b", "", "k", "zz", "__topic__"]), max_size=4)
+)
+
+
+@SETTINGS
+@given(st.lists(st.one_of(protobuf_group(), valid_group), max_size=6), field_lists)
+def test_fields_of_valid_groups_in_c_as_in_python(groups: list[bytes], fields: Any) -> None:
+    raw = frame(*groups)
+    same_view(raw, fields)
+    # Valid UTF-8 and no protobuf groups: C takes the batch.
+    assert fastarrow.fields(raw, fields and list(dict.fromkeys(fields)), pa.allocate_buffer)
+
+
+@SETTINGS
+@given(
+    st.lists(st.one_of(protobuf_group(), mixed_group), max_size=6),
+    field_lists,
+    st.one_of(st.none(), st.integers(0, 9)),
+)
+def test_fields_escape_and_cursors_as_in_python(
+    groups: list[bytes], fields: Any, steps: int | None
+) -> None:
+    same_view(frame(*groups), fields, steps)
+
+
+@SETTINGS
+@given(st.lists(st.one_of(broken(), st.binary(max_size=40), protobuf_group()), max_size=4))
+def test_fields_of_broken_groups_fail_as_in_python(groups: list[bytes]) -> None:
+    same_view(frame(*groups))
+
+
+@SETTINGS
+@given(st.binary(max_size=60), field_lists)
+def test_fields_of_arbitrary_batches(raw: bytes, fields: Any) -> None:
+    same_view(raw, fields)
+
+
+@pytest.mark.parametrize("bad", BAD)
+@pytest.mark.parametrize("where", WHERE)
+def test_fields_leave_batches_that_are_not_utf8_to_python(where: str, bad: bytes) -> None:
+    s = {w: bad if w == where else w.replace(" ", "_").encode() for w in WHERE}
+    bad_group = group(
+        [log(1, (s["key"], s["value"])), log(2, (b"k2", b"v2"))],
+        ld(6, pair(s["tag key"], s["tag value"])),
+        ld(3, s["topic"]),
+        ld(4, s["source"]),
+    )
+    raw = frame(group([log(5, (b"a", b"b"))]), bad_group)
+    assert fastarrow.fields(raw, None, pa.allocate_buffer) is None
+    rb = same_view(raw)
+    assert isinstance(rb, pa.RecordBatch) and rb.num_rows == 3
+    if where == "value":  # a field not asked for does not matter
+        assert fastarrow.fields(raw, ["a"], pa.allocate_buffer) is not None
+        same_view(raw, ["a"])
+
+
+def test_fields_wire_details_nulls_and_repeats() -> None:
+    rows = [
+        log(i, *([(b"a", b"%d" % i)] if i % 3 else []), (b"b", b"x"), (b"a", b"last"))
+        for i in range(20)
+    ]
+    rows += [log(20 + i, (b"c%d" % (i % 3), b"")) for i in range(19)]  # nulls over byte edges
+    cases = [
+        group(rows[:9]),
+        group([]),
+        group(rows[9:], ld(3, b"topic"), ld(6, pair(b"t", b"v"))),
+        group([vi(1, 2**64 - 1) + f32(4, 7) + ld(2, ld(2, b"v") + ld(1, b"k") + ld(1, b"k2"))]),
+        group([b""]),
+        group([vi(4, 5) + f32(1, 9) + ld(1, b"x") + log(3)]),
+    ]
+    for fields in (None, ["c1", "a", "nope", "a", "k2"]):
+        rb = same_view(frame(*cases), fields)
+        assert isinstance(rb, pa.RecordBatch)
+    rb = same_view(frame(*cases))
+    assert isinstance(rb, pa.RecordBatch)
+    assert rb.column("a").to_pylist()[:3] == ["last"] * 3
+    assert rb.column("c0").null_count == rb.num_rows - 7
+    assert rb.column("k2").to_pylist()[-3] == "v"
+
+
+def test_fields_beyond_the_most_columns_go_to_python() -> None:
+    g = group([log(i, (b"k%d" % i, b"v")) for i in range(5000)])
+    raw = frame(g)
+    assert fastarrow.fields(raw, None, pa.allocate_buffer) is None
+    rb = same_view(raw, ["k1", "k4999"])
+    assert isinstance(rb, pa.RecordBatch) and rb.column("k4999").null_count == 4999
+
+
+def test_fields_big_values_and_no_c_switch() -> None:
+    value = "ü" * 100_000
+    g = pb.LogGroup(Topic="t" * 1000)
+    for i in range(300):
+        g.Logs.add(Time=i).Contents.add(Key=f"k{i % 7}", Value=value if i % 50 == 0 else "v")
+    same_view(frame(g.SerializeToString()) * 3)
+    out = subprocess.run(
+        [sys.executable, "-c", "import loghubd.arrow_view as a; print(a.c_fields is None)"],
+        env={**os.environ, "LOGHUBD_NO_C": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "True"
+
+
+def test_fields_reject_names_that_are_not_str() -> None:
+    with pytest.raises(TypeError):
+        fastarrow.fields(b"", [1], pa.allocate_buffer)
+    assert fastarrow.fields(b"", ["\udcff"], pa.allocate_buffer) is None  # not UTF-8: Python
