@@ -100,7 +100,7 @@ def main() -> int:
 
     class Counting(ConsumerProcessorBase):  # type: ignore[misc]
         def process(self, log_groups: object, tracker: object) -> None:
-            counted(sum(len(g.Logs) for g in log_groups.LogGroups))  # type: ignore[attr-defined]
+            counted(sum(len(g.Logs) for g in log_groups.LogGroups))  # type: ignore[attr-defined,misc]
             self.save_checkpoint(tracker)
 
     config = LogHubConfig(

@@ -17,6 +17,7 @@ bin="$here/.venv/bin"
 "$bin/ruff" check loghubd tests bench plugins conftest.py
 "$bin/ruff" format --check loghubd tests bench plugins conftest.py
 "$bin/mypy"
+"$bin/mypy" --config-file bench/mypy.ini bench/*.py
 # Several workers (pytest-xdist): most tests wait on real processes rather than compute. The
 # Spark tests and the reliability runs each stay together on one worker (conftest.py
 # schedules them).
