@@ -192,9 +192,73 @@ def daemon_page(rounds: int, requests: int) -> dict[str, list[float]]:
         t0 = time.process_time()
         for _i in range(requests):
             view = daemon_pages.daemon(last, history, {"default": "jsonl"}, "x")
-            doc = H.page(FRAME, view.title, view.body)
+            doc = H.page(FRAME, view.title, view.markup())
         out["cpu_ms"].append(1000 * (time.process_time() - t0) / requests)
         out["bytes"].append(len(doc))
+    return out
+
+
+def in_process(
+    data_dir: Path, rounds: int, requests: int, profile: str | None
+) -> dict[str, dict[str, Any]]:
+    """Each serve page built in this process from the server's data (after it stopped), with
+    the consumers' heartbeats replayed into a fresh `LogService`: CPU (process_time) per
+    refresh of the console's own work (reading and rendering; not HTTP), min/median/max
+    over interleaved rounds. `profile`: print a cProfile of that page (by own time)."""
+    import cProfile
+    import pstats
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    from loghubd.console import access as A
+    from loghubd.console import serve_app
+    from loghubd.server.service import LogService
+    from loghubd.server.storage import Storage
+
+    db = data_dir / "loghubd.sqlite3"
+    storage = Storage(db)
+    service = LogService(storage, time.time)
+    ls = storage.get_logstore(PROJECT, LOGSTORE)
+    assert ls is not None
+    held: dict[str, list[int]] = {f"consumer-{c:03d}": [] for c in range(CONSUMERS)}
+    for _round in range(4):
+        for name in held:
+            held[name] = service.heartbeat(ls, GROUP, name, held[name])
+    assert sum(len(v) for v in held.values()) == SHARDS, "not every shard is held"
+    console = serve_app.ServeConsole(
+        serve_app.Reader(service, db), A.Gate({}, "", False, b"k" * 32)
+    )
+
+    def render(path: str, region: str | None) -> int:
+        url = urlsplit(path)
+        parts = [unquote(p) for p in url.path[len(serve_app.PREFIX) :].split("/") if p]
+        view = console.page(parts, dict(parse_qsl(url.query)), A.ANONYMOUS)
+        if region is not None:
+            return len(view.regions[region].encode())
+        doc = H.page(serve_app.FRAME, view.title, view.markup(), crumbs=view.crumbs)
+        return len(doc.encode())
+
+    out: dict[str, dict[str, Any]] = {n: {"cpu_ms": [], "bytes": 0} for n in pages()}
+    try:
+        for _ in range(rounds):
+            for name, (path, region) in pages().items():
+                t0 = time.process_time()
+                for _i in range(requests):
+                    size = render(path, region)
+                out[name]["cpu_ms"].append(1000 * (time.process_time() - t0) / requests)
+                out[name]["bytes"] = size
+        if profile:
+            path, region = pages()[profile]
+            prof = cProfile.Profile()
+            prof.enable()
+            for _i in range(requests):
+                render(path, region)
+            prof.disable()
+            print(f"cProfile of {profile!r}, {requests} refreshes, by own time:")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    finally:
+        console.reader.close()
+        storage.close()
     return out
 
 
@@ -208,16 +272,27 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "console.json")
+    ap.add_argument(
+        "--profile", choices=list(pages()), help="also print a cProfile of this page, in-process"
+    )
+    ap.add_argument(
+        "--in-process-only", action="store_true", help="skip the HTTP measurement (profiling)"
+    )
     args = ap.parse_args()
     pin_self(1)
+    serve: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp))
         try:
             assert server.proc is not None
             asyncio.run(populate(server.port))
-            serve = asyncio.run(measure(server.port, server.proc.pid, args.rounds, args.requests))
+            if not args.in_process_only:
+                serve = asyncio.run(
+                    measure(server.port, server.proc.pid, args.rounds, args.requests)
+                )
         finally:
             server.kill()
+        local = in_process(server.data_dir, args.rounds, args.requests, args.profile)
     daemon = daemon_page(args.rounds, args.requests)
     report = {
         "machine": machine_notes(),
@@ -233,6 +308,9 @@ def main() -> None:
             }
             for n, r in serve.items()
         },
+        "serve in-process": {
+            n: {"cpu_ms": stats(r["cpu_ms"]), "bytes": r["bytes"]} for n, r in local.items()
+        },
         "daemon page (in-process)": {
             "cpu_ms": stats(daemon["cpu_ms"]),
             "bytes": daemon["bytes"][-1],
@@ -246,6 +324,13 @@ def main() -> None:
         print(
             f"{name:34} {c['min']:>10} {c['median']:>10} {c['max']:>10}"
             f" {w['median']:>12} {r['bytes'] / 1024:>6.0f}"
+        )
+    print(f"\n{'in-process (reading + rendering)':34} {'CPU ms/refresh min/med/max':>34}")
+    for name, r in report["serve in-process"].items():
+        c = r["cpu_ms"]
+        print(
+            f"{name:34} {c['min']:>10} {c['median']:>10} {c['max']:>10}"
+            f" {'':>12} {r['bytes'] / 1024:>6.0f}"
         )
     d = report["daemon page (in-process)"]
     print(

@@ -59,7 +59,13 @@ class DaemonConsole:
         viewer = W.guard(request, FRAME, self.gate)
         if isinstance(viewer, web.Response):
             return viewer
-        view = pages.daemon(self.snapshot(), self.history, self.processors, loghubd.__version__)
+        view = pages.daemon(
+            self.snapshot(),
+            self.history,
+            self.processors,
+            loghubd.__version__,
+            request.query.get("page"),
+        )
         return W.answer(request, FRAME, view, viewer)
 
     async def _static(self, request: web.Request) -> web.StreamResponse:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from loghubd.console import html as H
 from loghubd.console.daemon_data import History
+from loghubd.console.paging import Pages
 from loghubd.console.web import View
 from loghubd.consumer.snapshot import DaemonSnapshot, SourceSnapshot
 
@@ -16,14 +17,30 @@ LIVE_MS = 2000
 
 
 def daemon(
-    snap: DaemonSnapshot, history: History, processors: Mapping[str, str], version: str
+    snap: DaemonSnapshot,
+    history: History,
+    processors: Mapping[str, str],
+    version: str,
+    page: str | None = None,
 ) -> View:
-    live = _live(snap, history, processors, version)
-    return View("Daemon", H.live("daemon", live, "/", LIVE_MS), regions={"daemon": live})
+    """The page, with page `page` (a `page=` value) of the shard table."""
+    pages = Pages.of(page, sum(len(s.shards) for s in snap.sources))
+    live = _live(snap, history, processors, version, pages)
+    return View(
+        "Daemon", H.live("daemon", live, _here(pages.query), LIVE_MS), regions={"daemon": live}
+    )
+
+
+def _here(page: int | None) -> str:
+    return "/" if page is None else f"/?page={page}"
 
 
 def _live(
-    snap: DaemonSnapshot, history: History, processors: Mapping[str, str], version: str
+    snap: DaemonSnapshot,
+    history: History,
+    processors: Mapping[str, str],
+    version: str,
+    pages: Pages,
 ) -> H.Markup:
     sources = snap.sources
     facts = H.tag(
@@ -69,7 +86,8 @@ def _live(
         )
     )
     parts.append(H.tag("h2", "Shards"))
-    parts.append(_shards(sources, history))
+    parts.append(H.pager(pages, _here, "shards"))
+    parts.append(_shards(sources, history, pages))
     parts.append(H.tag("h2", "Last errors"))
     errors = history.errors()[:20]
     parts.append(
@@ -86,41 +104,38 @@ def _live(
     return H.join(parts)
 
 
-def _shards(sources: Sequence[SourceSnapshot], history: History) -> H.Markup:
+def _shards(sources: Sequence[SourceSnapshot], history: History, pages: Pages) -> H.Markup:
     rows = []
-    for src in sources:
-        for shard in src.shards:
-            key = (src.name, shard.shard)
-            rate = history.throughput(key)
-            lag = history.lag(key)
-            window = f"over the last {history.span(key) / 60:.1f} minutes"
-            rate_now = rate[-1] if rate else 0.0
-            lag_now = shard.lag_seconds or 0.0
-            problem = shard.reason or shard.processor_error
-            rows.append(
-                (
-                    f"{src.name} / {shard.shard}",
-                    H.badge(shard.state),
-                    H.Markup(
-                        H.sparkline(
-                            rate,
-                            f"throughput of shard {shard.shard} {window}, "
-                            f"now {rate_now:.1f} logs/s",
-                        )
-                        + f" {rate_now:.1f}/s"
-                    ),
-                    H.Markup(
-                        H.sparkline(
-                            lag, f"lag of shard {shard.shard} {window}, now {lag_now:.1f} s"
-                        )
-                        + (" caught up" if shard.caught_up else f" {H.ago(lag_now)}")
-                    ),
-                    "not measured yet"
-                    if shard.lag_log_groups is None
-                    else H.count(shard.lag_log_groups),
-                    problem or "—",
-                )
+    held = [(src, shard) for src in sources for shard in src.shards]
+    for src, shard in held[pages.first : pages.stop]:
+        key = (src.name, shard.shard)
+        rate = history.throughput(key)
+        lag = history.lag(key)
+        window = f"over the last {history.span(key) / 60:.1f} minutes"
+        rate_now = rate[-1] if rate else 0.0
+        lag_now = shard.lag_seconds or 0.0
+        problem = shard.reason or shard.processor_error
+        rows.append(
+            (
+                f"{src.name} / {shard.shard}",
+                H.badge(shard.state),
+                H.Markup(
+                    H.sparkline(
+                        rate,
+                        f"throughput of shard {shard.shard} {window}, now {rate_now:.1f} logs/s",
+                    )
+                    + f" {rate_now:.1f}/s"
+                ),
+                H.Markup(
+                    H.sparkline(lag, f"lag of shard {shard.shard} {window}, now {lag_now:.1f} s")
+                    + (" caught up" if shard.caught_up else f" {H.ago(lag_now)}")
+                ),
+                "not measured yet"
+                if shard.lag_log_groups is None
+                else H.count(shard.lag_log_groups),
+                problem or "—",
             )
+        )
     return H.table(
         "Shards this daemon holds: state, throughput and lag",
         [

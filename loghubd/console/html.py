@@ -8,10 +8,12 @@ functions here return markup (`Markup`), so a caller never escapes twice or forg
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, urlencode
+
+from loghubd.console.paging import Pages
 
 
 class Markup(str):
@@ -185,6 +187,24 @@ def table(
         f'<div class="scroll" tabindex="0" role="region" aria-label="{esc(caption)}">'
         f"<table{table_id}><caption>{esc(caption)}</caption><thead><tr>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def pager(pages: Pages, href: Callable[[int | None], str], what: str) -> Markup:
+    """Links to the other pages of a long table (plain links: they work without JavaScript);
+    nothing when everything fits on one page."""
+    if pages.count <= 1:
+        return Markup("")
+    shown = f"{what} {pages.first + 1} to {pages.stop} of {pages.total}"
+    links = []
+    for n in range(1, pages.count + 1):
+        if n == pages.number:
+            links.append(f'<span aria-current="page">{n}</span>')
+        else:
+            links.append(f'<a href="{esc(href(n if n > 1 else None))}">{n}</a>')
+    return Markup(
+        f'<nav class="pager" aria-label="Pages of {esc(what)}">'
+        f'<span class="shown">{esc(shown)}</span> {" ".join(links)}</nav>'
     )
 
 

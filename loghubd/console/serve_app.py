@@ -83,19 +83,20 @@ class ServeConsole:
         # A logstore the viewer may not see is answered exactly like one that does not exist.
         if ls is None or not A.sees_logstore(viewer, project, name):
             return _missing(f"No logstore {name} in project {project}.")
+        page = query.get("page")
         if not rest:
-            return pages.logstore(FRAME, self.reader.logstore(ls, now), viewer)
+            return pages.logstore(FRAME, self.reader.logstore(ls, now, page), viewer)
         if rest[0] == "g" and len(rest) == 2:
             if not viewer.may(A.SEE_GROUP, project, name, rest[1]):
                 return _missing(f"No consumer group {rest[1]}.")
-            group = self.reader.group(ls, rest[1], now)
+            group = self.reader.group(ls, rest[1], now, page)
             if group is None:
                 return _missing(f"No consumer group {rest[1]}.")
             return pages.group(FRAME, group, now)
         if rest == ["tail"]:
             if not viewer.may(A.SEE_LOGS, project, name):
                 return _missing("Your access key may not read this logstore's logs.")
-            ids = [s.shard_id for s in self.reader.service.storage.list_shards(ls.id)]
+            ids = self.reader.shard_ids(ls.id)
             raw = query.get("shard", "")
             shard = int(raw) if raw.isdigit() and int(raw) in ids else None
             text = query.get("q", "")

@@ -9,11 +9,14 @@ cheap with hundreds of shards (bench/console_bench.py).
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loghubd.console.paging import ROWS_PER_PAGE, Pages
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.server import spl
@@ -23,10 +26,16 @@ from loghubd.server.storage import Logstore, Shard
 
 RATE_WINDOW_S = 300.0  # write rate: the last five minutes ...
 RATE_BUCKET_S = 15.0  # ... in 20 steps
+RATE_SETTLE_S = 5.0  # a bucket this long past its end is complete (kept, not read again)
 TAIL_LOGS = 50  # a tail shows this many of the newest logs ...
 TAIL_SCAN_GROUPS = 64  # ... found in at most this many of the newest log groups
 _PER_SHARD = 4  # newest groups looked at per shard at least (when tailing many shards)
 LAG_SCAN_GROUPS = 256  # log groups read per shard to count the lag in logs
+TAIL_CACHE_GROUPS = 2048  # stored groups kept flattened (and filtered per SPL statement)
+_Found = tuple[int, tuple[tuple[int, dict[str, str]], ...]]  # see Reader._filtered
+_SHARD_COLS = (
+    "shard_id, readonly, begin_key, end_key, create_time, parents, next_seq, min_seq, stored_bytes"
+)
 # Enum's `.value` is a descriptor call (slow on 3.11); a group page reads 256 of them.
 _STATE_TEXT = {state: state.value for state in ShardState}
 
@@ -48,6 +57,7 @@ class LogstoreView:
     shards: tuple[ShardRow, ...]
     rate: tuple[float, ...]  # the whole logstore, logs/s per bucket
     groups: tuple[str, ...]
+    pages: Pages  # `shards` holds the rows of this page
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,7 @@ class GroupView:
     order: bool
     consumers: tuple[ConsumerRow, ...]
     shards: tuple[GroupShardRow, ...]
+    pages: Pages  # `shards` holds the rows of this page
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +119,8 @@ class Reader:
         self._db = sqlite3.connect(
             f"file:{db_path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
         )
+        self._rate_memo: dict[tuple[int, int], dict[int, dict[int, int]]] = {}
+        self._tail_cache: OrderedDict[tuple[object, ...], _Found] = OrderedDict()
 
     def close(self) -> None:
         self._db.close()
@@ -121,30 +134,58 @@ class Reader:
     def find(self, project: str, name: str) -> Logstore | None:
         return self.service.storage.get_logstore(project, name)
 
-    def logstore(self, ls: Logstore, now: float) -> LogstoreView:
-        shards = self.service.storage.list_shards(ls.id)
+    def shard_ids(self, ls_id: int) -> list[int]:
+        return [
+            int(r[0])
+            for r in self._db.execute(
+                "SELECT shard_id FROM shards WHERE logstore_id = ? ORDER BY shard_id", (ls_id,)
+            )
+        ]
+
+    def _shards(self, ls_id: int, lo: int, hi: int) -> list[Shard]:
+        """The shards whose ids are in [lo, hi], by id."""
+        rows = self._db.execute(
+            f"SELECT {_SHARD_COLS} FROM shards WHERE logstore_id = ? AND shard_id BETWEEN ? AND ?"
+            " ORDER BY shard_id",
+            (ls_id, lo, hi),
+        )
+        return [
+            Shard(sid, bool(ro), begin, end, ctime, tuple(json.loads(parents)), nxt, low, size)
+            for sid, ro, begin, end, ctime, parents, nxt, low, size in rows
+        ]
+
+    def logstore(
+        self, ls: Logstore, now: float, page: str | None = None, size: int = ROWS_PER_PAGE
+    ) -> LogstoreView:
+        """The logstore, with the shards of page `page` (a `page=` value) of its shard table."""
+        ids = self.shard_ids(ls.id)
+        pages = Pages.of(page, len(ids), size)
+        page_ids = ids[pages.first : pages.stop]
+        shards = self._shards(ls.id, page_ids[0], page_ids[-1]) if page_ids else []
         children: dict[int, list[int]] = {}
-        for s in shards:
-            for p in s.parents:
-                children.setdefault(p, []).append(s.shard_id)
+        # Only shards made by a split or merge have parents: few rows, whatever the page.
+        for sid, parents in self._db.execute(
+            "SELECT shard_id, parents FROM shards WHERE logstore_id = ? AND parents != '[]'"
+            " ORDER BY shard_id",
+            (ls.id,),
+        ):
+            for p in json.loads(parents):
+                children.setdefault(p, []).append(int(sid))
         # Buckets are aligned on multiples of RATE_BUCKET_S; the last one is the current,
         # partly elapsed bucket, whose rate counts only the time elapsed in it.
         steps = int(RATE_WINDOW_S / RATE_BUCKET_S)
-        first = int(now // RATE_BUCKET_S) - steps + 1
+        first_bucket = int(now // RATE_BUCKET_S) - steps + 1
         spans = [RATE_BUCKET_S] * (steps - 1) + [
-            max(now - (first + steps - 1) * RATE_BUCKET_S, 1.0)
+            max(now - (first_bucket + steps - 1) * RATE_BUCKET_S, 1.0)
         ]
         counts: dict[int, list[float]] = {s.shard_id: [0.0] * steps for s in shards}
         total = [0.0] * steps
-        rows = self._db.execute(
-            "SELECT shard_id, CAST(recv_time / ? AS INTEGER) - ? AS b, sum(log_count)"
-            " FROM log_groups WHERE logstore_id = ? AND recv_time >= ? GROUP BY shard_id, b",
-            (RATE_BUCKET_S, first, ls.id, first * RATE_BUCKET_S),
-        )
-        for sid, bucket, n in rows:
-            if 0 <= bucket < steps and sid in counts:
-                counts[sid][bucket] += n / spans[bucket]
-                total[bucket] += n / spans[bucket]
+        for bucket, per_shard in self._writes(ls, first_bucket, now).items():
+            i = bucket - first_bucket
+            for sid, n in per_shard.items():
+                total[i] += n / spans[i]
+                if sid in counts:
+                    counts[sid][i] += n / spans[i]
         groups = tuple(g.name for g in self.service.storage.list_groups(ls.id))
         return LogstoreView(
             ls,
@@ -154,32 +195,84 @@ class Reader:
             ),
             tuple(total),
             groups,
+            pages,
         )
+
+    def _writes(self, ls: Logstore, first: int, now: float) -> dict[int, dict[int, int]]:
+        """bucket → shard → logs received, for buckets `first` to the current one. A bucket
+        that ended more than RATE_SETTLE_S ago no longer changes (groups get their receive
+        time when stored): it is read once and kept; a refresh reads only the newer ones."""
+        key = (ls.id, ls.create_time)
+        kept = self._rate_memo.get(key)
+        if kept is None:
+            kept = self._rate_memo[key] = {}
+        for old in [b for b in kept if b < first]:
+            del kept[old]
+        settled = int((now - RATE_SETTLE_S) // RATE_BUCKET_S)  # buckets before it are done
+        since = first
+        while since in kept and since < settled:
+            since += 1
+        fresh: dict[int, dict[int, int]] = {}
+        for sid, bucket, n in self._db.execute(
+            "SELECT shard_id, CAST(recv_time / ? AS INTEGER) AS b, sum(log_count)"
+            " FROM log_groups WHERE logstore_id = ? AND recv_time >= ? GROUP BY shard_id, b",
+            (RATE_BUCKET_S, ls.id, since * RATE_BUCKET_S),
+        ):
+            fresh.setdefault(int(bucket), {})[int(sid)] = int(n)
+        for bucket in range(since, settled):
+            kept[bucket] = fresh.get(bucket, {})
+        out = {b: v for b, v in kept.items() if b >= first}
+        out.update(
+            (b, v) for b, v in fresh.items() if b >= since and first <= b <= now // RATE_BUCKET_S
+        )
+        if len(self._rate_memo) > 64:  # logstores looked at; forget the oldest
+            self._rate_memo.pop(next(iter(self._rate_memo)))
+        return out
 
     # -- consumer groups ---------------------------------------------------------------------
 
-    def group(self, ls: Logstore, name: str, now: float) -> GroupView | None:
+    def group(
+        self,
+        ls: Logstore,
+        name: str,
+        now: float,
+        page: str | None = None,
+        size: int = ROWS_PER_PAGE,
+    ) -> GroupView | None:
+        """The group, with the shards of page `page` (a `page=` value) of its shard table:
+        the live state of every shard is in memory, stored facts are read for the page only."""
         if name not in {g.name for g in self.service.storage.list_groups(ls.id)}:
             return None
         group = self.service.group_view(ls, name)
-        stored = self.service.storage.get_checkpoints(ls.id, name)
-        positions: dict[int, int] = {}
-        for sid in group.shards:
-            cp = stored.get(sid)
-            try:
-                positions[sid] = cursors.to_seq(sid, cp.cursor) if cp and cp.cursor else 0
-            except cursors.InvalidCursorString:
-                positions[sid] = 0
-        shards = {s.shard_id: s for s in self.service.storage.list_shards(ls.id)}
-        lags = self._lags(ls.id, positions)
-        held: dict[str, int] = {c: 0 for c in group.consumers}
-        rows = []
-        for sid in sorted(group.shards):
-            entry = group.shards[sid]
+        held: dict[str, int] = dict.fromkeys(group.consumers, 0)
+        for entry in group.shards.values():
             if entry.owner is not None:
                 held[entry.owner] = held.get(entry.owner, 0) + 1
+        ids = sorted(group.shards)
+        pages = Pages.of(page, len(ids), size)
+        page_ids = ids[pages.first : pages.stop]
+        lo, hi = (page_ids[0], page_ids[-1]) if page_ids else (0, -1)
+        stored = dict(
+            self._db.execute(
+                "SELECT shard_id, cursor FROM checkpoints WHERE logstore_id = ? AND group_name = ?"
+                " AND shard_id BETWEEN ? AND ?",
+                (ls.id, name, lo, hi),
+            ).fetchall()
+        )
+        positions: dict[int, int] = {}
+        for sid in page_ids:
+            cp = stored.get(sid)
+            try:
+                positions[sid] = cursors.to_seq(sid, cp) if cp else 0
+            except cursors.InvalidCursorString:
+                positions[sid] = 0
+        shards = {s.shard_id: s for s in self._shards(ls.id, lo, hi)}
+        lags = self._lags(ls.id, positions)
+        rows = []
+        for sid in page_ids:
+            entry = group.shards[sid]
             counted, lag_logs, oldest, last = lags.get(sid, (0, 0, None, None))
-            has_cp = sid in stored and bool(stored[sid].cursor)
+            has_cp = bool(stored.get(sid))
             shard = shards.get(sid)
             lag_groups = counted
             if shard is not None:
@@ -204,7 +297,7 @@ class Reader:
             ConsumerRow(c, max(0.0, now - t), held.get(c, 0))
             for c, t in sorted(group.consumers.items())
         )
-        return GroupView(ls, name, group.timeout, group.order, consumers, tuple(rows))
+        return GroupView(ls, name, group.timeout, group.order, consumers, tuple(rows), pages)
 
     def _lags(
         self, ls_id: int, positions: dict[int, int]
@@ -238,37 +331,77 @@ class Reader:
                 program = spl.compile(query)
             except spl.SplError as exc:
                 return TailView((), 0, str(exc))
-        candidates: list[tuple[float, int, int]] = []  # (receive time, shard, seq)
-        ids = [shard] if shard is not None else shard_ids
         # Enough candidates per shard that the newest TAIL_SCAN_GROUPS of the logstore are
-        # among them however writes are spread (few shards: more from each).
-        per_shard = max(_PER_SHARD, -(-TAIL_SCAN_GROUPS // max(len(ids), 1)))
-        for sid in ids:
-            for seq, recv in self._db.execute(
-                "SELECT seq, recv_time FROM log_groups WHERE logstore_id = ? AND shard_id = ?"
-                " ORDER BY seq DESC LIMIT ?",
-                (ls.id, sid, per_shard),
-            ):
-                candidates.append((recv, sid, seq))
-        candidates.sort(reverse=True)
+        # among them however writes are spread (few shards: more from each); one statement
+        # walks every shard's newest groups by primary key (the shard row knows next_seq).
+        per_shard = max(_PER_SHARD, -(-TAIL_SCAN_GROUPS // max(len(shard_ids), 1)))
+        one = "" if shard is None else " AND s.shard_id = ?"
+        candidates = self._db.execute(
+            # CROSS JOIN keeps shards the outer loop: a seek per shard, not a logstore scan.
+            "SELECT l.shard_id, l.seq, l.recv_time FROM shards s CROSS JOIN log_groups l"
+            " ON l.logstore_id = s.logstore_id AND l.shard_id = s.shard_id"
+            " AND l.seq >= s.next_seq - ? AND l.seq < s.next_seq"
+            f" WHERE s.logstore_id = ?{one} ORDER BY l.recv_time DESC, l.shard_id DESC,"
+            " l.seq DESC LIMIT ?",
+            (per_shard, ls.id, *(() if shard is None else (shard,)), TAIL_SCAN_GROUPS),
+        ).fetchall()
         logs: list[TailLog] = []
         scanned = 0
-        for _recv, sid, seq in candidates[:TAIL_SCAN_GROUPS]:
+        for sid, seq, recv in candidates:
+            found = self._filtered(ls, sid, seq, recv, program)
+            if found is None:  # expired meanwhile
+                continue
+            count, kept = found
+            for index, record in kept:
+                logs.append(TailLog(sid, seq, index, record))
+                if len(logs) >= TAIL_LOGS:
+                    # as if read from the newest log down to this one
+                    scanned += count - index
+                    return TailView(tuple(logs), scanned)
+            scanned += count
+        return TailView(tuple(logs), scanned)
+
+    def _filtered(
+        self, ls: Logstore, sid: int, seq: int, recv: float, program: spl.Program | None
+    ) -> _Found | None:
+        """(logs in the group, its logs that pass `program`, newest first, with their index),
+        or None when the group is gone. Stored groups never change: the answer is kept per
+        (group, statement), so a live tail parses and filters only the groups that are new
+        since its last refresh (the key holds the logstore's creation and the receive time,
+        so a logstore deleted and made again under the same id is not mistaken for the old)."""
+        key = (ls.id, ls.create_time, sid, seq, recv, program.text if program else "")
+        cache = self._tail_cache
+        hit: _Found | None = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+        base = (ls.id, ls.create_time, sid, seq, recv, "")
+        records: _Found | None = cache.get(base)
+        if records is None:
             row = self._db.execute(
                 "SELECT data FROM log_groups WHERE logstore_id = ? AND shard_id = ? AND seq = ?",
                 (ls.id, sid, seq),
             ).fetchone()
-            if row is None:  # expired meanwhile
-                continue
-            records = flatten(bytes(row[0]))
-            for index in range(len(records) - 1, -1, -1):
-                scanned += 1
-                out = records[index] if program is None else program(records[index])
-                if out is not None:
-                    logs.append(TailLog(sid, seq, index, out))
-                if len(logs) >= TAIL_LOGS:
-                    return TailView(tuple(logs), scanned)
-        return TailView(tuple(logs), scanned)
+            if row is None:
+                return None
+            flat = flatten(bytes(row[0]))
+            records = (len(flat), tuple((i, flat[i]) for i in range(len(flat) - 1, -1, -1)))
+            self._remember(base, records)
+        if program is None:
+            return records
+        kept = []
+        for index, record in records[1]:
+            out = program(record)
+            if out is not None:
+                kept.append((index, out))
+        found = (records[0], tuple(kept))
+        self._remember(key, found)
+        return found
+
+    def _remember(self, key: tuple[object, ...], value: _Found) -> None:
+        self._tail_cache[key] = value
+        if len(self._tail_cache) > TAIL_CACHE_GROUPS:
+            self._tail_cache.popitem(last=False)
 
 
 def _text(value: str | bytes) -> str:

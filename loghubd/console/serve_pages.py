@@ -5,6 +5,7 @@ consumer group (consumers, owners, positions, lag) and the tail. Pure: views in,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from loghubd.console import access as A
 from loghubd.console import html as H
@@ -63,40 +64,51 @@ def _rate_label(what: str, rate: Sequence[float]) -> str:
 
 
 def logstore(frame: H.Frame, view: LogstoreView, viewer: A.Viewer) -> View:
+    """The logstore page; its shard table shows one page of rows (`view.pages`)."""
     ls = view.logstore
-    parts: list[H.Markup] = [
-        H.tag(
-            "p",
-            [
-                H.link(_ls_url(frame, ls.project, ls.name, "tail"), "Tail this logstore"),
-                f" · retention {ls.ttl} days",
-            ],
-        )
-    ]
+    pages = view.pages
+
+    def here(page: int | None) -> str:
+        return _ls_url(frame, ls.project, ls.name, page=page)
+
     shards = (
-        _shards(view)
+        _shards(view, H.pager(pages, here, "shards"))
         if viewer.may(A.SEE_SHARDS, ls.project, ls.name)
         else H.tag("p", "Your access key may not list this logstore's shards.", class_="note")
     )
-    parts.append(H.tag("h2", "Shards"))
-    parts.append(H.live("shards", shards, _ls_url(frame, ls.project, ls.name), 5000))
-    parts.append(H.tag("h2", "Consumer groups"))
-    if viewer.may(A.SEE_GROUPS, ls.project, ls.name, "*"):
-        items = [
-            H.tag("li", H.link(_ls_url(frame, ls.project, ls.name, "g", g), g)) for g in view.groups
+
+    def body() -> H.Markup:
+        parts: list[H.Markup] = [
+            H.tag(
+                "p",
+                [
+                    H.link(_ls_url(frame, ls.project, ls.name, "tail"), "Tail this logstore"),
+                    f" · retention {ls.ttl} days",
+                ],
+            )
         ]
-        parts.append(H.tag("ul", items) if items else H.tag("p", "none", class_="note"))
-    else:
-        parts.append(H.tag("p", "Your access key may not list consumer groups.", class_="note"))
+        parts.append(H.tag("h2", "Shards"))
+        parts.append(H.live("shards", shards, here(pages.query), 5000))
+        parts.append(H.tag("h2", "Consumer groups"))
+        if viewer.may(A.SEE_GROUPS, ls.project, ls.name, "*"):
+            items = [
+                H.tag("li", H.link(_ls_url(frame, ls.project, ls.name, "g", g), g))
+                for g in view.groups
+            ]
+            parts.append(H.tag("ul", items) if items else H.tag("p", "none", class_="note"))
+        else:
+            parts.append(H.tag("p", "Your access key may not list consumer groups.", class_="note"))
+        return H.join(parts)
+
     return View(
         f"Logstore {ls.name}",
-        H.join(parts),
+        body,
         crumbs=((f"{ls.project} / {ls.name}", ""),),
         regions={"shards": shards},
     )
 
 
-def _shards(view: LogstoreView) -> H.Markup:
+def _shards(view: LogstoreView, pager: H.Markup) -> H.Markup:
     rows = []
     for r in view.shards:
         s = r.shard
@@ -129,6 +141,7 @@ def _shards(view: LogstoreView) -> H.Markup:
     return H.join(
         [
             total,
+            pager,
             H.table(
                 "Shards: state, key range, lineage, size and write rate",
                 [
@@ -148,28 +161,37 @@ def _shards(view: LogstoreView) -> H.Markup:
 
 
 def group(frame: H.Frame, view: GroupView, now: float) -> View:
+    """The group page; its shard table shows one page of rows (`view.pages`)."""
     ls = view.logstore
-    here = _ls_url(frame, ls.project, ls.name, "g", view.name)
-    settings = H.tag(
-        "dl",
-        [
-            H.tag("dt", "Timeout"),
-            H.tag("dd", f"{view.timeout:g} s"),
-            H.tag("dt", "In order"),
-            H.tag("dd", "yes" if view.order else "no"),
-        ],
-        class_="facts",
-    )
-    live = _group_live(view)
+    pages = view.pages
+
+    def here(page: int | None) -> str:
+        return _ls_url(frame, ls.project, ls.name, "g", view.name, page=page)
+
+    live = _group_live(view, H.pager(pages, here, "shards"))
+
+    def body() -> H.Markup:
+        settings = H.tag(
+            "dl",
+            [
+                H.tag("dt", "Timeout"),
+                H.tag("dd", f"{view.timeout:g} s"),
+                H.tag("dt", "In order"),
+                H.tag("dd", "yes" if view.order else "no"),
+            ],
+            class_="facts",
+        )
+        return H.join([settings, H.live("group", live, here(pages.query), LIVE_MS)])
+
     return View(
         f"Consumer group {view.name}",
-        H.join([settings, H.live("group", live, here, LIVE_MS)]),
+        body,
         crumbs=_crumbs(frame, ls, (view.name, "")),
         regions={"group": live},
     )
 
 
-def _group_live(view: GroupView) -> H.Markup:
+def _group_live(view: GroupView, pager: H.Markup) -> H.Markup:
     consumers = H.table(
         "Consumers",
         [C("Consumer"), C("Last heartbeat"), C("Shards held", True)],
@@ -204,7 +226,7 @@ def _group_live(view: GroupView) -> H.Markup:
         rows,
         id="group-shards",
     )
-    return H.join([H.tag("h2", "Consumers"), consumers, H.tag("h2", "Shards"), shards])
+    return H.join([H.tag("h2", "Consumers"), consumers, H.tag("h2", "Shards"), pager, shards])
 
 
 def tail(
@@ -216,6 +238,26 @@ def tail(
     view: TailView,
 ) -> View:
     here = _ls_url(frame, ls.project, ls.name, "tail", shard=shard, q=query)
+    logs = _tail_logs(view)
+    return View(
+        f"Tail of {ls.name}",
+        lambda: _tail_body(
+            frame, ls, shard_ids, shard, query, view, H.live("tail", logs, here, LIVE_MS)
+        ),
+        crumbs=_crumbs(frame, ls, ("tail", "")),
+        regions={"tail": logs},
+    )
+
+
+def _tail_body(
+    frame: H.Frame,
+    ls: Logstore,
+    shard_ids: Sequence[int],
+    shard: int | None,
+    query: str,
+    view: TailView,
+    live: H.Markup,
+) -> H.Markup:
     options = [H.tag("option", "all shards", value="", selected=shard is None)] + [
         H.tag("option", f"shard {sid}", value=sid, selected=sid == shard) for sid in shard_ids
     ]
@@ -249,37 +291,15 @@ def tail(
         class_="filter",
         role="search",
     )
-    logs = _tail_logs(view)
-    return View(
-        f"Tail of {ls.name}",
-        H.join([form, error, H.live("tail", logs, here, LIVE_MS)]),
-        crumbs=_crumbs(frame, ls, ("tail", "")),
-        regions={"tail": logs},
-    )
+    return H.join([form, error, live])
 
 
 def _tail_logs(view: TailView) -> H.Markup:
     if view.error:
         return H.tag("p", "Fix the SPL statement to see logs.", class_="note")
-    items = []
-    esc = H.esc
-    for log in view.logs:
-        # f-strings rather than `tag`: fifty records of a dozen fields on every refresh.
-        rec = log.record
-        when = rec.get("__time__", "")
-        head = H.clock(int(when)) if when.isdigit() else "no time"
-        fields = [(k, v) for k, v in rec.items() if not k.startswith("__")]
-        meta = [(k, v) for k, v in rec.items() if k.startswith("__")]
-        preview = " ".join(f"{k}={v}" for k, v in fields[:4])[:160]
-        facts = "".join(
-            f'<dt>{esc(k)}</dt><dd class="mono">{esc(v)}</dd>' for k, v in [*fields, *meta]
-        )
-        items.append(
-            f'<details class="log" id="log-{log.key}"><summary id="sum-{log.key}">'
-            f"{esc(head)} · shard {log.shard} · {esc(preview)}</summary>"
-            f'<dl class="facts">{facts}<dt>shard / position</dt>'
-            f"<dd>{log.shard} / {log.seq}:{log.index}</dd></dl></details>"
-        )
+    items = [
+        _log_html(log.shard, log.seq, log.index, tuple(log.record.items())) for log in view.logs
+    ]
     note = H.tag(
         "p",
         f"{len(view.logs)} newest logs shown, newest first ({view.scanned_logs} looked at).",
@@ -287,3 +307,24 @@ def _tail_logs(view: TailView) -> H.Markup:
     )
     body = H.Markup("".join(items)) if items else H.tag("p", "No logs match yet.", class_="note")
     return H.join([note, body])
+
+
+@lru_cache(maxsize=4096)
+def _log_html(shard: int, seq: int, index: int, record: tuple[tuple[str, str], ...]) -> str:
+    """One log as a `<details>` record. Memoised on everything it shows: a live tail shows
+    mostly the logs it showed a second ago, and only new ones are rendered."""
+    esc = H.esc
+    when = next((v for k, v in record if k == "__time__"), "")
+    head = H.clock(int(when)) if when.isdigit() else "no time"
+    fields = [(k, v) for k, v in record if not k.startswith("__")]
+    meta = [(k, v) for k, v in record if k.startswith("__")]
+    preview = " ".join(f"{k}={v}" for k, v in fields[:4])[:160]
+    # f-strings rather than `tag`: fifty records of a dozen fields.
+    facts = "".join(f'<dt>{esc(k)}</dt><dd class="mono">{esc(v)}</dd>' for k, v in [*fields, *meta])
+    key = f"{shard}-{seq}-{index}"
+    return (
+        f'<details class="log" id="log-{key}"><summary id="sum-{key}">'
+        f"{esc(head)} · shard {shard} · {esc(preview)}</summary>"
+        f'<dl class="facts">{facts}<dt>shard / position</dt>'
+        f"<dd>{shard} / {seq}:{index}</dd></dl></details>"
+    )

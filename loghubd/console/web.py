@@ -4,7 +4,7 @@ access check in front of every page, and answering a page or one of its live reg
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -29,13 +29,17 @@ _SECURITY = {
 @dataclass(frozen=True, slots=True)
 class View:
     """A rendered page: its title, breadcrumbs, body, and the live regions inside the body
-    (by element id) that a refresh may ask for alone."""
+    (by element id) that a refresh may ask for alone. The body may be a function that
+    renders it: a refresh that asks for one region does not pay for the rest."""
 
     title: str
-    body: H.Markup
+    body: H.Markup | Callable[[], H.Markup]
     crumbs: tuple[tuple[str, str], ...] = ()
     regions: Mapping[str, H.Markup] = field(default_factory=dict)
     status: int = 200
+
+    def markup(self) -> H.Markup:
+        return self.body if isinstance(self.body, str) else self.body()
 
 
 def static(name: str) -> web.Response:
@@ -56,7 +60,7 @@ def answer(request: web.Request, frame: H.Frame, view: View, viewer: Viewer) -> 
         if part is None:
             return web.Response(status=404, text="no such region", headers=_SECURITY)
         return web.Response(text=part, content_type="text/html", headers=_SECURITY)
-    doc = H.page(frame, view.title, view.body, crumbs=view.crumbs, user=viewer.name)
+    doc = H.page(frame, view.title, view.markup(), crumbs=view.crumbs, user=viewer.name)
     return web.Response(text=doc, status=view.status, content_type="text/html", headers=_SECURITY)
 
 

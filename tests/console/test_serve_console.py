@@ -104,6 +104,37 @@ def test_logstore_page_without_javascript(
         context.close()
 
 
+def test_a_long_shard_table_pages_with_and_without_javascript(
+    console_server: ServerProcess, console_admin: Admin, browser: Any, page: Any
+) -> None:
+    """60 shards: 50 to a page; the pager's plain links work without JavaScript, and the
+    live refresh of page 2 keeps showing page 2 (it renders only the visible page)."""
+    console_admin.create_logstore("paged", 60)
+    console_admin.create_group("paged", "many", 60, False)
+    shards = "#logstore-shards tbody tr th"
+    context = browser.new_context(java_script_enabled=False, viewport=DESKTOP)
+    try:
+        nojs = context.new_page()
+        nojs.goto(_url(console_server, CONSOLE + "paged"))
+        assert nojs.locator(shards).all_inner_texts() == [str(i) for i in range(50)]
+        assert "shards 1 to 50 of 60" in nojs.inner_text("nav.pager")
+        nojs.get_by_role("navigation", name="Pages of shards").get_by_role("link", name="2").click()
+        assert nojs.locator(shards).all_inner_texts() == [str(i) for i in range(50, 60)]
+        assert nojs.url.endswith("?page=2")
+    finally:
+        context.close()
+    page.goto(_url(console_server, CONSOLE + "paged/g/many?page=2"))
+    page.evaluate("window.__sameDocument = true")
+    assert page.get_attribute("#group", "data-live").endswith("/g/many?page=2")
+    # After a live refresh (every second) the table still holds page 2's shards.
+    page.evaluate("document.querySelector('#group-shards').dataset.old = '1'")
+    page.wait_for_function("!document.querySelector('#group-shards').dataset.old")
+    rows = page.locator("#group-shards tbody tr th").all_inner_texts()
+    assert rows == [str(i) for i in range(50, 60)], rows
+    assert page.evaluate("window.__sameDocument") is True
+    assert_accessible(page)
+
+
 def test_tail_is_live_and_an_spl_filter_narrows_it(
     console_server: ServerProcess, pool: Pool, page: Any, shots: Path
 ) -> None:

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from loghubd.console import html as H
+from loghubd.console.paging import Pages
 
 
 @pytest.mark.parametrize(
@@ -73,3 +74,14 @@ def test_badges_always_show_the_word() -> None:
     assert H.badge("already_alloc") == '<span class="badge ok">already alloc</span>'
     assert H.badge("failed") == '<span class="badge bad">failed</span>'
     assert H.badge("something new") == '<span class="badge plain">something new</span>'
+
+
+def test_a_pager_links_every_other_page_and_marks_this_one() -> None:
+    pages = Pages.of("2", 120)
+    out = H.pager(pages, lambda n: H.url("/console/p/a/l/b", page=n), "shards")
+    assert "shards 51 to 100 of 120" in out
+    assert '<a href="/console/p/a/l/b">1</a>' in out  # the first page's URL names none
+    assert '<span aria-current="page">2</span>' in out
+    assert '<a href="/console/p/a/l/b?page=3">3</a>' in out
+    assert H.pager(Pages.of(None, 50), lambda n: "", "shards") == ""  # one page: no pager
+    assert (Pages.of("0", 120).number, Pages.of("999999999999", 120).number) == (1, 1)

@@ -3,6 +3,7 @@ service in-process): write rates, lag in logs and seconds, the tail through SPL.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,3 +99,73 @@ def test_tail_newest_first_through_spl(world: tuple) -> None:  # type: ignore[ty
     assert {log.shard for log in one.logs} == {1}
     bad = reader.tail(ls, [0, 1], None, "* | where level = ")
     assert bad.error and not bad.logs
+
+
+def test_memoised_reads_match_a_fresh_reader_while_data_changes(
+    world: tuple,  # type: ignore[type-arg]
+) -> None:
+    """The write-rate buckets and the tail are kept between refreshes; whatever is written
+    between them, a refresh shows what a reader without memory reads (seeded, printed)."""
+    service, reader, ls, clock = world
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    db = reader._db.execute("PRAGMA database_list").fetchone()[2]
+    queries = ["", "* | where level = 'ERROR'", "* | extend n = id | project n, level"]
+    for step in range(60):
+        for _ in range(rng.randrange(3)):
+            service.put(ls, group_of(rng.randrange(1, 8), step * 10, "INFO"), None)
+        clock.now += rng.choice([0.5, 3.0, 7.0, 16.0, 40.0])
+        fresh = D.Reader(service, Path(db))
+        try:
+            context = f"seed {seed}, step {step}"
+            assert reader.logstore(ls, clock.now) == fresh.logstore(ls, clock.now), context
+            for q in queries:
+                for shard in (None, 1):
+                    got = reader.tail(ls, [0, 1], shard, q)
+                    assert got == fresh.tail(ls, [0, 1], shard, q), (context, q, shard)
+        finally:
+            fresh.close()
+
+
+def test_tail_of_a_logstore_made_again_shows_the_new_logs(
+    world: tuple,  # type: ignore[type-arg]
+) -> None:
+    service, reader, ls, clock = world
+    service.put(ls, group_of(3, 0), "0" * 32)
+    assert [log.record["id"] for log in reader.tail(ls, [0, 1], None, "").logs] == ["2", "1", "0"]
+    service.delete_logstore("demo", "app")
+    clock.now += 1
+    service.create_logstore("demo", "app", 30, 2)
+    again = service.logstore("demo", "app")
+    service.put(again, group_of(2, 100), "0" * 32)
+    assert [log.record["id"] for log in reader.tail(again, [0, 1], None, "").logs] == ["101", "100"]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "number", "first", "stop"),
+    [(None, 1, 0, 50), ("1", 1, 0, 50), ("3", 3, 100, 120), ("9", 3, 100, 120), ("x", 1, 0, 50)],
+)
+def test_a_long_shard_table_is_cut_into_pages(
+    tmp_path: Path, wanted: str | None, number: int, first: int, stop: int
+) -> None:
+    clock = Clock()
+    storage = Storage(tmp_path / "db.sqlite3")
+    service = LogService(storage, clock)
+    service.create_project("demo", "")
+    service.create_logstore("demo", "wide", 30, 120)
+    ls = service.logstore("demo", "wide")
+    service.create_group(ls, "readers", 60, False)
+    assert len(service.heartbeat(ls, "readers", "c1", [])) == 120
+    reader = D.Reader(service, tmp_path / "db.sqlite3")
+    try:
+        view = reader.logstore(ls, clock.now, wanted)
+        assert (view.pages.number, view.pages.count, view.pages.total) == (number, 3, 120)
+        assert [r.shard.shard_id for r in view.shards] == list(range(first, stop))
+        group = reader.group(ls, "readers", clock.now, wanted)
+        assert group is not None and group.pages == view.pages
+        assert [r.shard for r in group.shards] == list(range(first, stop))
+        assert {r.owner for r in group.shards} == {"c1"}
+        assert group.consumers[0].held == 120  # counted over every shard, not the page
+    finally:
+        reader.close()
+        storage.close()
