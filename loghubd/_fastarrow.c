@@ -129,6 +129,9 @@ static inline int put_str(Out *o, int off, Span v) {
     return put_off(&o->b[off], data->len);
 }
 
+/* The tag of field `number` with wire type `wire`, as Field.tag holds it. */
+#define TAG(number, wire) ((uint32_t)(number) << 3 | (uint32_t)(wire))
+
 #define TRY(expr)                     \
     do {                              \
         int rc_ = (expr);             \
@@ -161,14 +164,14 @@ static int add_log(Out *o, Span msg, Span topic, Span source, const Span *tags, 
     Span key, value;
     int r;
     while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.num == 1 && f.wt == 0) {
+        if (f.tag == TAG(1, 0)) {
             time = (uint32_t)f.v; /* uint32: the low 32 bits of the varint */
-        } else if (f.num == 2 && f.wt == 2) {
+        } else if (f.tag == TAG(2, 2)) {
             if (read_pair(f.s, &key, &value) < 0) return FALLBACK;
             if (!is_utf8(key) || !is_utf8(value)) return FALLBACK;
             TRY(put_str(o, C_K_OFF, key));
             TRY(put_str(o, C_V_OFF, value));
-        } else if (f.num == 4 && f.wt == 5) {
+        } else if (f.tag == TAG(4, 5)) {
             time_ns = (uint32_t)f.v;
         }
     }
@@ -377,9 +380,9 @@ static int fields_log(Fields *s, size_t row, Span msg, Span topic, Span source,
     Span key, value;
     int r;
     while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.num == 1 && f.wt == 0) {
+        if (f.tag == TAG(1, 0)) {
             time = (uint32_t)f.v;
-        } else if (f.num == 2 && f.wt == 2) {
+        } else if (f.tag == TAG(2, 2)) {
             long col;
             if (read_pair(f.s, &key, &value) < 0 || !is_utf8(key)) return FALLBACK;
             /* Structured logs repeat their fields in the same order: try the column of the
@@ -395,7 +398,7 @@ static int fields_log(Fields *s, size_t row, Span msg, Span topic, Span source,
             if (col < 0) continue; /* not a field asked for */
             if (!is_utf8(value)) return FALLBACK;
             TRY(col_value(&s->cols[col], row, value));
-        } else if (f.num == 4 && f.wt == 5) {
+        } else if (f.tag == TAG(4, 5)) {
             time_ns = (uint32_t)f.v;
         }
     }

@@ -23,6 +23,9 @@ static const uint8_t EMPTY[1] = {0};
 typedef struct {
     uint32_t num;
     int wt;
+    uint32_t tag; /* num << 3 | wt in one word: comparing it is one load of one store (a test
+                   * of num and wt together can become a 64-bit load of two 32-bit stores,
+                   * which the CPU cannot forward: a stall per field) */
     uint64_t v; /* wire types 0 and 5 */
     Span s;     /* wire type 2 */
 } Field;
@@ -63,6 +66,7 @@ next_field(const uint8_t **pp, const uint8_t *end, Field *f)
      * refuses field number 0. */
     if (read_varint(&p, end, &tag) < 0 || p - *pp > 5 || tag > 0xffffffffu || (tag >> 3) == 0)
         return -1;
+    f->tag = (uint32_t)tag;
     f->num = (uint32_t)(tag >> 3);
     f->wt = (int)(tag & 7);
     switch (f->wt) {
