@@ -127,6 +127,7 @@ class ParquetProcessor:
             ),
         )
         self.buffer: dict[str, Buffered] = {}  # by start cursor: a retried batch is kept once
+        self.buffered_rows = self.buffered_bytes = 0  # of `buffer`, kept as batches come
         self.lock = threading.Lock()
         self._granted = False
         self._unfinished: list[Entry] = []  # committed writes whose renames failed
@@ -150,11 +151,12 @@ class ParquetProcessor:
                 self.buffer[batch.cursor] = Buffered(
                     batch.cursor, batch.next_cursor, rows, tracker.defer()
                 )
+                self.buffered_rows += rows.num_rows
+                self.buffered_bytes += rows.nbytes
             o = self.factory.options
-            buffered = list(self.buffer.values())
-            if sum(b.rows.num_rows for b in buffered) >= o.max_rows:
+            if self.buffered_rows >= o.max_rows:
                 self._write("max_rows")
-            elif sum(b.rows.nbytes for b in buffered) >= o.max_bytes:
+            elif self.buffered_bytes >= o.max_bytes:
                 self._write("max_bytes")
 
     def age(self) -> float:
@@ -191,6 +193,7 @@ class ParquetProcessor:
         for item in items:
             item.ack.done()
         self.buffer.clear()
+        self.buffered_rows = self.buffered_bytes = 0
         log.info(
             "parquet_written",
             shard=self.shard,
@@ -203,9 +206,9 @@ class ParquetProcessor:
     def _uncovered(self, items: list[Buffered]) -> pa.Table:
         """The buffered rows minus the log groups committed writes already hold."""
         covered = self.wal.coverage(self.shard)
-        parts = []
+        parts: list[pa.RecordBatch] = []
         for item in items:
-            rows = pa.Table.from_batches([item.rows])
+            rows = item.rows
             a, b = position(item.cursor), position(item.next_cursor)
             if covered and a is not None and b is not None:
                 if any(lo <= a and b <= hi for lo, hi in covered):
@@ -215,7 +218,11 @@ class ParquetProcessor:
             parts.append(rows)
         if not parts:
             return pa.table({})
-        return pa.concat_tables(parts, promote_options="default")
+        schema = parts[0].schema
+        if all(p.schema.equals(schema) for p in parts):  # the usual case: no copy, no promotion
+            return pa.Table.from_batches(parts, schema=schema)
+        tables = [pa.Table.from_batches([p]) for p in parts]
+        return pa.concat_tables(tables, promote_options="default")
 
     def _commit(self, table: pa.Table, items: list[Buffered]) -> int:
         o, target = self.factory.options, self.factory.target
@@ -261,7 +268,7 @@ class ParquetProcessor:
             self._unfinished.pop(0)
 
 
-def _drop_covered(rows: pa.Table, covered: list[tuple[int, int]]) -> pa.Table:
+def _drop_covered(rows: pa.RecordBatch, covered: list[tuple[int, int]]) -> pa.RecordBatch:
     """Rows whose log group (`__cursor__`) is not inside a covered interval."""
     cursors = pc.unique(rows.column("__cursor__")).to_pylist()
     gone = []

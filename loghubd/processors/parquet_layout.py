@@ -99,10 +99,10 @@ def partitions(
             literal.append(NULL_VALUE)
             continue
         if column not in encoded:
-            values_of = table.column(column).combine_chunks()
-            if column == "__time__":  # no format is finer than a minute: fewer distinct values
-                values_of = pc.floor_temporal(values_of, unit="minute")
-            encoded[column] = pc.dictionary_encode(values_of)
+            if column == "__time__":
+                encoded[column] = _encode_time(table.column(column), _time_unit(template))
+            else:
+                encoded[column] = pc.dictionary_encode(table.column(column).combine_chunks())
         dictionary = encoded[column]
         if name in TIME_FORMATS:
             values = pc.strftime(dictionary.dictionary, format=TIME_FORMATS[name]).to_pylist()
@@ -135,6 +135,27 @@ def partitions(
         rows = table if len(unique) == 1 else table.filter(pc.equal(codes, code))
         out.append(("".join(parts), rows))
     return out
+
+
+def _time_unit(template: Template) -> str:
+    """The coarsest unit to which `__time__` can be floored without changing any of the
+    template's time placeholders."""
+    names = {name for _, name in template.pieces}
+    if "minute" in names:
+        return "minute"
+    return "hour" if "hour" in names else "day"
+
+
+def _encode_time(column: pa.ChunkedArray, unit: str) -> pa.DictionaryArray:
+    """`__time__` floored to `unit`, dictionary-encoded. The rows of one write usually fall in
+    one hour (or day): then the dictionary has one value and no row is looked at twice."""
+    low, high = pc.min_max(column).values()
+    if low.is_valid and high.is_valid:
+        first = pc.floor_temporal(low, unit=unit)
+        if first == pc.floor_temporal(high, unit=unit):
+            indices = pa.repeat(pa.scalar(0, pa.int32()), len(column))
+            return pa.DictionaryArray.from_arrays(indices, pa.array([first.as_py()], low.type))
+    return pc.dictionary_encode(pc.floor_temporal(column.combine_chunks(), unit=unit))
 
 
 def _safe(values: pa.ChunkedArray) -> pa.ChunkedArray:
