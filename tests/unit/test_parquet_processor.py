@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from loghubd import Batch, ProcessorContext
+from loghubd.arrow import TIMESTAMP
 from loghubd.processors import parquet_files
 from loghubd.processors.parquet import ParquetFactory, ParquetProcessor
-from loghubd.processors.parquet_layout import parse_template, partitions
+from loghubd.processors.parquet_layout import TIME_FORMATS, parse_template, partitions
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.protocol.signing import Credentials
@@ -208,3 +209,30 @@ def test_template_values_are_safe_path_segments() -> None:
     for bad in ("/abs/{hour}", "{a!r}", "../{hour}", "{}"):
         with pytest.raises(ValueError, match="r"):
             parse_template(bad)
+
+
+@pytest.mark.parametrize(
+    "template", ["{date}/{hour}", "{year}/{month}/{day}", "{hour}-{minute}", "{date}/{minute}"]
+)
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        [0, 59, 30],  # one minute: one partition without looking at each row
+        [3599, 3600, 7199, 0],  # across hours, unordered
+        [86399, 86400, 60, 61],  # across days and minutes
+        [1_700_000_000 + 17 * i for i in range(400)],  # a couple of hours, many minutes
+    ],
+)
+def test_time_placeholders_match_each_rows_own_time(template: str, seconds: list[int]) -> None:
+    import datetime
+
+    import pyarrow as pa
+
+    table = pa.table({"__time__": pa.array([s * 1_000_000 + 7 for s in seconds], TIMESTAMP)})
+    groups = partitions(parse_template(template), table, project="p", logstore="l", shard=0)
+    got = {t: d for d, rows in groups for t in rows.column("__time__").to_pylist()}
+    for s in seconds:
+        when = datetime.datetime.fromtimestamp(s, datetime.UTC).replace(microsecond=7)
+        wanted = template.format(**{k: when.strftime(f) for k, f in TIME_FORMATS.items()})
+        assert got[when] == wanted, (s, got[when], wanted)
+    assert sum(rows.num_rows for _, rows in groups) == len(seconds)  # each row once
