@@ -27,10 +27,10 @@ from typing import Any
 
 from _common import (
     ROOT,
-    CpuMeter,
     Sls,
     machine_notes,
     make_bodies,
+    make_log_group,
     pin_self,
     session,
     start_server,
@@ -74,7 +74,7 @@ def pages() -> dict[str, tuple[str, str | None]]:
     }
 
 
-async def populate(port: int) -> None:
+async def populate(port: int) -> dict[str, list[int]]:
     async with session(limit=8) as s:
         sls = Sls(s, port, PROJECT)
         await sls.create_project()
@@ -104,30 +104,102 @@ async def populate(port: int) -> None:
                     payload={"shard": shard, "checkpoint": half(shard, GROUPS_PER_SHARD // 2)},
                 )
         assert sum(len(v) for v in held.values()) == SHARDS, "not every shard is held"
+        return held
 
 
-async def measure(port: int, pid: int, rounds: int, requests: int) -> dict[str, Any]:
+def process_cpu(pid: int) -> float:
+    """CPU seconds of process `pid` to the nanosecond: Linux's per-process CPU clock
+    (clock_getcpuclockid's encoding), not /proc's 10 ms ticks (0.5 ms per refresh at 20
+    requests: too coarse for a target of a few ms)."""
+    return time.clock_gettime(((~pid) << 3) | 2)
+
+
+class Changes:
+    """What moves between two refreshes in the "changing" measurement: a producer writes a
+    group of LOGS_PER_GROUP logs to the next shard, that shard's owner commits one group
+    further, and the next consumer heartbeats (over HTTP to the server, or straight into an
+    in-process service)."""
+
+    def __init__(self, held: dict[str, list[int]]) -> None:
+        self.held = held
+        self.owner = {sh: name for name, shards in held.items() for sh in shards}
+        self.position = dict.fromkeys(range(SHARDS), GROUPS_PER_SHARD // 2)
+        self.body = make_bodies([LOGS_PER_GROUP], seed=7)[0]
+        self.raw = make_log_group(LOGS_PER_GROUP, seed=7)
+        self.i = 0
+
+    def next(self) -> tuple[int, str, str, int]:
+        """(shard, its hash key, a consumer to heartbeat, the shard's new checkpoint)."""
+        shard = self.i % SHARDS
+        self.position[shard] += 1
+        self.i += 1
+        return (
+            shard,
+            f"{shard * (1 << 128) // SHARDS:032x}",
+            f"consumer-{self.i % CONSUMERS:03d}",
+            self.position[shard],
+        )
+
+    async def over_http(self, sls: Sls) -> None:
+        shard, key, beat, pos = self.next()
+        await sls.put(LOGSTORE, self.body, key)
+        await sls.json(
+            "POST",
+            f"/logstores/{LOGSTORE}/consumergroups/{GROUP}",
+            {"type": "checkpoint", "consumer": self.owner[shard]},
+            payload={"shard": shard, "checkpoint": cursors.from_seq(shard, pos)},
+        )
+        await sls.heartbeat(LOGSTORE, GROUP, beat, self.held[beat])
+
+    def in_process(self, service: Any, ls: Any) -> None:
+        shard, key, beat, pos = self.next()
+        service.put(ls, self.raw, key)
+        service.commit(ls, GROUP, self.owner[shard], shard, cursors.from_seq(shard, pos), False)
+        service.heartbeat(ls, GROUP, beat, self.held[beat])
+
+
+async def measure(
+    port: int, pid: int, rounds: int, requests: int, changes: Changes
+) -> dict[str, dict[str, list[float]]]:
+    """Per page and round: `requests` refreshes of unchanged data ("cpu_ms"), then
+    `requests` refreshes each after a change (`Changes`), and `requests` changes alone; the
+    changing cost per refresh is (changes and refreshes - changes alone) / requests."""
     results: dict[str, dict[str, list[float]]] = {
-        n: {"cpu_ms": [], "wall_ms": [], "bytes": []} for n in pages()
+        n: {"cpu_ms": [], "wall_ms": [], "bytes": [], "changing_cpu_ms": []} for n in pages()
     }
     async with session(limit=1) as s:
         base = f"http://127.0.0.1:{port}"
+        sls = Sls(s, port, PROJECT)
+
+        async def get(name: str, path: str, headers: dict[str, str]) -> int:
+            async with s.get(base + path, headers=headers) as r:
+                body = await r.read()
+                assert r.status == 200, (name, r.status, body[:200])
+                return len(body)
+
         for _ in range(rounds):
             for name, (path, region) in pages().items():
                 headers = {REGION: region} if region else {}
-                meter = CpuMeter(pid).start()
+                cpu0 = process_cpu(pid)
                 size = 0
                 t0 = time.perf_counter()
                 for _i in range(requests):
-                    async with s.get(base + path, headers=headers) as r:
-                        body = await r.read()
-                        assert r.status == 200, (name, r.status, body[:200])
-                        size = len(body)
+                    size = await get(name, path, headers)
                 wall = time.perf_counter() - t0
-                meter.stop()
-                results[name]["cpu_ms"].append(1000 * meter.cpu / requests)
+                cpu = process_cpu(pid) - cpu0
+                both = process_cpu(pid)
+                for _i in range(requests):
+                    await changes.over_http(sls)
+                    await get(name, path, headers)
+                both = process_cpu(pid) - both
+                alone = process_cpu(pid)
+                for _i in range(requests):
+                    await changes.over_http(sls)
+                alone = process_cpu(pid) - alone
+                results[name]["cpu_ms"].append(1000 * cpu / requests)
                 results[name]["wall_ms"].append(1000 * wall / requests)
                 results[name]["bytes"].append(size)
+                results[name]["changing_cpu_ms"].append(1000 * (both - alone) / requests)
     return results
 
 
@@ -237,7 +309,10 @@ def in_process(
         doc = H.page(serve_app.FRAME, view.title, view.markup(), crumbs=view.crumbs)
         return len(doc.encode())
 
-    out: dict[str, dict[str, Any]] = {n: {"cpu_ms": [], "bytes": 0} for n in pages()}
+    changes = Changes(held)
+    out: dict[str, dict[str, Any]] = {
+        n: {"cpu_ms": [], "changing_cpu_ms": [], "bytes": 0} for n in pages()
+    }
     try:
         for _ in range(rounds):
             for name, (path, region) in pages().items():
@@ -246,6 +321,13 @@ def in_process(
                     size = render(path, region)
                 out[name]["cpu_ms"].append(1000 * (time.process_time() - t0) / requests)
                 out[name]["bytes"] = size
+                spent = 0.0
+                for _i in range(requests):  # a change before each refresh, not counted
+                    changes.in_process(service, ls)
+                    t0 = time.process_time()
+                    render(path, region)
+                    spent += time.process_time() - t0
+                out[name]["changing_cpu_ms"].append(1000 * spent / requests)
         if profile:
             path, region = pages()[profile]
             prof = cProfile.Profile()
@@ -285,10 +367,10 @@ def main() -> None:
         server = start_server(Path(tmp))
         try:
             assert server.proc is not None
-            asyncio.run(populate(server.port))
+            held = asyncio.run(populate(server.port))
             if not args.in_process_only:
                 serve = asyncio.run(
-                    measure(server.port, server.proc.pid, args.rounds, args.requests)
+                    measure(server.port, server.proc.pid, args.rounds, args.requests, Changes(held))
                 )
         finally:
             server.kill()
@@ -303,13 +385,19 @@ def main() -> None:
         "serve": {
             n: {
                 "cpu_ms": stats(r["cpu_ms"]),
+                "changing_cpu_ms": stats(r["changing_cpu_ms"]),
                 "wall_ms": stats(r["wall_ms"]),
                 "bytes": r["bytes"][-1],
             }
             for n, r in serve.items()
         },
         "serve in-process": {
-            n: {"cpu_ms": stats(r["cpu_ms"]), "bytes": r["bytes"]} for n, r in local.items()
+            n: {
+                "cpu_ms": stats(r["cpu_ms"]),
+                "changing_cpu_ms": stats(r["changing_cpu_ms"]),
+                "bytes": r["bytes"],
+            }
+            for n, r in local.items()
         },
         "daemon page (in-process)": {
             "cpu_ms": stats(daemon["cpu_ms"]),
@@ -318,25 +406,23 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
-    print(f"{'page':34} {'server CPU ms/refresh min/med/max':>34} {'wall ms med':>12} {'KiB':>6}")
-    for name, r in report["serve"].items():
-        c, w = r["cpu_ms"], r["wall_ms"]
-        print(
-            f"{name:34} {c['min']:>10} {c['median']:>10} {c['max']:>10}"
-            f" {w['median']:>12} {r['bytes'] / 1024:>6.0f}"
-        )
-    print(f"\n{'in-process (reading + rendering)':34} {'CPU ms/refresh min/med/max':>34}")
-    for name, r in report["serve in-process"].items():
-        c = r["cpu_ms"]
-        print(
-            f"{name:34} {c['min']:>10} {c['median']:>10} {c['max']:>10}"
-            f" {'':>12} {r['bytes'] / 1024:>6.0f}"
-        )
-    d = report["daemon page (in-process)"]
+
+    def row(name: str, c: dict[str, float], ch: dict[str, float] | None, tail: str) -> None:
+        changing = f"{ch['min']:>7} {ch['median']:>7} {ch['max']:>7}" if ch else " " * 23
+        print(f"{name:30} {c['min']:>7} {c['median']:>7} {c['max']:>7}   {changing} {tail}")
+
     print(
-        f"{'daemon page (in-process)':34} {d['cpu_ms']['min']:>10} {d['cpu_ms']['median']:>10}"
-        f" {d['cpu_ms']['max']:>10} {'':>12} {d['bytes'] / 1024:>6.0f}"
+        f"{'CPU ms per refresh':30} {'unchanged: min/med/max':>23}   {'changing: min/med/max':>23}"
     )
+    print("-- server (HTTP; wall ms median, KiB)")
+    for name, r in report["serve"].items():
+        w = r["wall_ms"]["median"]
+        row(name, r["cpu_ms"], r["changing_cpu_ms"], f"{w:>7} {r['bytes'] / 1024:>5.0f}")
+    print("-- in-process (reading + rendering, no HTTP; KiB)")
+    for name, r in report["serve in-process"].items():
+        row(name, r["cpu_ms"], r["changing_cpu_ms"], f"{r['bytes'] / 1024:>5.0f}")
+    d = report["daemon page (in-process)"]
+    row("daemon page", d["cpu_ms"], None, f"{d['bytes'] / 1024:>5.0f}")
 
 
 if __name__ == "__main__":

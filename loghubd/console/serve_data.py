@@ -119,7 +119,7 @@ class Reader:
         self._db = sqlite3.connect(
             f"file:{db_path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
         )
-        self._rate_memo: dict[tuple[int, int], dict[int, dict[int, int]]] = {}
+        self._rate_memo: dict[tuple[int, int], dict[int, tuple[int, dict[int, int]]]] = {}
         self._tail_cache: OrderedDict[tuple[object, ...], _Found] = OrderedDict()
 
     def close(self) -> None:
@@ -180,10 +180,11 @@ class Reader:
         ]
         counts: dict[int, list[float]] = {s.shard_id: [0.0] * steps for s in shards}
         total = [0.0] * steps
-        for bucket, per_shard in self._writes(ls, first_bucket, now).items():
+        lo, hi = (page_ids[0], page_ids[-1]) if page_ids else (0, -1)
+        for bucket, (logs, per_shard) in self._writes(ls, first_bucket, now, lo, hi).items():
             i = bucket - first_bucket
+            total[i] += logs / spans[i]
             for sid, n in per_shard.items():
-                total[i] += n / spans[i]
                 if sid in counts:
                     counts[sid][i] += n / spans[i]
         groups = tuple(g.name for g in self.service.storage.list_groups(ls.id))
@@ -198,35 +199,58 @@ class Reader:
             pages,
         )
 
-    def _writes(self, ls: Logstore, first: int, now: float) -> dict[int, dict[int, int]]:
-        """bucket → shard → logs received, for buckets `first` to the current one. A bucket
-        that ended more than RATE_SETTLE_S ago no longer changes (groups get their receive
-        time when stored): it is read once and kept; a refresh reads only the newer ones."""
+    def _writes(
+        self, ls: Logstore, first: int, now: float, lo: int, hi: int
+    ) -> dict[int, tuple[int, dict[int, int]]]:
+        """bucket → (logs received by the logstore, by each shard with an id in [lo, hi]),
+        for buckets `first` to the current one. A bucket that ended more than RATE_SETTLE_S
+        ago no longer changes (groups get their receive time when stored): it is read once,
+        for every shard, and kept; a refresh reads only the newer buckets, for its page."""
         key = (ls.id, ls.create_time)
-        kept = self._rate_memo.get(key)
-        if kept is None:
-            kept = self._rate_memo[key] = {}
+        kept = self._rate_memo.pop(key, None) or {}
+        self._rate_memo[key] = kept  # most recently used last
+        if len(self._rate_memo) > 64:  # logstores looked at: forget the least recent
+            self._rate_memo.pop(next(iter(self._rate_memo)))
         for old in [b for b in kept if b < first]:
             del kept[old]
         settled = int((now - RATE_SETTLE_S) // RATE_BUCKET_S)  # buckets before it are done
         since = first
         while since in kept and since < settled:
             since += 1
-        fresh: dict[int, dict[int, int]] = {}
-        for sid, bucket, n in self._db.execute(
-            "SELECT shard_id, CAST(recv_time / ? AS INTEGER) AS b, sum(log_count)"
-            " FROM log_groups WHERE logstore_id = ? AND recv_time >= ? GROUP BY shard_id, b",
-            (RATE_BUCKET_S, ls.id, since * RATE_BUCKET_S),
+        if since < settled:
+            done: dict[int, dict[int, int]] = {b: {} for b in range(since, settled)}
+            for sid, bucket, n in self._db.execute(
+                "SELECT shard_id, CAST(recv_time / ? AS INTEGER) AS b, sum(log_count)"
+                " FROM log_groups WHERE logstore_id = ? AND recv_time >= ? AND recv_time < ?"
+                " GROUP BY shard_id, b",
+                (RATE_BUCKET_S, ls.id, since * RATE_BUCKET_S, settled * RATE_BUCKET_S),
+            ):
+                if bucket in done:
+                    done[bucket][sid] = n
+            for bucket, per_shard in done.items():
+                kept[bucket] = (sum(per_shard.values()), per_shard)
+        out = {
+            b: (total, {sid: n for sid, n in per_shard.items() if lo <= sid <= hi})
+            for b, (total, per_shard) in kept.items()
+        }
+        current = int(now // RATE_BUCKET_S)
+        fresh = max(settled, first)
+        for bucket, n in self._db.execute(
+            "SELECT CAST(recv_time / ? AS INTEGER) AS b, sum(log_count) FROM log_groups"
+            " WHERE logstore_id = ? AND recv_time >= ? GROUP BY b",
+            (RATE_BUCKET_S, ls.id, fresh * RATE_BUCKET_S),
         ):
-            fresh.setdefault(int(bucket), {})[int(sid)] = int(n)
-        for bucket in range(since, settled):
-            kept[bucket] = fresh.get(bucket, {})
-        out = {b: v for b, v in kept.items() if b >= first}
-        out.update(
-            (b, v) for b, v in fresh.items() if b >= since and first <= b <= now // RATE_BUCKET_S
-        )
-        if len(self._rate_memo) > 64:  # logstores looked at; forget the oldest
-            self._rate_memo.pop(next(iter(self._rate_memo)))
+            if fresh <= bucket <= current:
+                out[bucket] = (n, {})
+        if lo <= hi:
+            for sid, bucket, n in self._db.execute(
+                "SELECT shard_id, CAST(recv_time / ? AS INTEGER) AS b, sum(log_count)"
+                " FROM log_groups WHERE logstore_id = ? AND shard_id BETWEEN ? AND ?"
+                " AND recv_time >= ? GROUP BY shard_id, b",
+                (RATE_BUCKET_S, ls.id, lo, hi, fresh * RATE_BUCKET_S),
+            ):
+                if bucket in out and fresh <= bucket:
+                    out[bucket][1][sid] = n
         return out
 
     # -- consumer groups ---------------------------------------------------------------------
