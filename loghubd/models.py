@@ -167,7 +167,9 @@ class Batch:
         batch, in order of first appearance."""
         from loghubd import arrow_view  # pyarrow costs ~0.2 s to import: only when used
 
-        return arrow_view.fields_batch(self.shard, self.cursor, self.next_cursor, self.raw, fields)
+        rows = arrow_view.fields_batch(self.shard, self.cursor, self.next_cursor, self.raw, fields)
+        self._cache["log_count"] = rows.num_rows  # a row per log: the daemon need not count
+        return rows
 
     @property
     def log_count(self) -> int:

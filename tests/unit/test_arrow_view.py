@@ -74,7 +74,9 @@ def batch_of(gs: list[Any], start: int = 100) -> Batch:
 
 
 def check(gs: list[Any], fields: list[str] | None = None) -> pa.RecordBatch:
-    rb = batch_of(gs).arrow(fields)
+    batch = batch_of(gs)
+    rb = batch.arrow(fields)
+    assert batch.known_log_count == rb.num_rows == batch_of(gs).log_count  # counted on the way
     names, rows = model(gs, 3, 100)
     wanted = names if fields is None else fields
     assert rb.schema.names == list(arrow_view.FIXED) + [arrow_view.column_name(f) for f in wanted]
