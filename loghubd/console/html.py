@@ -24,13 +24,13 @@ class Markup(str):
 
 # The five characters html.escape(quote=True) replaces, as one C-level translate (a page of
 # 256 shards escapes thousands of cells: see bench/console_bench.py).
-_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"})
+ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"})
 
 
 def esc(value: object) -> Markup:
     if isinstance(value, Markup):
         return value
-    return Markup(str(value).translate(_ESCAPES))
+    return Markup(str(value).translate(ESCAPES))
 
 
 def join(parts: Iterable[object]) -> Markup:
@@ -181,7 +181,7 @@ def table(
         first, *rest = row
         cells = "".join(
             [
-                f"{o}{v if v.__class__ is Markup else str(v).translate(_ESCAPES)}</td>"
+                f"{o}{v if v.__class__ is Markup else str(v).translate(ESCAPES)}</td>"
                 for o, v in zip(opens, rest, strict=True)
             ]
         )

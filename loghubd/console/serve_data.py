@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from loghubd.server.storage import Logstore, Shard
 
 RATE_WINDOW_S = 300.0  # write rate: the last five minutes ...
 RATE_BUCKET_S = 15.0  # ... in 20 steps
-RATE_SETTLE_S = 5.0  # a bucket this long past its end is complete (kept, not read again)
 TAIL_LOGS = 50  # a tail shows this many of the newest logs ...
 TAIL_SCAN_GROUPS = 64  # ... found in at most this many of the newest log groups
 _PER_SHARD = 4  # newest groups looked at per shard at least (when tailing many shards)
@@ -110,6 +109,15 @@ class TailView:
     error: str = ""  # the SPL statement's error, with its position
 
 
+@dataclass(slots=True)
+class _Writes:
+    """A logstore's received logs per rate bucket, as far as the reader has read."""
+
+    seen: dict[int, int] = field(default_factory=dict)  # shard → next_seq counted up to
+    total: dict[int, int] = field(default_factory=dict)  # bucket → logs
+    by_shard: dict[int, dict[int, int]] = field(default_factory=dict)  # bucket → shard → logs
+
+
 class Reader:
     """Reads one server's state for the console pages (all calls are short and synchronous,
     like the service's own)."""
@@ -119,7 +127,7 @@ class Reader:
         self._db = sqlite3.connect(
             f"file:{db_path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
         )
-        self._rate_memo: dict[tuple[int, int], dict[int, tuple[int, dict[int, int]]]] = {}
+        self._rate_memo: dict[tuple[int, int], _Writes] = {}
         self._tail_cache: OrderedDict[tuple[object, ...], _Found] = OrderedDict()
 
     def close(self) -> None:
@@ -144,11 +152,12 @@ class Reader:
 
     def _shards(self, ls_id: int, lo: int, hi: int) -> list[Shard]:
         """The shards whose ids are in [lo, hi], by id."""
-        rows = self._db.execute(
-            f"SELECT {_SHARD_COLS} FROM shards WHERE logstore_id = ? AND shard_id BETWEEN ? AND ?"
-            " ORDER BY shard_id",
-            (ls_id, lo, hi),
+        return self._shard_rows(
+            "WHERE logstore_id = ? AND shard_id BETWEEN ? AND ? ORDER BY shard_id", (ls_id, lo, hi)
         )
+
+    def _shard_rows(self, where: str, params: tuple[object, ...]) -> list[Shard]:
+        rows = self._db.execute(f"SELECT {_SHARD_COLS} FROM shards {where}", params)
         return [
             Shard(sid, bool(ro), begin, end, ctime, tuple(json.loads(parents)), nxt, low, size)
             for sid, ro, begin, end, ctime, parents, nxt, low, size in rows
@@ -158,10 +167,14 @@ class Reader:
         self, ls: Logstore, now: float, page: str | None = None, size: int = ROWS_PER_PAGE
     ) -> LogstoreView:
         """The logstore, with the shards of page `page` (a `page=` value) of its shard table."""
-        ids = self.shard_ids(ls.id)
-        pages = Pages.of(page, len(ids), size)
-        page_ids = ids[pages.first : pages.stop]
-        shards = self._shards(ls.id, page_ids[0], page_ids[-1]) if page_ids else []
+        (count,) = self._db.execute(
+            "SELECT count(*) FROM shards WHERE logstore_id = ?", (ls.id,)
+        ).fetchone()
+        pages = Pages.of(page, int(count), size)
+        shards = self._shard_rows(
+            "WHERE logstore_id = ? ORDER BY shard_id LIMIT ? OFFSET ?",
+            (ls.id, pages.size, pages.first),
+        )
         children: dict[int, list[int]] = {}
         # Only shards made by a split or merge have parents: few rows, whatever the page.
         for sid, parents in self._db.execute(
@@ -180,13 +193,17 @@ class Reader:
         ]
         counts: dict[int, list[float]] = {s.shard_id: [0.0] * steps for s in shards}
         total = [0.0] * steps
-        lo, hi = (page_ids[0], page_ids[-1]) if page_ids else (0, -1)
-        for bucket, (logs, per_shard) in self._writes(ls, first_bucket, now, lo, hi).items():
+        writes = self._writes(ls, first_bucket)
+        for bucket, logs in writes.total.items():
             i = bucket - first_bucket
+            if not 0 <= i < steps:  # a clock step backwards: a bucket from the future
+                continue
             total[i] += logs / spans[i]
-            for sid, n in per_shard.items():
-                if sid in counts:
-                    counts[sid][i] += n / spans[i]
+            per_shard = writes.by_shard[bucket]
+            for sid, row in counts.items():
+                n = per_shard.get(sid)
+                if n:
+                    row[i] += n / spans[i]
         groups = tuple(g.name for g in self.service.storage.list_groups(ls.id))
         return LogstoreView(
             ls,
@@ -199,59 +216,57 @@ class Reader:
             pages,
         )
 
-    def _writes(
-        self, ls: Logstore, first: int, now: float, lo: int, hi: int
-    ) -> dict[int, tuple[int, dict[int, int]]]:
-        """bucket → (logs received by the logstore, by each shard with an id in [lo, hi]),
-        for buckets `first` to the current one. A bucket that ended more than RATE_SETTLE_S
-        ago no longer changes (groups get their receive time when stored): it is read once,
-        for every shard, and kept; a refresh reads only the newer buckets, for its page."""
+    def _writes(self, ls: Logstore, first: int) -> _Writes:
+        """Logs received per 15 s bucket (from bucket `first`), by shard and in all, kept
+        up to date incrementally: stored groups never change, so a refresh reads only the
+        groups stored since the last one (per shard, by position: `next_seq` says which),
+        and a shard seen for the first time is read from the window's start by time."""
         key = (ls.id, ls.create_time)
-        kept = self._rate_memo.pop(key, None) or {}
-        self._rate_memo[key] = kept  # most recently used last
+        memo = self._rate_memo.pop(key, None) or _Writes()
+        self._rate_memo[key] = memo  # most recently used last
         if len(self._rate_memo) > 64:  # logstores looked at: forget the least recent
             self._rate_memo.pop(next(iter(self._rate_memo)))
-        for old in [b for b in kept if b < first]:
-            del kept[old]
-        settled = int((now - RATE_SETTLE_S) // RATE_BUCKET_S)  # buckets before it are done
-        since = first
-        while since in kept and since < settled:
-            since += 1
-        if since < settled:
-            done: dict[int, dict[int, int]] = {b: {} for b in range(since, settled)}
-            for sid, bucket, n in self._db.execute(
-                "SELECT shard_id, CAST(recv_time / ? AS INTEGER) AS b, sum(log_count)"
-                " FROM log_groups WHERE logstore_id = ? AND recv_time >= ? AND recv_time < ?"
-                " GROUP BY shard_id, b",
-                (RATE_BUCKET_S, ls.id, since * RATE_BUCKET_S, settled * RATE_BUCKET_S),
-            ):
-                if bucket in done:
-                    done[bucket][sid] = n
-            for bucket, per_shard in done.items():
-                kept[bucket] = (sum(per_shard.values()), per_shard)
-        out = {
-            b: (total, {sid: n for sid, n in per_shard.items() if lo <= sid <= hi})
-            for b, (total, per_shard) in kept.items()
-        }
-        current = int(now // RATE_BUCKET_S)
-        fresh = max(settled, first)
-        for bucket, n in self._db.execute(
-            "SELECT CAST(recv_time / ? AS INTEGER) AS b, sum(log_count) FROM log_groups"
-            " WHERE logstore_id = ? AND recv_time >= ? GROUP BY b",
-            (RATE_BUCKET_S, ls.id, fresh * RATE_BUCKET_S),
-        ):
-            if fresh <= bucket <= current:
-                out[bucket] = (n, {})
-        if lo <= hi:
-            for sid, bucket, n in self._db.execute(
-                "SELECT shard_id, CAST(recv_time / ? AS INTEGER) AS b, sum(log_count)"
-                " FROM log_groups WHERE logstore_id = ? AND shard_id BETWEEN ? AND ?"
-                " AND recv_time >= ? GROUP BY shard_id, b",
-                (RATE_BUCKET_S, ls.id, lo, hi, fresh * RATE_BUCKET_S),
-            ):
-                if bucket in out and fresh <= bucket:
-                    out[bucket][1][sid] = n
-        return out
+        for old in [b for b in memo.total if b < first]:
+            del memo.total[old]
+            del memo.by_shard[old]
+        nexts = self._db.execute(
+            "SELECT shard_id, next_seq FROM shards WHERE logstore_id = ?", (ls.id,)
+        ).fetchall()
+        moved = [(sid, memo.seen[sid], n) for sid, n in nexts if memo.seen.get(sid, n) < n]
+        new = [(sid, n) for sid, n in nexts if sid not in memo.seen]
+        since = first * RATE_BUCKET_S
+        reads = []
+        if moved:
+            reads.append(
+                (
+                    f"WITH c(shard_id, lo, hi) AS (VALUES {','.join(['(?, ?, ?)'] * len(moved))})"
+                    " SELECT l.shard_id, CAST(l.recv_time / ? AS INTEGER), l.log_count FROM c"
+                    " CROSS JOIN log_groups l ON l.logstore_id = ? AND l.shard_id = c.shard_id"
+                    " AND l.seq >= c.lo AND l.seq < c.hi WHERE l.recv_time >= ?",
+                    (*[x for m in moved for x in m], RATE_BUCKET_S, ls.id, since),
+                )
+            )
+        if new:
+            reads.append(
+                (
+                    f"WITH c(shard_id, hi) AS (VALUES {','.join(['(?, ?)'] * len(new))})"
+                    " SELECT l.shard_id, CAST(l.recv_time / ? AS INTEGER), l.log_count FROM c"
+                    " CROSS JOIN log_groups l ON l.logstore_id = ? AND l.shard_id = c.shard_id"
+                    " AND l.recv_time >= ? AND l.seq < c.hi",
+                    (*[x for m in new for x in m], RATE_BUCKET_S, ls.id, since),
+                )
+            )
+        total, by_shard = memo.total, memo.by_shard
+        for sql, params in reads:
+            for sid, bucket, n in self._db.execute(sql, params):
+                if bucket not in total:
+                    total[bucket] = 0
+                    by_shard[bucket] = {}
+                total[bucket] += n
+                per = by_shard[bucket]
+                per[sid] = per.get(sid, 0) + n
+        memo.seen.update(nexts)
+        return memo
 
     # -- consumer groups ---------------------------------------------------------------------
 
