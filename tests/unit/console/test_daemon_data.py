@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
+from loghubd.console import daemon_pages
 from loghubd.console.daemon_data import POINTS, History
 from loghubd.consumer.snapshot import (
     DaemonSnapshot,
@@ -99,3 +103,18 @@ def test_errors_are_noted_once_with_their_time() -> None:
         (6, -1, "cannot start"),
         (6, 0, "boom"),
     ]
+
+
+def test_the_daemon_page_shows_its_shards_fifty_at_a_time() -> None:
+    one = snap(1000.0)
+    source = one.sources[0]
+    shards = tuple(replace(source.shards[0], shard=i) for i in range(60))
+    wide = replace(one, sources=(replace(source, shards=shards, held=tuple(range(60))),))
+    history = History()
+    history.record(wide)
+    for wanted, shown, live in ((None, range(50), "/"), ("2", range(50, 60), "/?page=2")):
+        view = daemon_pages.daemon(wide, history, {"a": "jsonl"}, "x", wanted)
+        rows = re.findall(r'<tr><th scope="row">a / (\d+)</th>', view.regions["daemon"])
+        assert rows == [str(i) for i in shown], wanted
+        assert f'data-live="{live}"' in view.markup()
+        assert "shards 1 to 50 of 60" in view.regions["daemon"] or wanted == "2"
