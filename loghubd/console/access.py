@@ -4,8 +4,9 @@ Pure: no I/O; time arrives as `now`. The rules:
 
 - A console with credentials (the access keys of `loghubd serve --access-keys`, or a console
   token) needs a sign-in: an access key pair whose secret matches, or the token. The session
-  is a cookie `<who>.<expiry>.<hmac>` signed with a secret drawn when the process started
-  (a restart signs everyone out).
+  is a cookie `<who>.<expiry>.<hmac>` signed with `session_secret`: a random key the
+  server keeps (serve: in its data directory, so a restart keeps sessions) mixed with the
+  credentials that can sign in (a changed token or key secret signs everyone out).
 - A key with a policy sees only what the policy allows (`Viewer.may`, RAM semantics of
   `loghubd.server.policy`); a key without a policy and the console token see everything.
 - A console with no credentials needs no sign-in but answers only clients on loopback,
@@ -61,6 +62,15 @@ def sees_logstore(viewer: Viewer, project: str, logstore: str) -> bool:
     return any(viewer.may(a, project, logstore) for a in _ANY_OF_LOGSTORE)
 
 
+def session_secret(kept: bytes, keys: Mapping[str, AccessKey], token: str) -> bytes:
+    """The key session cookies are signed with: `kept` (random, kept by the server) bound
+    to every credential that can sign in, so rotating one ends the sessions it opened."""
+    creds = [f"token\0{token}"] + [
+        f"key\0{k.id}\0{k.secret}\0{k.security_token}" for _id, k in sorted(keys.items())
+    ]
+    return hmac.new(kept, "\n".join(creds).encode(), hashlib.sha256).digest()
+
+
 @dataclass(frozen=True, slots=True)
 class Gate:
     """The console's credentials: access keys by id, an optional token, and whether a
@@ -69,7 +79,7 @@ class Gate:
     keys: Mapping[str, AccessKey]
     token: str = ""
     open_to_all: bool = False
-    secret: bytes = b""  # signs session cookies; drawn at start-up
+    secret: bytes = b""  # signs session cookies (`session_secret`)
 
     @property
     def needs_sign_in(self) -> bool:

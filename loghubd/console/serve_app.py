@@ -13,11 +13,13 @@ SPL filter), `/console/login`, `/console/logout`, `/console/static/<file>`.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
+import structlog
 from aiohttp import web
 
 from loghubd.console import access as A
@@ -110,6 +112,31 @@ def _missing(text: str) -> W.View:
 
 
 CONSOLE = web.AppKey("console", ServeConsole)
+SESSION_KEY_FILE = "console-session.key"
+log = structlog.get_logger("loghubd.console")
+
+
+def _kept_key(path: Path) -> bytes:
+    """The random key console sessions are signed with, kept in the data directory (made
+    on first start, readable by the owner only) so that a restart keeps people signed in.
+    If it cannot be kept, a key for this run only (a restart signs everyone out)."""
+    try:
+        kept = path.read_bytes()
+        if len(kept) >= 32:
+            return kept
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("console_session_key_unreadable", path=str(path), error=str(exc))
+        return secrets.token_bytes(32)
+    kept = secrets.token_bytes(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(kept)
+    except OSError as exc:
+        log.warning("console_session_key_not_kept", path=str(path), error=str(exc))
+    return kept
 
 
 def mount(
@@ -122,7 +149,8 @@ def mount(
     open_to_all: bool = False,
 ) -> ServeConsole:
     """Serve the console from `app` (before it starts); the reader closes with the app."""
-    gate = A.Gate(dict(access_keys), token, open_to_all, secrets.token_bytes(32))
+    kept = _kept_key(db_path.parent / SESSION_KEY_FILE)
+    gate = A.Gate(dict(access_keys), token, open_to_all, A.session_secret(kept, access_keys, token))
     console = ServeConsole(Reader(service, db_path), gate)
     app[CONSOLE] = console
     app.middlewares.append(console.middleware)
