@@ -330,14 +330,18 @@ def in_process(
                 out[name]["changing_cpu_ms"].append(1000 * spent / requests)
         if profile:
             path, region = pages()[profile]
-            prof = cProfile.Profile()
-            prof.enable()
-            for _i in range(requests):
-                render(path, region)
-            prof.disable()
-            print(f"cProfile of {profile!r}, {requests} refreshes, by own time:")
-            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+            for changing in (False, True):
+                prof = cProfile.Profile()
+                for _i in range(requests):
+                    if changing:
+                        changes.in_process(service, ls)
+                    prof.enable()
+                    render(path, region)
+                    prof.disable()
+                what = "changing" if changing else "unchanged"
+                print(f"cProfile of {profile!r}, {requests} refreshes, {what}, by own time:")
+                pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+                pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     finally:
         console.reader.close()
         storage.close()

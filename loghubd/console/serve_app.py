@@ -98,12 +98,14 @@ class ServeConsole:
         if rest == ["tail"]:
             if not viewer.may(A.SEE_LOGS, project, name):
                 return _missing("Your access key may not read this logstore's logs.")
-            ids = self.reader.shard_ids(ls.id)
             raw = query.get("shard", "")
-            shard = int(raw) if raw.isdigit() and int(raw) in ids else None
+            shard = int(raw) if raw.isdigit() and len(raw) < 10 else None
+            if shard is not None and not self.reader.has_shard(ls.id, shard):
+                shard = None
             text = query.get("q", "")
-            view = self.reader.tail(ls, ids, shard, text)
-            return pages.tail(FRAME, ls, ids, shard, text, view)
+            view = self.reader.tail(ls, self.reader.shard_count(ls.id), shard, text)
+            # the shard list (a select of every shard) only when the whole page is shown
+            return pages.tail(FRAME, ls, lambda: self.reader.shard_ids(ls.id), shard, text, view)
         return _missing("No such page.")
 
 

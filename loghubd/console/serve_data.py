@@ -142,6 +142,20 @@ class Reader:
     def find(self, project: str, name: str) -> Logstore | None:
         return self.service.storage.get_logstore(project, name)
 
+    def shard_count(self, ls_id: int) -> int:
+        (count,) = self._db.execute(
+            "SELECT count(*) FROM shards WHERE logstore_id = ?", (ls_id,)
+        ).fetchone()
+        return int(count)
+
+    def has_shard(self, ls_id: int, shard: int) -> bool:
+        return (
+            self._db.execute(
+                "SELECT 1 FROM shards WHERE logstore_id = ? AND shard_id = ?", (ls_id, shard)
+            ).fetchone()
+            is not None
+        )
+
     def shard_ids(self, ls_id: int) -> list[int]:
         return [
             int(r[0])
@@ -167,10 +181,7 @@ class Reader:
         self, ls: Logstore, now: float, page: str | None = None, size: int = ROWS_PER_PAGE
     ) -> LogstoreView:
         """The logstore, with the shards of page `page` (a `page=` value) of its shard table."""
-        (count,) = self._db.execute(
-            "SELECT count(*) FROM shards WHERE logstore_id = ?", (ls.id,)
-        ).fetchone()
-        pages = Pages.of(page, int(count), size)
+        pages = Pages.of(page, self.shard_count(ls.id), size)
         shards = self._shard_rows(
             "WHERE logstore_id = ? ORDER BY shard_id LIMIT ? OFFSET ?",
             (ls.id, pages.size, pages.first),
@@ -361,9 +372,9 @@ class Reader:
 
     # -- tail --------------------------------------------------------------------------------
 
-    def tail(self, ls: Logstore, shard_ids: list[int], shard: int | None, query: str) -> TailView:
-        """The newest logs (newest first) of one shard or of the whole logstore (whose
-        shards are `shard_ids`), through the SPL statement `query` when one is given."""
+    def tail(self, ls: Logstore, shard_count: int, shard: int | None, query: str) -> TailView:
+        """The newest logs (newest first) of one shard or of the whole logstore (which has
+        `shard_count` shards), through the SPL statement `query` when one is given."""
         program: spl.Program | None = None
         if query.strip():
             try:
@@ -371,19 +382,41 @@ class Reader:
             except spl.SplError as exc:
                 return TailView((), 0, str(exc))
         # Enough candidates per shard that the newest TAIL_SCAN_GROUPS of the logstore are
-        # among them however writes are spread (few shards: more from each); one statement
-        # walks every shard's newest groups by primary key (the shard row knows next_seq).
-        per_shard = max(_PER_SHARD, -(-TAIL_SCAN_GROUPS // max(len(shard_ids), 1)))
-        one = "" if shard is None else " AND s.shard_id = ?"
-        candidates = self._db.execute(
-            # CROSS JOIN keeps shards the outer loop: a seek per shard, not a logstore scan.
-            "SELECT l.shard_id, l.seq, l.recv_time FROM shards s CROSS JOIN log_groups l"
-            " ON l.logstore_id = s.logstore_id AND l.shard_id = s.shard_id"
-            " AND l.seq >= s.next_seq - ? AND l.seq < s.next_seq"
-            f" WHERE s.logstore_id = ?{one} ORDER BY l.recv_time DESC, l.shard_id DESC,"
-            " l.seq DESC LIMIT ?",
-            (per_shard, ls.id, *(() if shard is None else (shard,)), TAIL_SCAN_GROUPS),
-        ).fetchall()
+        # among them however writes are spread (few shards: more from each), read by
+        # primary key (the shard row knows next_seq); CROSS JOIN keeps shards the outer
+        # loop: a seek per shard, not a scan of the logstore.
+        per_shard = max(_PER_SHARD, -(-TAIL_SCAN_GROUPS // max(shard_count, 1)))
+        if shard is not None:
+            shards, since = [shard], float("-inf")
+        else:
+            # Only shards whose newest group is among the TAIL_SCAN_GROUPS newest shards'
+            # newest can hold a candidate, and none older than the last of those (T): those
+            # newest groups already are TAIL_SCAN_GROUPS candidates at T or later (ties go
+            # by shard id, as below). One cheap statement finds them; reading only their
+            # shards is exact and spares a read of per_shard groups from every shard.
+            newest = self._db.execute(
+                "SELECT l.shard_id, l.recv_time FROM shards s CROSS JOIN log_groups l"
+                " ON l.logstore_id = s.logstore_id AND l.shard_id = s.shard_id"
+                " AND l.seq = s.next_seq - 1 WHERE s.logstore_id = ?"
+                " ORDER BY l.recv_time DESC, l.shard_id DESC LIMIT ?",
+                (ls.id, TAIL_SCAN_GROUPS),
+            ).fetchall()
+            shards = [sid for sid, _t in newest]
+            full = len(newest) == TAIL_SCAN_GROUPS
+            since = newest[-1][1] if full else float("-inf")
+        candidates = (
+            self._db.execute(
+                f"WITH c(shard_id) AS (VALUES {','.join(['(?)'] * len(shards))})"
+                " SELECT l.shard_id, l.seq, l.recv_time FROM c CROSS JOIN shards s"
+                " ON s.logstore_id = ? AND s.shard_id = c.shard_id CROSS JOIN log_groups l"
+                " ON l.logstore_id = s.logstore_id AND l.shard_id = s.shard_id"
+                " AND l.seq >= s.next_seq - ? AND l.seq < s.next_seq WHERE l.recv_time >= ?"
+                " ORDER BY l.recv_time DESC, l.shard_id DESC, l.seq DESC LIMIT ?",
+                (*shards, ls.id, per_shard, since, TAIL_SCAN_GROUPS),
+            ).fetchall()
+            if shards
+            else []
+        )
         logs: list[TailLog] = []
         scanned = 0
         for sid, seq, recv in candidates:

@@ -4,7 +4,7 @@ consumer group (consumers, owners, positions, lag) and the tail. Pure: views in,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from loghubd.console import access as A
@@ -232,7 +232,7 @@ def _group_live(view: GroupView, pager: H.Markup) -> H.Markup:
 def tail(
     frame: H.Frame,
     ls: Logstore,
-    shard_ids: Sequence[int],
+    shard_ids: Callable[[], Sequence[int]],
     shard: int | None,
     query: str,
     view: TailView,
@@ -252,14 +252,14 @@ def tail(
 def _tail_body(
     frame: H.Frame,
     ls: Logstore,
-    shard_ids: Sequence[int],
+    shard_ids: Callable[[], Sequence[int]],
     shard: int | None,
     query: str,
     view: TailView,
     live: H.Markup,
 ) -> H.Markup:
     options = [H.tag("option", "all shards", value="", selected=shard is None)] + [
-        H.tag("option", f"shard {sid}", value=sid, selected=sid == shard) for sid in shard_ids
+        H.tag("option", f"shard {sid}", value=sid, selected=sid == shard) for sid in shard_ids()
     ]
     error = (
         H.tag("p", view.error, class_="error", id="spl-error", role="alert") if view.error else ""

@@ -4,6 +4,7 @@ service in-process): write rates, lag in logs and seconds, the tail through SPL.
 from __future__ import annotations
 
 import random
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from loghubd.console import serve_data as D
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
+from loghubd.server import spl
 from loghubd.server.service import LogService
 from loghubd.server.storage import Logstore, Storage
 
@@ -91,13 +93,13 @@ def test_tail_newest_first_through_spl(world: tuple) -> None:  # type: ignore[ty
     for i in range(10):
         service.put(ls, group_of(10, i * 10), None)  # round robin over both shards
         _clock.now += 1
-    view = reader.tail(ls, [0, 1], None, "")
+    view = reader.tail(ls, 2, None, "")
     assert [log.record["id"] for log in view.logs] == [str(i) for i in range(99, 49, -1)]
-    errors = reader.tail(ls, [0, 1], None, "* | where level = 'ERROR'")
+    errors = reader.tail(ls, 2, None, "* | where level = 'ERROR'")
     assert [log.record["id"] for log in errors.logs] == [str(i) for i in range(95, -1, -5)]
-    one = reader.tail(ls, [0, 1], 1, "")
+    one = reader.tail(ls, 2, 1, "")
     assert {log.shard for log in one.logs} == {1}
-    bad = reader.tail(ls, [0, 1], None, "* | where level = ")
+    bad = reader.tail(ls, 2, None, "* | where level = ")
     assert bad.error and not bad.logs
 
 
@@ -121,8 +123,8 @@ def test_memoised_reads_match_a_fresh_reader_while_data_changes(
             assert reader.logstore(ls, clock.now) == fresh.logstore(ls, clock.now), context
             for q in queries:
                 for shard in (None, 1):
-                    got = reader.tail(ls, [0, 1], shard, q)
-                    assert got == fresh.tail(ls, [0, 1], shard, q), (context, q, shard)
+                    got = reader.tail(ls, 2, shard, q)
+                    assert got == fresh.tail(ls, 2, shard, q), (context, q, shard)
         finally:
             fresh.close()
 
@@ -132,13 +134,13 @@ def test_tail_of_a_logstore_made_again_shows_the_new_logs(
 ) -> None:
     service, reader, ls, clock = world
     service.put(ls, group_of(3, 0), "0" * 32)
-    assert [log.record["id"] for log in reader.tail(ls, [0, 1], None, "").logs] == ["2", "1", "0"]
+    assert [log.record["id"] for log in reader.tail(ls, 2, None, "").logs] == ["2", "1", "0"]
     service.delete_logstore("demo", "app")
     clock.now += 1
     service.create_logstore("demo", "app", 30, 2)
     again = service.logstore("demo", "app")
     service.put(again, group_of(2, 100), "0" * 32)
-    assert [log.record["id"] for log in reader.tail(again, [0, 1], None, "").logs] == ["101", "100"]
+    assert [log.record["id"] for log in reader.tail(again, 2, None, "").logs] == ["101", "100"]
 
 
 @pytest.mark.parametrize(
@@ -166,6 +168,92 @@ def test_a_long_shard_table_is_cut_into_pages(
         assert [r.shard for r in group.shards] == list(range(first, stop))
         assert {r.owner for r in group.shards} == {"c1"}
         assert group.consumers[0].held == 120  # counted over every shard, not the page
+    finally:
+        reader.close()
+        storage.close()
+
+
+def _tail_by_reading_every_shard(
+    db: Path, ls: Logstore, shard_count: int, query: str
+) -> list[tuple[int, int, int]]:
+    """The tail as it was first written: `per_shard` newest groups of EVERY shard, the
+    newest TAIL_SCAN_GROUPS of those, newest first (the reference for the faster read)."""
+    per_shard = max(D._PER_SHARD, -(-D.TAIL_SCAN_GROUPS // shard_count))
+    program = spl.compile(query) if query else None
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(
+            "SELECT l.shard_id, l.seq, l.data FROM shards s CROSS JOIN log_groups l"
+            " ON l.logstore_id = s.logstore_id AND l.shard_id = s.shard_id"
+            " AND l.seq >= s.next_seq - ? AND l.seq < s.next_seq WHERE s.logstore_id = ?"
+            " ORDER BY l.recv_time DESC, l.shard_id DESC, l.seq DESC LIMIT ?",
+            (per_shard, ls.id, D.TAIL_SCAN_GROUPS),
+        ).fetchall()
+    finally:
+        con.close()
+    out = []
+    for sid, seq, data in rows:
+        records = D.flatten(bytes(data))
+        for index in range(len(records) - 1, -1, -1):
+            if program is None or program(records[index]) is not None:
+                out.append((sid, seq, index))
+                if len(out) == D.TAIL_LOGS:
+                    return out
+    return out
+
+
+def test_the_tail_reads_few_shards_but_finds_what_reading_every_shard_finds(
+    tmp_path: Path,
+) -> None:
+    """80 shards, groups written unevenly with equal receive times now and then (ties): the
+    tail of the whole logstore is the same as reading every shard's newest groups."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    clock = Clock()
+    db = tmp_path / "db.sqlite3"
+    storage = Storage(db)
+    service = LogService(storage, clock)
+    service.create_project("demo", "")
+    service.create_logstore("demo", "wide", 30, 80)
+    ls = service.logstore("demo", "wide")
+    reader = D.Reader(service, db)
+    try:
+        for step in range(40):
+            hot = rng.sample(range(80), rng.choice([1, 3, 80]))
+            for _ in range(rng.randrange(1, 40)):
+                key = f"{rng.choice(hot) * (1 << 128) // 80:032x}"
+                service.put(ls, group_of(rng.randrange(1, 4), rng.randrange(1000)), key)
+                clock.now += rng.choice([0.0, 0.0, 0.0, 1.0])
+            for query in ("", "* | where level = 'ERROR'"):
+                got = [
+                    (log.shard, log.seq, log.index) for log in reader.tail(ls, 80, None, query).logs
+                ]
+                want = _tail_by_reading_every_shard(db, ls, 80, query)
+                assert got == want, f"seed {seed}, step {step}, query {query!r}"
+    finally:
+        reader.close()
+        storage.close()
+
+
+def test_the_tail_breaks_ties_of_receive_time_by_shard_then_position(tmp_path: Path) -> None:
+    """70 shards, one group each, all received in the same second: the newest are the
+    highest shard ids (as when every shard was read)."""
+    clock = Clock()
+    db = tmp_path / "db.sqlite3"
+    storage = Storage(db)
+    service = LogService(storage, clock)
+    service.create_project("demo", "")
+    service.create_logstore("demo", "ties", 30, 70)
+    ls = service.logstore("demo", "ties")
+    reader = D.Reader(service, db)
+    try:
+        for shard in range(70):
+            service.put(ls, group_of(1, shard * 10 + 1), f"{shard * (1 << 128) // 70:032x}")
+        got = [log.shard for log in reader.tail(ls, 70, None, "").logs]
+        assert got == list(range(69, 69 - D.TAIL_LOGS, -1))
+        assert [(s, q, i) for s, q, i in _tail_by_reading_every_shard(db, ls, 70, "")] == [
+            (s, 0, 0) for s in got
+        ]
     finally:
         reader.close()
         storage.close()
