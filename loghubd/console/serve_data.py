@@ -164,12 +164,6 @@ class Reader:
             )
         ]
 
-    def _shards(self, ls_id: int, lo: int, hi: int) -> list[Shard]:
-        """The shards whose ids are in [lo, hi], by id."""
-        return self._shard_rows(
-            "WHERE logstore_id = ? AND shard_id BETWEEN ? AND ? ORDER BY shard_id", (ls_id, lo, hi)
-        )
-
     def _shard_rows(self, where: str, params: tuple[object, ...]) -> list[Shard]:
         rows = self._db.execute(f"SELECT {_SHARD_COLS} FROM shards {where}", params)
         return [
@@ -316,17 +310,25 @@ class Reader:
                 positions[sid] = cursors.to_seq(sid, cp) if cp else 0
             except cursors.InvalidCursorString:
                 positions[sid] = 0
-        shards = {s.shard_id: s for s in self._shards(ls.id, lo, hi)}
+        # only the positions of the page's shards (no key ranges, no parents to decode)
+        bounds: dict[int, tuple[int, int]] = {
+            sid: (nxt, low)
+            for sid, nxt, low in self._db.execute(
+                "SELECT shard_id, next_seq, min_seq FROM shards WHERE logstore_id = ?"
+                " AND shard_id BETWEEN ? AND ?",
+                (ls.id, lo, hi),
+            )
+        }
         lags = self._lags(ls.id, positions)
         rows = []
         for sid in page_ids:
             entry = group.shards[sid]
             counted, lag_logs, oldest, last = lags.get(sid, (0, 0, None, None))
             has_cp = bool(stored.get(sid))
-            shard = shards.get(sid)
+            bound = bounds.get(sid)
             lag_groups = counted
-            if shard is not None:
-                lag_groups = max(0, shard.next_seq - max(positions[sid], shard.min_seq))
+            if bound is not None:
+                lag_groups = max(0, bound[0] - max(positions[sid], bound[1]))
             estimated = lag_groups > counted  # past LAG_SCAN_GROUPS: scaled from what was read
             if estimated and counted:
                 lag_logs = round(lag_logs * lag_groups / counted)
