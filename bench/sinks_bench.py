@@ -4,8 +4,8 @@
   groups of 100 logs, from the wire bytes) vs plain pyarrow writing the same rows
   (`pq.write_table` of the same Arrow tables, zstd, 1,000,000 rows a file) and the `spark`
   processor writing the same batches (`--spark MASTER`, default local[2]; its CPU includes the
-  JVM's). CPU seconds of this process (the processor runs here, as in a daemon's worker
-  threads).
+  JVM's; it runs in a child process, so no JVM is alive while the other phases run). CPU
+  seconds of this process (the processor runs here, as in a daemon's worker threads).
 - `postgres`: the `postgres` processor (exactly once: positions in the transaction) vs a plain
   COPY loop of the same rows into the same server (one transaction per batch, rows from
   `batch.logs()` written with psycopg's `write_row`), rows per wall second; and the cost of
@@ -21,7 +21,6 @@ Repetitions are interleaved (A, B, A, B, ...) and reported as min / median / max
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shutil
 import statistics
@@ -29,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,47 +148,65 @@ def bench_parquet(
         "plain pyarrow write of the same tables, logs/CPU-s": plain,
         "batch.arrow() alone, logs/CPU-s": convert,
     }
+    if spark is not None:
+        phases["spark processor (wire -> files), logs/CPU-s of process + JVM"] = lambda: (
+            spark_in_child(spark, count, max_rows, work / "spark")
+        )
     try:
         print(f"parquet: {total:,} logs", flush=True)
-        with spark_phase(spark, batches, work / "spark", max_rows) as run_spark:
-            if run_spark is not None:
-                phases["spark processor (wire -> files), logs/CPU-s of process + JVM"] = run_spark
-            result = interleaved(reps, phases)
+        result = interleaved(reps, phases)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"logs": total, **result}
 
 
-@contextlib.contextmanager
-def spark_phase(
-    master: str | None, batches: list[Batch], path: Path, max_rows: int
-) -> Iterator[Callable[[], float] | None]:
-    """The `spark` processor (plugins/loghubd-spark) writing the same batches as Parquet, on
-    one SparkSession started here (its start is not measured; one warm-up write is done):
-    logs per CPU second of this process and its JVM. None when `master` is None."""
-    if master is None:
-        yield None
-        return
+def spark_in_child(master: str, count: int, max_rows: int, path: Path) -> float:
+    """The `spark` processor's figure, measured in a child process (`--spark-child`): its
+    JVM lives only while it is measured, so the other phases never run beside an idle JVM
+    (its threads cost the phases measured beside it ~25-30 %)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--spark-child",
+            master,
+            "--spark-count",
+            str(count),
+            "--spark-max-rows",
+            str(max_rows),
+            "--spark-path",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode:
+        raise RuntimeError(f"spark child failed: {done.stderr[-2000:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["logs_per_cpu_s"])
+
+
+def spark_child(master: str, count: int, max_rows: int, path: Path) -> None:
+    """The same batches as `bench_parquet` through the `spark` processor (plugins/
+    loghubd-spark) on a SparkSession started here (not measured; one warm-up write first):
+    prints logs per CPU second of this process and its JVM."""
     import spark_bench
     from loghubd_spark.runner import SparkRunner
 
+    batches = make_batches(count, groups=1000, logs=100, unique_groups=200)
+    total = sum(b.log_count for b in batches)
     runner = SparkRunner(master, {"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
     runner.start()
-    spark = runner.spark
-    spark.sparkContext.setLogLevel("ERROR")
-    total = sum(b.log_count for b in batches)
-
-    def run() -> float:
+    try:
+        spark = runner.spark
+        spark.sparkContext.setLogLevel("ERROR")
+        spark_bench.run_processor(spark, master, [batches[:1]], path, max_rows)  # warm up
         for b in batches:
             b._cache.clear()
         *_, cpu = spark_bench.run_processor(spark, master, [batches], path, max_rows)
-        return total / cpu
-
-    try:
-        spark_bench.run_processor(spark, master, [batches[:1]], path, max_rows)  # warm up
-        yield run
     finally:
         runner.stop()
+    print(json.dumps({"logs_per_cpu_s": total / cpu}))
 
 
 # -- postgres ----------------------------------------------------------------------------------
@@ -418,7 +435,14 @@ def main() -> None:
         metavar="MASTER",
         help="Spark master for the spark processor's parquet row ('' leaves it out)",
     )
+    ap.add_argument("--spark-child", help=argparse.SUPPRESS)
+    ap.add_argument("--spark-count", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--spark-max-rows", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--spark-path", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.spark_child:
+        spark_child(args.spark_child, args.spark_count, args.spark_max_rows, args.spark_path)
+        return
     out: dict[str, Any] = {}
     with open("/proc/loadavg") as f:
         out["loadavg_before"] = f.read().split()[:3]
