@@ -30,7 +30,9 @@ TAIL_LOGS = 50  # a tail shows this many of the newest logs ...
 TAIL_SCAN_GROUPS = 64  # ... found in at most this many of the newest log groups
 _PER_SHARD = 4  # newest groups looked at per shard at least (when tailing many shards)
 LAG_SCAN_GROUPS = 256  # log groups read per shard to count the lag in logs
-TAIL_CACHE_GROUPS = 2048  # stored groups kept flattened (and filtered per SPL statement)
+# The tail keeps flattened groups (and what each SPL statement keeps of them) for at most
+# this many logs in all (a group of 4,096 logs counts 4,096): a few tens of MB at most.
+TAIL_CACHE_LOGS = 50_000
 _Found = tuple[int, tuple[tuple[int, dict[str, str]], ...]]  # see Reader._filtered
 _SHARD_COLS = (
     "shard_id, readonly, begin_key, end_key, create_time, parents, next_seq, min_seq, stored_bytes"
@@ -129,6 +131,7 @@ class Reader:
         )
         self._rate_memo: dict[tuple[int, int], _Writes] = {}
         self._tail_cache: OrderedDict[tuple[object, ...], _Found] = OrderedDict()
+        self._tail_cached = 0  # logs held in _tail_cache
 
     def close(self) -> None:
         self._db.close()
@@ -473,9 +476,15 @@ class Reader:
         return found
 
     def _remember(self, key: tuple[object, ...], value: _Found) -> None:
-        self._tail_cache[key] = value
-        if len(self._tail_cache) > TAIL_CACHE_GROUPS:
-            self._tail_cache.popitem(last=False)
+        cache = self._tail_cache
+        old = cache.pop(key, None)
+        if old is not None:
+            self._tail_cached -= len(old[1])
+        cache[key] = value
+        self._tail_cached += len(value[1])
+        while self._tail_cached > TAIL_CACHE_LOGS and len(cache) > 1:
+            _key, evicted = cache.popitem(last=False)
+            self._tail_cached -= len(evicted[1])
 
 
 def _text(value: str | bytes) -> str:

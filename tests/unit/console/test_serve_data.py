@@ -257,3 +257,19 @@ def test_the_tail_breaks_ties_of_receive_time_by_shard_then_position(tmp_path: P
     finally:
         reader.close()
         storage.close()
+
+
+def test_the_tail_keeps_a_bounded_number_of_logs(
+    world: tuple,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service, reader, ls, clock = world
+    monkeypatch.setattr(D, "TAIL_CACHE_LOGS", 30)
+    for i in range(20):
+        service.put(ls, group_of(8, i * 8), None)
+        clock.now += 1
+    for query in ("", "* | where level = 'ERROR'", ""):
+        view = reader.tail(ls, 2, None, query)
+        assert [log.record["id"] for log in view.logs][:3] == ["159", "158", "157"] or query
+        assert reader._tail_cached <= 30 + 8  # one group over at most (the newest is kept)
+        assert reader._tail_cached == sum(len(v[1]) for v in reader._tail_cache.values())
