@@ -17,6 +17,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -67,6 +68,34 @@ def descendants(pid: int) -> list[int]:
         out += kids
         frontier += kids
     return out
+
+
+def tree_cpu(pid: int | None = None, exclude: int | None = None) -> float:
+    """CPU seconds of `pid` (default: this process) and every descendant alive now (a JVM,
+    conversion children), without `exclude`'s subtree."""
+    root = os.getpid() if pid is None else pid
+    skip = {exclude, *descendants(exclude)} if exclude else set()
+    total = 0.0
+    for p in (root, *descendants(root)):
+        if p in skip:
+            continue
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(p)
+    return total
+
+
+def status_bytes(pid: int, key: str) -> int:
+    """A /proc/<pid>/status figure in bytes (VmHWM: peak RSS, VmRSS); 0 if it has none."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def tree_peak_rss_mb(pid: int) -> float:
+    """Peak RSS (VmHWM) of `pid` summed with its descendants', in MB."""
+    return sum(status_bytes(p, "VmHWM") for p in (pid, *descendants(pid))) / 2**20
 
 
 def pin(pid: int, core: int) -> None:
@@ -161,7 +190,6 @@ def machine_notes() -> dict[str, Any]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    import subprocess
 
     def git(*a: str) -> str:
         try:
@@ -184,6 +212,78 @@ def machine_notes() -> dict[str, Any]:
         "loadavg_at_start": os.getloadavg(),
         "bytecode": "compiled before the run (as a wheel install has it)",
     }
+
+
+# -- daemons ------------------------------------------------------------------------------------
+
+
+def loopback_env(**extra: str) -> dict[str, str]:
+    """This environment without proxy variables (every benchmark talks to 127.0.0.1)."""
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    return {**env, **extra}
+
+
+def daemon_config(
+    path: Path,
+    *,
+    port: int,
+    project: str,
+    logstore: str,
+    group: str,
+    processor: str,
+    options: str = "",
+    consumer: str = "",
+    name: str | None = None,
+    log_level: str = "info",
+) -> int:
+    """Write a `loghubd run` config to `path`: one source on the serve at `port`, consumer
+    `name` (default: the group's name) in `group`, `processor` with its table's `options`
+    lines, extra `[consumer]` lines, JSON logs, ops on a free port. Returns the ops port."""
+    ops = free_port()
+    table = f"\n[processor.{processor}]\n{options.strip()}\n" if options.strip() else ""
+    path.write_text(
+        f"""[source]
+endpoint = "http://127.0.0.1:{port}"
+project = "{project}"
+logstore = "{logstore}"
+
+[consumer]
+group = "{group}"
+name = "{name or group}"
+{consumer.strip()}
+
+[processor]
+name = "{processor}"
+{table}
+[ops]
+listen = "127.0.0.1:{ops}"
+
+[log]
+level = "{log_level}"
+format = "json"
+"""
+    )
+    return ops
+
+
+def spawn_daemon(
+    config: Path,
+    log: Path,
+    *,
+    core: int | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """`loghubd run -c config`, its output appended to `log`, pinned to `core` if given, run
+    in the config's directory with `env` (default: `loopback_env()`)."""
+    pin_cmd = ["taskset", "-c", str(core)] if core is not None else []
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [*pin_cmd, sys.executable, "-m", "loghubd", "run", "-c", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env if env is not None else loopback_env(),
+            cwd=config.parent,
+        )
 
 
 # -- synthetic logs -----------------------------------------------------------------------------

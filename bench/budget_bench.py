@@ -20,8 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -93,57 +91,24 @@ def metric(text: str, name: str) -> float:
     return total
 
 
-def vm(pid: int, key: str) -> int:
-    """A /proc/<pid>/status figure in bytes (VmHWM, VmRSS)."""
-    text = Path(f"/proc/{pid}/status").read_text()
-    m = re.search(rf"^{key}:\s+(\d+) kB", text, re.M)
-    return int(m.group(1)) * 1024 if m else 0
-
-
 def run_daemon(
     work: Path, port: int, site: Path, logstore: str, processor: str, limit: int, expect: int
 ) -> dict[str, Any]:
-    ops = C.free_port()
     name = f"{logstore}-{processor}-{time.monotonic_ns()}"
-    options = "records = true" if processor == "null" else "delay = 0.05"
     cfg = work / f"{name}.toml"
-    cfg.write_text(
-        f"""[source]
-endpoint = "http://127.0.0.1:{port}"
-project = "{PROJECT}"
-logstore = "{logstore}"
-
-[consumer]
-group = "{name}"
-name = "{name}"
-heartbeat_interval = 2
-max_bytes_in_flight = {limit}
-checkpoint_interval = 1
-
-[processor]
-name = "{processor}"
-
-[processor.{processor}]
-{options}
-
-[ops]
-listen = "127.0.0.1:{ops}"
-
-[log]
-level = "warning"
-format = "json"
-"""
+    ops = C.daemon_config(
+        cfg,
+        port=port,
+        project=PROJECT,
+        logstore=logstore,
+        group=name,
+        processor=processor,
+        options="records = true" if processor == "null" else "delay = 0.05",
+        consumer=f"heartbeat_interval = 2\nmax_bytes_in_flight = {limit}\ncheckpoint_interval = 1",
+        log_level="warning",
     )
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), str(C.ROOT)])
-    with open(work / f"{name}.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loghubd", "run", "-c", str(cfg)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=work,
-        )
+    env = C.loopback_env(PYTHONPATH=os.pathsep.join([str(site), str(C.ROOT)]))
+    proc = C.spawn_daemon(cfg, work / f"{name}.log", env=env)
     started = time.monotonic()
     in_flight_max = consumed = 0.0
     try:
@@ -161,7 +126,7 @@ format = "json"
             if consumed >= expect and time.monotonic() - started > (3.0 if not expect else 0):
                 break
         took = time.monotonic() - started
-        peak = vm(proc.pid, "VmHWM")
+        peak = C.status_bytes(proc.pid, "VmHWM")
     finally:
         proc.terminate()
         proc.wait(60)

@@ -118,45 +118,21 @@ def start_daemon(
     core: int = C.LOAD_CORE,
     records: bool = True,
 ) -> Daemon:
-    ops_port = C.free_port()
     cfg = work / f"{name}.toml"
-    timeout_line = f"timeout = {timeout}\n" if timeout else ""
-    cfg.write_text(
-        f"""[source]
-endpoint = "http://127.0.0.1:{port}"
-project = "{PROJECT}"
-logstore = "{logstore}"
-
-[consumer]
-group = "{group}"
-name = "{name}"
-heartbeat_interval = {heartbeat}
-{timeout_line}
-[processor]
-name = "null"
-
-[processor.null]
-records = {"true" if records else "false"}
-
-[ops]
-listen = "127.0.0.1:{ops_port}"
-
-[log]
-level = "info"
-format = "json"
-"""
+    ops_port = C.daemon_config(
+        cfg,
+        port=port,
+        project=PROJECT,
+        logstore=logstore,
+        group=group,
+        name=name,
+        processor="null",
+        options=f"records = {'true' if records else 'false'}",
+        consumer=f"heartbeat_interval = {heartbeat}"
+        + (f"\ntimeout = {timeout}" if timeout else ""),
     )
-    log = open(work / f"{name}.log", "ab")  # noqa: SIM115
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     t = time.time()
-    proc = subprocess.Popen(
-        ["taskset", "-c", str(core), sys.executable, "-m", "loghubd", "run", "-c", str(cfg)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=work,
-    )
-    log.close()
+    proc = C.spawn_daemon(cfg, work / f"{name}.log", core=core)
     return Daemon(proc, t, ops_port)
 
 

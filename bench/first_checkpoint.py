@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -67,41 +66,14 @@ def events(log: Path) -> dict[str, float]:
 
 
 def one(work: Path, port: int, rep: int) -> dict[str, float]:
-    ops = C.free_port()
     group = f"g{rep}-{time.monotonic_ns()}"
     cfg = work / f"{group}.toml"
-    cfg.write_text(
-        f"""[source]
-endpoint = "http://127.0.0.1:{port}"
-project = "{PROJECT}"
-logstore = "{LOGSTORE}"
-
-[consumer]
-group = "{group}"
-name = "{group}"
-
-[processor]
-name = "null"
-
-[ops]
-listen = "127.0.0.1:{ops}"
-
-[log]
-level = "info"
-format = "json"
-"""
+    C.daemon_config(
+        cfg, port=port, project=PROJECT, logstore=LOGSTORE, group=group, processor="null"
     )
     log = work / f"{group}.log"
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    with open(log, "ab") as out:
-        t0 = time.time()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loghubd", "run", "-c", str(cfg)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=work,
-        )
+    t0 = time.time()
+    proc = C.spawn_daemon(cfg, log)
     try:
         t_cp = asyncio.run(first_checkpoint(port, group, t0 + 60))
     finally:

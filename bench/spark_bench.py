@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -137,26 +136,15 @@ class StallProbe:
         return s[int(0.99 * (len(s) - 1))] if s else 0.0
 
 
-def tree_cpu() -> float:
-    """CPU seconds of this process and every descendant alive now (JVM, conversion children)."""
-    total = 0.0
-    for pid in [os.getpid(), *C.descendants(os.getpid())]:
-        try:
-            total += C.cpu_seconds(pid)
-        except OSError:
-            continue
-    return total
-
-
 def run_plain(runner: Any, tables: list[Any], path: Path) -> tuple[float, float]:
     shutil.rmtree(path, ignore_errors=True)
-    cpu0, started = tree_cpu(), time.perf_counter()
+    cpu0, started = C.tree_cpu(), time.perf_counter()
     for i, table in enumerate(tables):
         runner.run(
             lambda s, t=table: s.createDataFrame(t).write.mode("append").parquet(str(path)),
             tag=f"plain-{i}",
         )
-    return time.perf_counter() - started, tree_cpu() - cpu0
+    return time.perf_counter() - started, C.tree_cpu() - cpu0
 
 
 def make_engine(
@@ -209,7 +197,7 @@ def run_processor(
             errors.append(exc)
 
     with StallProbe() as probe:
-        cpu0, started = tree_cpu(), time.perf_counter()
+        cpu0, started = C.tree_cpu(), time.perf_counter()
         threads = [threading.Thread(target=shard_worker, args=(b,)) for b in batches]
         for t in threads:
             t.start()
@@ -219,7 +207,7 @@ def run_processor(
         if not done.wait(600):
             raise RuntimeError("acks missing")
         elapsed = time.perf_counter() - started
-        cpu = tree_cpu() - cpu0
+        cpu = C.tree_cpu() - cpu0
     writes = engine.writes
     engine.close()
     if errors:

@@ -52,20 +52,6 @@ PROJECT, LOGSTORE, SHARDS, LOGS_PER_GROUP = "streambench", "app", 4, 100
 SPARK_CONF = {"spark.driver.memory": "2g", "spark.ui.enabled": "false"}
 
 
-def tree_cpu(pid: int, exclude: int | None = None) -> float:
-    """CPU seconds of `pid` and its descendants alive now, without `exclude`'s subtree."""
-    skip = {exclude, *C.descendants(exclude)} if exclude else set()
-    total = 0.0
-    for p in [pid, *C.descendants(pid)]:
-        if p in skip:
-            continue
-        try:
-            total += C.cpu_seconds(p)
-        except OSError:
-            continue
-    return total
-
-
 def pulls(server: C.ServerProcess) -> float:
     with urllib.request.urlopen(f"{server.endpoint}/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -188,7 +174,7 @@ max_log_groups_per_trigger = 1000
             server,
             group,
             ends,
-            lambda: tree_cpu(proc.pid),
+            lambda: C.tree_cpu(proc.pid),
             lambda: proc.poll() in (None, 0),
             300,
             before,
@@ -239,7 +225,7 @@ format = "json"
             server,
             group,
             ends,
-            lambda: tree_cpu(proc.pid),
+            lambda: C.tree_cpu(proc.pid),
             lambda: proc.poll() is None,
             300,
             before,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shutil
 import signal
@@ -125,52 +124,18 @@ def setup(port: int) -> None:
 
 
 def start_daemon(work: Path, port: int) -> tuple[subprocess.Popen[bytes], int]:
-    ops = C.free_port()
     cfg = work / "daemon.toml"
-    cfg.write_text(
-        f"""[source]
-endpoint = "http://127.0.0.1:{port}"
-project = "{PROJECT}"
-logstore = "{LOGSTORE}"
-
-[consumer]
-group = "tail-daemon"
-name = "daemon"
-
-[processor]
-name = "jsonl"
-
-[processor.jsonl]
-path = "{work / "out-daemon"}"
-
-[ops]
-listen = "127.0.0.1:{ops}"
-
-[log]
-level = "info"
-format = "json"
-"""
+    ops = C.daemon_config(
+        cfg,
+        port=port,
+        project=PROJECT,
+        logstore=LOGSTORE,
+        group="tail-daemon",
+        name="daemon",
+        processor="jsonl",
+        options=f'path = "{work / "out-daemon"}"',
     )
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    with open(work / "daemon.log", "ab") as log:
-        proc = subprocess.Popen(
-            [
-                "taskset",
-                "-c",
-                str(C.LOAD_CORE),
-                sys.executable,
-                "-m",
-                "loghubd",
-                "run",
-                "-c",
-                str(cfg),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=work,
-        )
-    return proc, ops
+    return C.spawn_daemon(cfg, work / "daemon.log", core=C.LOAD_CORE), ops
 
 
 def start_sdk(work: Path, port: int) -> subprocess.Popen[bytes]:

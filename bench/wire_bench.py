@@ -59,27 +59,6 @@ HERE = Path(__file__).resolve().parent
 KINDS = ("daemon-jsonl", "sdk-jsonl", "daemon-arrow", "daemon-records", "sdk-dicts", "ceiling")
 
 
-def vm_hwm_mb(pid: int) -> float:
-    """Peak RSS of a process (VmHWM), summed with its children's, in MB."""
-    total = 0.0
-    for p in (pid, *C.descendants(pid)):
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1]) / 1024
-        except OSError:
-            pass
-    return total
-
-
-def tree_cpu(pid: int) -> float:
-    total = 0.0
-    for p in (pid, *C.descendants(pid)):
-        with contextlib.suppress(OSError):
-            total += C.cpu_seconds(p)
-    return total
-
-
 def load(port: int, logs: int) -> None:
     """`logs` logs into LOGSTORE, spread over its shards (20 distinct bodies, resent)."""
     bodies = C.make_bodies([GROUP_LOGS] * 20)
@@ -102,33 +81,21 @@ def load(port: int, logs: int) -> None:
 
 
 def daemon_config(work: Path, port: int, name: str, kind: str) -> tuple[Path, int]:
-    ops = C.free_port()
     if kind == "daemon-jsonl":
-        processor = f'name = "jsonl"\n\n[processor.jsonl]\npath = "{work / ("out-" + name)}"\n'
+        processor, options = "jsonl", f'path = "{work / ("out-" + name)}"'
     elif kind == "daemon-arrow":
-        processor = 'name = "null"\n\n[processor.null]\nview = "arrow"\n'
+        processor, options = "null", 'view = "arrow"'
     else:
-        processor = 'name = "null"\n\n[processor.null]\nrecords = true\n'
+        processor, options = "null", "records = true"
     cfg = work / f"{name}.toml"
-    cfg.write_text(
-        f"""[source]
-endpoint = "http://127.0.0.1:{port}"
-project = "{PROJECT}"
-logstore = "{LOGSTORE}"
-
-[consumer]
-group = "{name}"
-name = "{name}"
-
-[processor]
-{processor}
-[ops]
-listen = "127.0.0.1:{ops}"
-
-[log]
-level = "info"
-format = "json"
-"""
+    ops = C.daemon_config(
+        cfg,
+        port=port,
+        project=PROJECT,
+        logstore=LOGSTORE,
+        group=name,
+        processor=processor,
+        options=options,
     )
     return cfg, ops
 
@@ -150,12 +117,11 @@ def spawn(kind: str, work: Path, port: int, name: str, expect: int) -> tuple[Any
     """The consumer process, and its ops port (0 if not a daemon)."""
     log = open(work / f"{name}.log", "ab")  # noqa: SIM115
     pin = ["taskset", "-c", str(C.LOAD_CORE)]
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env = C.loopback_env()
     ops = 0
     if kind.startswith("daemon"):
         cfg, ops = daemon_config(work, port, name, kind)
-        cmd = [*pin, sys.executable, "-m", "loghubd", "run", "-c", str(cfg)]
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
+        proc = C.spawn_daemon(cfg, work / f"{name}.log", core=C.LOAD_CORE, env=env)
     elif kind.startswith("sdk"):
         mode = ["--jsonl", str(work / f"out-{name}")] if kind == "sdk-jsonl" else ["--records"]
         cmd = [
@@ -210,9 +176,9 @@ def run_one(
                     contextlib.suppress(OSError, urllib.error.URLError),
                     urllib.request.urlopen(url, timeout=1),
                 ):
-                    cpu_ready = tree_cpu(proc.pid)
+                    cpu_ready = C.tree_cpu(proc.pid)
             elif cpu_ready is None and proc.stdout is not None and b'"started"' in buf:
-                cpu_ready = tree_cpu(proc.pid)
+                cpu_ready = C.tree_cpu(proc.pid)
             if proc.poll() is not None and proc.stdout is None:
                 raise RuntimeError(f"{name} exited with {proc.returncode}: see {name}.log")
             if ops:
@@ -236,7 +202,7 @@ def run_one(
                     raise RuntimeError(f"{name} exited with {proc.returncode}: see {name}.log")
         else:
             raise RuntimeError(f"{name}: not done within 600 s")
-        cpu, hwm = tree_cpu(proc.pid), vm_hwm_mb(proc.pid)
+        cpu, hwm = C.tree_cpu(proc.pid), C.tree_peak_rss_mb(proc.pid)
         wall_now = time.time() - t0
         server_share = (C.cpu_seconds(server_pid) - server0) / wall_now
     finally:
