@@ -196,6 +196,10 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
         "check-config",
         formatter_class=Fmt,
         help="validate a config file; print it, secrets masked",
+        description="Validate a config file and print it, secrets masked. Each processor is "
+        "built as `run` builds it, so what it checks at start is checked here too: a "
+        "`parquet` output directory is created and probed, a `postgres` database is "
+        "connected to (and its table created with create_table = true).",
     )
     check.add_argument("file", nargs="?", help="the TOML config file (or -c FILE)")
     check.add_argument("-c", "--config", dest="config_file", help="the TOML config file")

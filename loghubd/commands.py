@@ -263,7 +263,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         raise UserError(USAGE, "which config file? loghubd check-config FILE (or -c FILE)")
     try:
         cfg = _load_config(args.file, {})
-        # Each processor validates its own table: build it the way `run` would (no I/O).
+        # Each processor validates its own table: build it the way `run` would (with what it
+        # checks at start: an output directory made and probed, a database connected to).
         plugins = Plugins()
         for spec in cfg.sources:
             try:
