@@ -164,18 +164,20 @@ class LogService:
             raise E.PostBodyInvalid(f"LogGroup misses required fields: {missing}")
         if len(group.Logs) == 0:
             raise E.PostBodyInvalid("log group holds no logs")
-        writable = [s for s in self.shards(ls) if not s.readonly]
+        writable = self.storage.write_routes(ls.id)
+        if not writable:
+            raise E.LogStoreWithoutShard("logstore has no readwrite shard")
         if hash_key is None:
-            shard = writable[next(self._rr) % len(writable)]
+            route = writable[next(self._rr) % len(writable)]
         else:
             if len(hash_key) != 32 or not _is_hex(hash_key):
                 raise E.ParameterInvalid("hash key must be 32 hex characters")
             key = int(hash_key, 16)
-            found = next((s for s in writable if s.contains(key)), None)
+            found = next((r for r in writable if r.contains(key)), None)
             if found is None:
                 raise E.ParameterInvalid(f"no readwrite shard holds key {hash_key}")
-            shard = found
-        self.storage.append(ls.id, shard.shard_id, raw, len(group.Logs), self.clock())
+            route = found
+        self.storage.append(ls.id, route.shard_id, raw, len(group.Logs), self.clock())
         return len(group.Logs)
 
     def _seq(self, shard: Shard, text: str) -> int:

@@ -140,10 +140,19 @@ class Shard:
     min_seq: int
     stored_bytes: int
 
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A readwrite shard's key range, as PutLogs routes a hash key: [begin, end), the last
+    shard's all-f end key included."""
+
+    shard_id: int
+    begin: int
+    end: int
+    last: bool  # the end key is ff…f
+
     def contains(self, key: int) -> bool:
-        end = int(self.end_key, 16)
-        # The last shard's end is shown as ff…f; the all-f key itself routes there too.
-        return int(self.begin_key, 16) <= key < end or (self.end_key == MAX_KEY_HEX and key == end)
+        return self.begin <= key < self.end or (self.last and key == self.end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +187,11 @@ class Storage:
     def __init__(self, path: Path, *, fsync: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # Each logstore's readwrite shards by key range, for routing puts (`write_routes`).
+        # They change only when shards are created, split, merged or deleted, each of which
+        # clears this; the shards' rows change on every put. Storage is used from the event
+        # loop's thread only, so a clear cannot race a read.
+        self._routes: dict[int, tuple[Route, ...]] = {}
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
         self._db.execute("PRAGMA foreign_keys=ON")
@@ -221,6 +235,7 @@ class Storage:
             )
 
     def delete_project(self, name: str) -> None:
+        self._routes.clear()
         with self._tx() as db:
             ids = [r[0] for r in db.execute("SELECT id FROM logstores WHERE project=?", (name,))]
             for ls in ids:
@@ -235,6 +250,7 @@ class Storage:
     def create_logstore(
         self, project: str, name: str, ttl: int, shard_count: int, now: int
     ) -> None:
+        self._routes.clear()
         try:
             with self._tx() as db:
                 cur = db.execute(
@@ -283,6 +299,7 @@ class Storage:
             )
 
     def delete_logstore(self, ls: int) -> None:
+        self._routes.clear()
         with self._tx() as db:
             self._delete_logstore_data(db, ls)
 
@@ -323,6 +340,23 @@ class Storage:
         )
         return [self._shard(r) for r in rows]
 
+    def write_routes(self, ls: int) -> tuple[Route, ...]:
+        """The readwrite shards of logstore `ls` by key range, in shard order (cached until
+        the logstore's shards change: PutLogs asks on every request)."""
+        routes = self._routes.get(ls)
+        if routes is None:
+            rows = self._db.execute(
+                "SELECT shard_id, begin_key, end_key FROM shards"
+                " WHERE logstore_id = ? AND readonly = 0 ORDER BY shard_id",
+                (ls,),
+            )
+            routes = tuple(
+                Route(sid, int(begin, 16), int(end, 16), end == MAX_KEY_HEX)
+                for sid, begin, end in rows
+            )
+            self._routes[ls] = routes
+        return routes
+
     def get_shard(self, ls: int, shard_id: int) -> Shard | None:
         if not SQLITE_MIN_INT <= shard_id <= SQLITE_MAX_INT:  # a client's number: no such shard
             return None
@@ -339,6 +373,7 @@ class Storage:
 
     def split_shard(self, ls: int, shard_id: int, mid_key: str, now: int) -> list[Shard]:
         """Seal `shard_id` and create its two children [begin, mid) and [mid, end)."""
+        self._routes.clear()
         with self._tx() as db:
             parent = self.get_shard(ls, shard_id)
             if parent is None or parent.readonly:
@@ -366,6 +401,7 @@ class Storage:
 
     def merge_shard(self, ls: int, shard_id: int, now: int) -> list[Shard]:
         """Seal `shard_id` and its right-hand readwrite neighbour; create their union."""
+        self._routes.clear()
         with self._tx() as db:
             left = self.get_shard(ls, shard_id)
             if left is None or left.readonly:
@@ -396,6 +432,7 @@ class Storage:
         return [self._must_shard(ls, s) for s in (mid, left.shard_id, right.shard_id)]
 
     def delete_shard(self, ls: int, shard_id: int) -> None:
+        self._routes.clear()
         with self._tx() as db:
             db.execute(
                 "DELETE FROM log_groups WHERE logstore_id = ? AND shard_id = ?", (ls, shard_id)
