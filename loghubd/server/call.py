@@ -82,11 +82,23 @@ def int_param(value: str | None, name: str, *, default: int | None = None) -> in
         raise E.ParameterInvalid(f"{name} must be an integer: {value[:64]!r}") from None
 
 
-def body_json(call: Call, error: type[E.SlsError]) -> Any:
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_body(body: bytes, error: type[E.SlsError]) -> Any:
+    """A request body as JSON (None when empty); `error` when it is not JSON, including the
+    NaN and Infinity that Python's json module would otherwise read."""
+    if not body:
+        return None
     try:
-        return json.loads(call.body.decode("utf-8")) if call.body else None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(body.decode("utf-8"), parse_constant=_not_json)
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise error(f"body is not valid JSON: {exc}") from None
+
+
+def body_json(call: Call, error: type[E.SlsError]) -> Any:
+    return parse_body(call.body, error)
 
 
 def as_bool(value: object) -> bool | None:

@@ -17,7 +17,6 @@ a policy allowed is, by construction, the one a handler touches.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -26,7 +25,7 @@ from aiohttp import web
 
 from loghubd.protocol import errors as E
 from loghubd.server import policy as P
-from loghubd.server.call import Call, Handler, Target
+from loghubd.server.call import Call, Handler, Target, parse_body
 from loghubd.server.handlers import groups, resources, shards
 
 
@@ -213,10 +212,7 @@ def resolve(method: str, parts: tuple[str, ...], host: Host = "project") -> Rout
 
 
 def _body_field(body: bytes, name: Name) -> str:
-    try:
-        data = json.loads(body.decode("utf-8")) if body else None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise name.error(f"body is not valid JSON: {exc}") from None
+    data = parse_body(body, name.error)
     if not isinstance(data, dict) or name.key not in data:
         raise name.error(f"body must be a JSON object with {name.key}")
     return _string(data[name.key], name.key)

@@ -203,6 +203,16 @@ def build_table(cur: dict[str, str]) -> list[Row]:
             headers=dict(JSON), body=b'{"logstoreName": "x'),
         Row("create project: broken JSON", "POST", "/", 400, "ParameterInvalid",
             headers=dict(JSON), body=b"{{", project="newproj"),
+        # Not JSON (Python's json reads them), and a number past float: int() overflowed (500)
+        Row("update logstore: ttl Infinity", "PUT", LS, 400, "LogStoreInfoInvalid",
+            headers=dict(JSON), body=b'{"ttl": Infinity}'),
+        Row("update logstore: ttl 1e999", "PUT", LS, 400, "LogStoreInfoInvalid",
+            headers=dict(JSON), body=b'{"ttl": 1e999}'),
+        Row("create logstore: shardCount 1e999", "POST", "/logstores", 400,
+            "LogStoreInfoInvalid", headers=dict(JSON),
+            body=b'{"logstoreName": "big", "ttl": 1, "shardCount": 1e999}'),
+        Row("create logstore: ttl NaN", "POST", "/logstores", 400, "LogStoreInfoInvalid",
+            headers=dict(JSON), body=b'{"logstoreName": "nan", "ttl": NaN, "shardCount": 1}'),
         # -- shards ---------------------------------------------------------------------------
         Row("unknown shard: GetCursor", "GET", f"{LS}/shards/99", 400, "ShardNotExist",
             {"type": "cursor", "from": "begin"}),

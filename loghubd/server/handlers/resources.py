@@ -90,7 +90,7 @@ async def create_logstore(call: Call) -> web.Response:
     try:
         ttl = int(data.get("ttl", 30))
         shards = int(data.get("shardCount", 2))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # 1e999: inf
         raise E.LogStoreInfoInvalid(f"invalid logstore definition: {exc}") from None
     call.service.create_logstore(call.target.project, call.target.ls, ttl, shards)
     return empty_response()
@@ -134,7 +134,7 @@ async def update_logstore(call: Call) -> web.Response:
         raise E.LogStoreInfoInvalid("body must be a JSON object")
     try:
         ttl = int(data.get("ttl", ls.ttl))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # 1e999 reads as inf
         raise E.LogStoreInfoInvalid("ttl must be an integer") from None
     if not 1 <= ttl <= 3650:  # as at creation; ttl <= 0 would expire every stored log
         raise E.LogStoreInfoInvalid("ttl must be within [1, 3650] days")
