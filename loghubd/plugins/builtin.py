@@ -148,6 +148,8 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
                 "max_rows": "rows buffered per shard before a write (1000000)",
                 "max_bytes": "Arrow bytes buffered per shard before a write (268435456)",
                 "max_age_s": "seconds the oldest buffered batch may wait (60.0)",
+                "max_buffered_bytes": "Arrow bytes all shards may buffer: the largest writes"
+                " past it (512 MiB)",
             },
         ),
     ]

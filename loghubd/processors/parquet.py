@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import structlog
 
 from loghubd.arrow import position
+from loghubd.errors import describe_error
 from loghubd.models import Batch
 from loghubd.plugins.api import Ack, ProcessorContext, Tracker
 from loghubd.processors import parquet_files as files
@@ -46,6 +47,7 @@ class ParquetOptions:
     max_rows: int
     max_bytes: int
     max_age_s: float
+    max_buffered_bytes: int  # all shards' buffers together, in this process
 
 
 def parse(options: Mapping[str, Any]) -> ParquetOptions:
@@ -62,6 +64,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
             "max_rows": int,
             "max_bytes": int,
             "max_age_s": (int, float),
+            "max_buffered_bytes": int,
         },
     )
     if not options.get("path"):
@@ -82,6 +85,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
     sizes = {
         "max_rows": int(options.get("max_rows", 1_000_000)),
         "max_bytes": int(options.get("max_bytes", 256 * 1024 * 1024)),
+        "max_buffered_bytes": int(options.get("max_buffered_bytes", 512 * 1024 * 1024)),
     }
     for key, value in sizes.items():
         if value < 1:
@@ -99,6 +103,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         max_rows=sizes["max_rows"],
         max_bytes=sizes["max_bytes"],
         max_age_s=age,
+        max_buffered_bytes=sizes["max_buffered_bytes"],
     )
 
 
@@ -153,11 +158,14 @@ class ParquetProcessor:
                 )
                 self.buffered_rows += rows.num_rows
                 self.buffered_bytes += rows.nbytes
+                self.factory.buffered(rows.nbytes)
             o = self.factory.options
             if self.buffered_rows >= o.max_rows:
                 self._write("max_rows")
             elif self.buffered_bytes >= o.max_bytes:
                 self._write("max_bytes")
+        # Outside this shard's lock: the largest buffer may be another shard's.
+        self.factory.write_largest_if_over(self)
 
     def age(self) -> float:
         with self.lock:
@@ -178,7 +186,17 @@ class ParquetProcessor:
         except Exception as exc:
             # Not acknowledged: the checkpoint stays before these batches; a next owner reads
             # them again.
-            log.error("parquet_write_failed", shard=self.shard, reason="shutdown", error=repr(exc))
+            log.error(
+                "parquet_write_failed",
+                shard=self.shard,
+                reason="shutdown",
+                error=describe_error(exc),
+            )
+        finally:
+            with self.lock:  # whatever was not written is dropped: no longer held here
+                self.factory.buffered(-self.buffered_bytes)
+                self.buffer.clear()
+                self.buffered_rows = self.buffered_bytes = 0
 
     def _write(self, reason: str) -> None:
         if not self.buffer:
@@ -193,6 +211,7 @@ class ParquetProcessor:
         for item in items:
             item.ack.done()
         self.buffer.clear()
+        self.factory.buffered(-self.buffered_bytes)
         self.buffered_rows = self.buffered_bytes = 0
         log.info(
             "parquet_written",
@@ -283,8 +302,11 @@ def _drop_covered(rows: pa.RecordBatch, covered: list[tuple[int, int]]) -> pa.Re
 
 
 class ParquetFactory:
-    """Per daemon: the options, the output, and the timer thread that writes buffers that
-    reached `max_age_s`."""
+    """Per daemon: the options, the output, the timer thread that writes buffers that
+    reached `max_age_s`, and the bytes all shards hold buffered: past `max_buffered_bytes`
+    the largest buffer is written. Buffered batches are deferred (acknowledged when written),
+    and the daemon's `max_bytes_in_flight` counts a batch only until `process` returns, so
+    this is what bounds the processor's memory whatever the number of shards."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = parse(options)
@@ -294,6 +316,38 @@ class ParquetFactory:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
+        self._buffered = 0  # Arrow bytes in every processor's buffer
+
+    def buffered(self, delta: int) -> None:
+        with self._lock:
+            self._buffered += delta
+
+    @property
+    def buffered_bytes(self) -> int:
+        with self._lock:
+            return self._buffered
+
+    def write_largest_if_over(self, caller: ParquetProcessor) -> None:
+        """Past `max_buffered_bytes`, write the largest buffer (a processor's `write` takes its
+        own lock). When it is another shard's and its write fails, that is its failure, not
+        the calling batch's: logged, and that buffer stays (its timer retries it)."""
+        with self._lock:
+            if self._buffered < self.options.max_buffered_bytes or not self._processors:
+                return
+            largest = max(self._processors, key=lambda p: p.buffered_bytes)
+        if largest is caller:
+            largest.write("max_buffered_bytes")
+            return
+        try:
+            largest.write("max_buffered_bytes")
+        except Exception as exc:
+            largest.failed_at = time.monotonic()
+            log.warning(
+                "parquet_write_failed",
+                shard=largest.shard,
+                reason="max_buffered_bytes",
+                error=describe_error(exc),
+            )
 
     def bind(self, context: ProcessorContext) -> None:
         self.context = context

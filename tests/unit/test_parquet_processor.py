@@ -236,3 +236,36 @@ def test_time_placeholders_match_each_rows_own_time(template: str, seconds: list
         wanted = template.format(**{k: when.strftime(f) for k, f in TIME_FORMATS.items()})
         assert got[when] == wanted, (s, got[when], wanted)
     assert sum(rows.num_rows for _, rows in groups) == len(seconds)  # each row once
+
+
+def test_all_shards_buffers_together_stay_under_max_buffered_bytes(tmp_path: Path) -> None:
+    """Buffered batches are deferred, so the daemon's byte budget does not hold them: the
+    factory writes the largest buffer once every shard's together pass max_buffered_bytes."""
+    out = tmp_path / "out"
+    one = batch(0, 4).arrow().nbytes  # the Arrow bytes one such batch buffers
+    f = factory(out, max_buffered_bytes=int(one * 2.5))
+    shards = [f(s) for s in (0, 1, 2)]
+    for s, p in enumerate(shards):
+        p.initialize(s)
+    trackers = [RecordingTracker() for _ in shards]
+
+    def on(shard: int, first: int) -> Batch:
+        b = batch(first, 4)
+        return Batch(
+            shard, cursors.from_seq(shard, first), cursors.from_seq(shard, first + 4), b.raw, 4
+        )
+
+    shards[0].process(on(0, 0), trackers[0])
+    shards[0].process(on(0, 4), trackers[0])  # shard 0 holds 2 batches: under the limit
+    assert f.buffered_bytes == 2 * one and not list(out.rglob("*.parquet"))
+    shards[1].process(on(1, 0), trackers[1])  # 3 batches in all: shard 0's, the largest, goes
+    assert len(trackers[0].acked) == 2 and not trackers[1].acked
+    assert f.buffered_bytes == one == shards[1].buffered_bytes
+    assert {p.parts[-1].split("-")[1] for p in out.rglob("*.parquet")} == {"0"}
+    for s, p in enumerate(shards):
+        p.process(on(s, 8), trackers[s])
+        assert f.buffered_bytes == sum(q.buffered_bytes for q in shards) < one * 2.5
+    for s, p in enumerate(shards):
+        p.shutdown(trackers[s])
+    assert f.buffered_bytes == 0
+    assert [len(t.acked) for t in trackers] == [t.deferred for t in trackers]
