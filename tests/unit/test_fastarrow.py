@@ -275,16 +275,21 @@ def test_arbitrary_batches(raw: bytes) -> None:
 WHERE = ["key", "value", "tag key", "tag value", "topic", "source"]
 
 
-@pytest.mark.parametrize("bad", BAD)
-@pytest.mark.parametrize("where", WHERE)
-def test_each_string_that_is_not_utf8(where: str, bad: bytes) -> None:
+def not_utf8_group(where: str, bad: bytes) -> bytes:
+    """A log group whose string at `where` (one of WHERE) is `bad`, the others plain."""
     s = {w: bad if w == where else w.replace(" ", "_").encode() for w in WHERE}
-    bad_group = group(
+    return group(
         [log(1, (s["key"], s["value"])), log(2, (b"k2", b"v2"))],
         ld(6, pair(s["tag key"], s["tag value"])),
         ld(3, s["topic"]),
         ld(4, s["source"]),
     )
+
+
+@pytest.mark.parametrize("bad", BAD)
+@pytest.mark.parametrize("where", WHERE)
+def test_each_string_that_is_not_utf8(where: str, bad: bytes) -> None:
+    bad_group = not_utf8_group(where, bad)
     good = group([log(5, (b"a", b"b"))], ld(3, b"t0"))
     c = same(frame(good, bad_group, good), chunk_rows=2)
     assert isinstance(c, Converted)
@@ -478,14 +483,7 @@ def test_fields_of_arbitrary_batches(raw: bytes, fields: Any) -> None:
 @pytest.mark.parametrize("bad", BAD)
 @pytest.mark.parametrize("where", WHERE)
 def test_fields_leave_batches_that_are_not_utf8_to_python(where: str, bad: bytes) -> None:
-    s = {w: bad if w == where else w.replace(" ", "_").encode() for w in WHERE}
-    bad_group = group(
-        [log(1, (s["key"], s["value"])), log(2, (b"k2", b"v2"))],
-        ld(6, pair(s["tag key"], s["tag value"])),
-        ld(3, s["topic"]),
-        ld(4, s["source"]),
-    )
-    raw = frame(group([log(5, (b"a", b"b"))]), bad_group)
+    raw = frame(group([log(5, (b"a", b"b"))]), not_utf8_group(where, bad))
     assert fastarrow.fields(raw, None, pa.allocate_buffer) is None
     rb = same_view(raw)
     assert isinstance(rb, pa.RecordBatch) and rb.num_rows == 3
