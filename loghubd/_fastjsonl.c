@@ -27,6 +27,9 @@
 
 #include "_wire.h"
 
+/* Fields are told apart by f.tag, not f.num and f.wt (see Field in _wire.h). */
+#define TAG WIRE_TAG
+
 /* ---- output buffer ----------------------------------------------------------------------- */
 
 typedef struct {
@@ -60,10 +63,38 @@ grow(Out *o, size_t extra)
     return 0;
 }
 
+/* memcpy for the short runs a record is made of (keys, values, separators: mostly under 16
+ * bytes), without a call into libc: two overlapping loads and stores cover 4..16 bytes. */
+static inline void
+copy_short(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    if (n >= 8 && n <= 16) {
+        uint64_t a, b;
+        memcpy(&a, src, 8);
+        memcpy(&b, src + n - 8, 8);
+        memcpy(dst, &a, 8);
+        memcpy(dst + n - 8, &b, 8);
+    }
+    else if (n >= 4 && n < 8) {
+        uint32_t a, b;
+        memcpy(&a, src, 4);
+        memcpy(&b, src + n - 4, 4);
+        memcpy(dst, &a, 4);
+        memcpy(dst + n - 4, &b, 4);
+    }
+    else if (n < 4) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = src[i];
+    }
+    else {
+        memcpy(dst, src, n);
+    }
+}
+
 static inline void
 put(Out *o, const char *s, size_t n)
 {
-    memcpy(o->p + o->len, s, n);
+    copy_short(o->p + o->len, (const uint8_t *)s, n);
     o->len += n;
 }
 
@@ -168,7 +199,7 @@ put_string(Out *o, Span s)
         while (p < end && PLAIN[*p])
             p++;
         if (p > run) {
-            memcpy(o->p + o->len, run, (size_t)(p - run));
+            copy_short(o->p + o->len, run, (size_t)(p - run));
             o->len += (size_t)(p - run);
         }
         if (p == end)
@@ -223,7 +254,9 @@ put_uint(Out *o, uint32_t v)
         tmp[--i] = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    put(o, tmp + i, (size_t)(10 - i));
+    /* memcpy, not put(): gcc -O1 would warn of copy_short's long case (never taken here) */
+    memcpy(o->p + o->len, tmp + i, (size_t)(10 - i));
+    o->len += (size_t)(10 - i);
     return 0;
 }
 
@@ -235,6 +268,7 @@ typedef struct {
     Span value;
     int is_num;
     uint32_t num;
+    int cached; /* a content key equal to the key cached at its position (see KeyCache) */
 } Entry;
 
 typedef struct {
@@ -257,18 +291,12 @@ entries_add(Entries *e, Entry x)
     return 0;
 }
 
-static inline int
-same(Span a, Span b)
-{
-    return a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, (size_t)a.n) == 0);
-}
-
 /* Add `x` with dict semantics: an existing key takes the new value in its place. */
 static int
 entries_set(Entries *e, Entry x)
 {
     for (size_t i = 0; i < e->len; i++) {
-        if (same(e->p[i].key, x.key)) {
+        if (span_eq(e->p[i].key, x.key)) {
             e->p[i].value = x.value;
             e->p[i].is_num = x.is_num;
             e->p[i].num = x.num;
@@ -296,6 +324,7 @@ typedef struct {
     Out out;
     KeyCache *keys;
     size_t nkeys;
+    size_t clean;     /* the first `clean` cached keys are distinct and none may shadow */
     Entries base;     /* __topic__, __source__, tags of the current group */
     Entries rec;      /* the record being built (slow path) */
     Entries contents; /* the contents of the current log */
@@ -342,7 +371,7 @@ put_content(State *st, size_t i)
         st->nkeys = n;
     }
     KeyCache *c = &st->keys[i];
-    if (c->text.len == 0 || !same(c->key, x->key)) {
+    if (!x->cached) {
         c->text.len = 0;
         if (reserve(&c->text, 2) < 0)
             return -1;
@@ -365,32 +394,43 @@ encode_log(State *st, Span msg)
     Field f = {0};
     Span content;
     uint32_t time = 0, time_ns = 0;
-    int r, collide = 0;
+    int r, collide = 0, all_cached = 1;
 
     st->contents.len = 0;
     while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.num == 1 && f.wt == 0)
+        if (f.tag == TAG(1, 0))
             time = (uint32_t)f.v;
-        else if (f.num == 4 && f.wt == 5)
+        else if (f.tag == TAG(4, 5))
             time_ns = (uint32_t)f.v;
-        else if (f.num == 2 && f.wt == 2) {
+        else if (f.tag == TAG(2, 2)) {
             Entry x = {0};
             content = f.s;
+            size_t i = st->contents.len;
             if (read_pair(content, &x.key, &x.value) < 0)
                 return E_MALFORMED;
-            if (!is_utf8(x.key))
-                return E_NOT_UTF8;
-            if (may_shadow(x.key))
-                collide = 1;
-            else
-                for (size_t i = 0; i < st->contents.len && !collide; i++)
-                    collide = same(st->contents.p[i].key, x.key);
+            /* A key equal to the cached one at its position was checked in an earlier log. */
+            x.cached = i < st->nkeys && st->keys[i].text.len && span_eq(st->keys[i].key, x.key);
+            if (!x.cached) {
+                all_cached = 0;
+                if (!is_utf8(x.key))
+                    return E_NOT_UTF8;
+            }
             if (entries_add(&st->contents, x) < 0)
                 return E_NOMEM;
         }
     }
     if (r < 0)
         return E_MALFORMED;
+    /* The keys of the previous logs again (and no more than were found distinct): they are
+     * still distinct. Otherwise look for a repeat or a key of the record's own. */
+    if (!all_cached || st->contents.len > st->clean) {
+        for (size_t i = 0; i < st->contents.len && !collide; i++) {
+            Span k = st->contents.p[i].key;
+            collide = may_shadow(k);
+            for (size_t j = 0; j < i && !collide; j++)
+                collide = span_eq(st->contents.p[j].key, k);
+        }
+    }
 
     Out *o = &st->out;
     if (!collide) { /* the usual case: every key is new, the group's part is ready-made */
@@ -413,6 +453,10 @@ encode_log(State *st, Span msg)
         for (size_t i = 0; i < st->contents.len; i++)
             if (put_content(st, i) < 0)
                 return E_NOMEM;
+        /* the cache now holds this log's keys, distinct: with the keys after them too if
+         * they are the same as before */
+        if (!all_cached || st->contents.len > st->clean)
+            st->clean = st->contents.len;
     }
     else { /* a key repeats or shadows one of the record's own: build the record */
         Entry t = {LIT_SPAN(K_TIME), EMPTY_SPAN, 1, time};
@@ -458,13 +502,11 @@ encode_group(State *st, Span msg)
     st->tag_keys.len = 0;
     st->base.len = 0;
     while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.wt != 2)
-            continue;
-        if (f.num == 3)
+        if (f.tag == TAG(3, 2))
             topic = f.s;
-        else if (f.num == 4)
+        else if (f.tag == TAG(4, 2))
             source = f.s;
-        else if (f.num == 6) {
+        else if (f.tag == TAG(6, 2)) {
             Span k, v;
             if (read_pair(f.s, &k, &v) < 0)
                 return E_MALFORMED;
@@ -492,7 +534,7 @@ encode_group(State *st, Span msg)
         size_t at = 0;
         p = msg.p;
         while (next_field(&p, end, &f) > 0) {
-            if (f.wt != 2 || f.num != 6)
+            if (f.tag != TAG(6, 2))
                 continue;
             Span k, v;
             read_pair(f.s, &k, &v); /* checked by pass 1 */

@@ -28,6 +28,9 @@
 
 #include "_wire.h"  /* Span, next_field, next_message, read_pair, is_utf8 */
 
+/* Fields are told apart by f.tag, not f.num and f.wt (see Field in _wire.h). */
+#define TAG WIRE_TAG
+
 /* Keys of every record, created once. */
 static PyObject *s_time, *s_time_ns, *s_topic, *s_source, *s_tag_prefix, *s_empty;
 
@@ -44,17 +47,19 @@ typedef struct {
     Span s;
 } Slot;
 
-/* `s` as a str, strictly decoded: where it is not UTF-8 the Python path gets bytes from upb,
- * and we raise UnicodeDecodeError (a ValueError). Keys repeat from log to log, so the slot's
- * object is reused when its bytes are the same (allocation and hashing are most of the cost
- * of a key). Returns a borrowed reference, owned by the slot. */
+/* `s` as a str, decoded with `errors`: NULL (strict) for keys, topics and sources (where they
+ * are not UTF-8 the Python path gets bytes from upb, and we raise UnicodeDecodeError, a
+ * ValueError), "surrogateescape" for values. Keys, and many values (levels, methods, status
+ * codes, hosts), repeat from log to log, so the slot's object is reused when its bytes are
+ * the same (allocation, hashing and freeing are most of the cost of a short str). Returns a
+ * borrowed reference, owned by the slot. */
 
 static PyObject *
-cached_str(Slot *slot, Span s)
+cached_str(Slot *slot, Span s, const char *errors)
 {
-    if (slot->obj != NULL && slot->s.n == s.n && memcmp(slot->s.p, s.p, (size_t)s.n) == 0)
+    if (slot->obj != NULL && span_eq(slot->s, s))
         return slot->obj;
-    PyObject *str = PyUnicode_DecodeUTF8((const char *)s.p, s.n, NULL);
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)s.p, s.n, errors);
     if (str == NULL)
         return NULL;
     Py_XSETREF(slot->obj, str);
@@ -65,6 +70,7 @@ cached_str(Slot *slot, Span s)
 typedef struct {
     PyObject *out;  /* the list of records */
     Slot *keys;     /* content keys by position in the log, as in the previous log */
+    Slot *values;   /* content values likewise (same length as keys) */
     Py_ssize_t nkeys;
     Slot topic, source;
     uint32_t time; /* the last __time__ object, reused while the value repeats */
@@ -85,6 +91,13 @@ key_slot(State *st, Py_ssize_t i)
         }
         memset(keys + st->nkeys, 0, (size_t)(n - st->nkeys) * sizeof(Slot));
         st->keys = keys;
+        Slot *values = PyMem_Realloc(st->values, (size_t)n * sizeof(Slot));
+        if (values == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        memset(values + st->nkeys, 0, (size_t)(n - st->nkeys) * sizeof(Slot));
+        st->values = values;
         st->nkeys = n;
     }
     return &st->keys[i];
@@ -122,11 +135,11 @@ decode_log(State *st, PyObject *base, Span msg)
      * yet Time_ns (field 4) follows the contents on the wire. */
     p = msg.p;
     while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.num == 1 && f.wt == 0)
+        if (f.tag == TAG(1, 0))
             time = (uint32_t)f.v; /* uint32: the low 32 bits of the varint */
-        else if (f.num == 4 && f.wt == 5)
+        else if (f.tag == TAG(4, 5))
             time_ns = (uint32_t)f.v;
-        else if (f.num == 2 && f.wt == 2)
+        else if (f.tag == TAG(2, 2))
             ncontents++;
     }
     if (r < 0)
@@ -166,15 +179,12 @@ decode_log(State *st, PyObject *base, Span msg)
             malformed();
             goto error;
         }
-        if ((slot = key_slot(st, i++)) == NULL || (key = cached_str(slot, k)) == NULL)
+        if ((slot = key_slot(st, i)) == NULL || (key = cached_str(slot, k, NULL)) == NULL)
             goto error;
         /* Values: what the Python path yields after its Raw-schema fallback. */
-        value = PyUnicode_DecodeUTF8((const char *)v.p, v.n, "surrogateescape");
-        if (value == NULL)
+        if ((value = cached_str(&st->values[i++], v, "surrogateescape")) == NULL)
             goto error;
-        int rc = PyDict_SetItem(rec, key, value);
-        Py_DECREF(value);
-        if (rc < 0)
+        if (PyDict_SetItem(rec, key, value) < 0)
             goto error;
     }
     if (PyList_Append(st->out, rec) < 0)
@@ -203,15 +213,13 @@ decode_group(State *st, Span msg)
         goto error;
     p = msg.p;
     while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.wt != 2)
-            continue;
-        if (f.num == 3) {
+        if (f.tag == TAG(3, 2)) {
             topic = f.s;
         }
-        else if (f.num == 4) {
+        else if (f.tag == TAG(4, 2)) {
             source = f.s;
         }
-        else if (f.num == 6) {
+        else if (f.tag == TAG(6, 2)) {
             Span k, v;
             PyObject *key, *value;
             int rc;
@@ -241,9 +249,10 @@ decode_group(State *st, Span msg)
         malformed();
         goto error;
     }
-    if ((obj = cached_str(&st->topic, topic)) == NULL || PyDict_SetItem(base, s_topic, obj) < 0)
+    if ((obj = cached_str(&st->topic, topic, NULL)) == NULL ||
+        PyDict_SetItem(base, s_topic, obj) < 0)
         goto error;
-    if ((obj = cached_str(&st->source, source)) == NULL ||
+    if ((obj = cached_str(&st->source, source, NULL)) == NULL ||
         PyDict_SetItem(base, s_source, obj) < 0)
         goto error;
 
@@ -292,9 +301,12 @@ decode_range(const uint8_t *buf, Py_ssize_t len, Py_ssize_t offset, Py_ssize_t m
     }
     *next = p - buf;
 done:
-    for (Py_ssize_t i = 0; i < st.nkeys; i++)
+    for (Py_ssize_t i = 0; i < st.nkeys; i++) {
         Py_XDECREF(st.keys[i].obj);
+        Py_XDECREF(st.values[i].obj);
+    }
     PyMem_Free(st.keys);
+    PyMem_Free(st.values);
     Py_XDECREF(st.topic.obj);
     Py_XDECREF(st.source.obj);
     Py_XDECREF(st.time_obj);
@@ -343,20 +355,18 @@ count_group(Span msg, Py_ssize_t *count)
     Span topic = EMPTY_SPAN, source = EMPTY_SPAN, k, v;
 
     while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.wt != 2)
-            continue;
-        if (f.num == 1) {
+        if (f.tag == TAG(1, 2)) {
             if (check_log(f.s) < 0)
                 return -1;
             (*count)++;
         }
-        else if (f.num == 3) {
+        else if (f.tag == TAG(3, 2)) {
             topic = f.s;
         }
-        else if (f.num == 4) {
+        else if (f.tag == TAG(4, 2)) {
             source = f.s;
         }
-        else if (f.num == 6) {
+        else if (f.tag == TAG(6, 2)) {
             if (read_pair(f.s, &k, &v) < 0)
                 return malformed();
             if (!is_utf8(k) || !is_utf8(v))

@@ -30,6 +30,9 @@ typedef struct {
     Span s;     /* wire type 2 */
 } Field;
 
+/* The tag of field `number` with wire type `wire`, as Field.tag holds it. */
+#define WIRE_TAG(number, wire) ((uint32_t)(number) << 3 | (uint32_t)(wire))
+
 /* Base-128 varint of at most 10 bytes. Like upb, bits beyond the 64th (in the 10th byte)
  * are dropped rather than refused. */
 static int
@@ -110,7 +113,7 @@ next_message(const uint8_t **pp, const uint8_t *end, uint32_t num, Span *msg)
     Field f;
     int r;
     while ((r = next_field(pp, end, &f)) > 0) {
-        if (f.num == num && f.wt == 2) {
+        if (f.tag == WIRE_TAG(num, 2)) {
             *msg = f.s;
             return 1;
         }
@@ -128,14 +131,45 @@ read_pair(Span msg, Span *key, Span *value)
     int r;
     *key = *value = EMPTY_SPAN;
     while ((r = next_field(&p, end, &f)) > 0) {
-        if (f.wt != 2)
-            continue;
-        if (f.num == 1)
+        if (f.tag == WIRE_TAG(1, 2))
             *key = f.s;
-        else if (f.num == 2)
+        else if (f.tag == WIRE_TAG(2, 2))
             *value = f.s;
     }
     return r;
+}
+
+/* Whether a and b hold the same bytes. Keys and the values that repeat are short: up to 16
+ * bytes are compared with (overlapping) word loads rather than a call to memcmp. */
+static inline int
+span_eq(Span a, Span b)
+{
+    size_t n = (size_t)a.n;
+    if (a.n != b.n)
+        return 0;
+    if (n >= 8 && n <= 16) {
+        uint64_t x0, x1, y0, y1;
+        memcpy(&x0, a.p, 8);
+        memcpy(&y0, b.p, 8);
+        memcpy(&x1, a.p + n - 8, 8);
+        memcpy(&y1, b.p + n - 8, 8);
+        return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+    }
+    if (n >= 4 && n < 8) {
+        uint32_t x0, x1, y0, y1;
+        memcpy(&x0, a.p, 4);
+        memcpy(&y0, b.p, 4);
+        memcpy(&x1, a.p + n - 4, 4);
+        memcpy(&y1, b.p + n - 4, 4);
+        return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+    }
+    if (n < 4) {
+        for (size_t i = 0; i < n; i++)
+            if (a.p[i] != b.p[i])
+                return 0;
+        return 1;
+    }
+    return memcmp(a.p, b.p, n) == 0;
 }
 
 /* Whether PyUnicode_DecodeUTF8(strict) accepts `s`: well-formed UTF-8 (no overlong forms, no

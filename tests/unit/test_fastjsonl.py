@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 from loghubd import models
 from loghubd.models import Batch
 from loghubd.protocol import pb
-from tests.unit.test_fastlog import content, ld, log_group_lists, one_log_list, vi
+from tests.unit.test_fastlog import (
+    content,
+    ld,
+    log_group_lists,
+    one_log_list,
+    similar_logs,
+    vi,
+)
 
 fastjsonl: Any = pytest.importorskip("loghubd._fastjsonl", reason="built without a C compiler")
 
@@ -90,6 +97,28 @@ def test_same_bytes_as_json_dumps_of_the_python_records(raw: bytes) -> None:
 
 _unicode = st.text(st.characters(codec="utf-8"), max_size=20)
 _bytes_values = st.one_of(_unicode.map(str.encode), st.binary(max_size=12))
+
+
+@settings(max_examples=300)
+@given(similar_logs())
+def test_logs_repeating_each_other_s_keys(raw: bytes) -> None:
+    """The key of the previous log at the same position is reused (its text and its checks:
+    UTF-8, no repeat, no clash with the record's own keys) only when it still holds."""
+    check(raw)
+
+
+def test_a_repeat_among_keys_cached_from_different_logs() -> None:
+    """Log 2 leaves b at position 0 of the key cache and c from log 1 at 2: log 3's keys b, b
+    are each the cached key of their position, yet repeat; then b, c, a are all new again."""
+    group = pb.LogGroup(Topic="t")
+    for keys in (["a", "b", "c"], ["b"], ["b", "b"], ["b", "c", "a"], ["b", "c"], ["b", "__x__y"]):
+        log = group.Logs.add(Time=1)
+        for i, k in enumerate(keys):
+            log.Contents.add(Key=k, Value=str(i))
+    raw = pb.frame_log_groups([group.SerializeToString()])
+    check(raw)
+    lines = encode(raw).splitlines()
+    assert lines[2] == b'{"__time__": 1, "__topic__": "t", "__source__": "", "b": "1"}'
 
 
 @st.composite

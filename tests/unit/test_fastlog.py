@@ -131,6 +131,35 @@ def test_batches_of_repeated_and_changing_keys(raws: list[bytes]) -> None:
     assert fast_items(raw) == python_items(raw)
 
 
+# Keys and values from small sets, including ones a record has of its own and values that
+# are not UTF-8: consecutive logs then repeat, extend, shorten and reorder each other's keys
+# and values, which is what the per-position key and value caches of the C code act on.
+_few_keys = st.sampled_from(["a", "b", "level", "__time__", "__tag__:h", "é", "abcdefghij"])
+_few_values = st.sampled_from([b"", b"INFO", b"x" * 12, b"\xff", "é".encode(), b"GET /a"])
+
+
+@st.composite
+def similar_logs(draw: st.DrawFn) -> bytes:
+    """A LogGroupList whose logs draw their keys and values from small sets."""
+    lgl = pb.LogGroupListRaw()
+    for _ in range(draw(st.integers(1, 3))):
+        group = lgl.LogGroups.add(Topic="t")
+        if draw(st.booleans()):
+            group.LogTags.add(Key="h", Value="v")
+        for _ in range(draw(st.integers(1, 8))):
+            log = group.Logs.add(Time=1)
+            for key, value in draw(st.lists(st.tuples(_few_keys, _few_values), max_size=6)):
+                log.Contents.add(Key=key.encode(), Value=value)
+    raw: bytes = lgl.SerializeToString()
+    return raw
+
+
+@settings(max_examples=300)
+@given(similar_logs())
+def test_logs_repeating_each_other_s_keys_and_values(raw: bytes) -> None:
+    assert fast_items(raw) == python_items(raw)
+
+
 def test_realistic_group_and_key_reuse() -> None:
     group = pb.LogGroup(Topic="t", Source="10.0.0.1")
     group.LogTags.add(Key="host", Value="web-1")
