@@ -327,27 +327,42 @@ not_utf8(void)
     return -1;
 }
 
+/* The content keys of the previous log by position (the first COUNT_KEYS), already found to
+ * be UTF-8: a key with the same bytes is not checked again. */
+#define COUNT_KEYS 32
+typedef struct {
+    Span keys[COUNT_KEYS];
+} Checked;
+
 /* What decode_log refuses in a Log: bad framing of the Log or of a Content, or a Content Key
  * (the last one) that is not UTF-8. Values are never refused: decode() makes them with
  * surrogateescape. */
 static int
-check_log(Span msg)
+check_log(Span msg, Checked *seen)
 {
     const uint8_t *p = msg.p, *end = msg.p + msg.n;
     Span content, k, v;
     int r;
+    size_t i = 0;
     while ((r = next_message(&p, end, 2, &content)) > 0) {
         if (read_pair(content, &k, &v) < 0)
             return malformed();
+        if (i < COUNT_KEYS && seen->keys[i].p != NULL && span_eq(seen->keys[i], k)) {
+            i++;
+            continue;
+        }
         if (!is_utf8(k))
             return not_utf8();
+        if (i < COUNT_KEYS)
+            seen->keys[i] = k; /* in the caller's buffer, alive for the whole call */
+        i++;
     }
     return r < 0 ? malformed() : 0;
 }
 
 /* What decode_group refuses in a LogGroup, its logs included; adds its logs to *count. */
 static int
-count_group(Span msg, Py_ssize_t *count)
+count_group(Span msg, Py_ssize_t *count, Checked *seen)
 {
     const uint8_t *p = msg.p, *end = msg.p + msg.n;
     Field f;
@@ -356,7 +371,7 @@ count_group(Span msg, Py_ssize_t *count)
 
     while ((r = next_field(&p, end, &f)) > 0) {
         if (f.tag == TAG(1, 2)) {
-            if (check_log(f.s) < 0)
+            if (check_log(f.s, seen) < 0)
                 return -1;
             (*count)++;
         }
@@ -388,9 +403,11 @@ count_list(const uint8_t *p, const uint8_t *end)
 {
     Span group;
     Py_ssize_t count = 0;
+    Checked seen;
     int r;
+    memset(&seen, 0, sizeof seen);
     while ((r = next_message(&p, end, 1, &group)) > 0) {
-        if (count_group(group, &count) < 0)
+        if (count_group(group, &count, &seen) < 0)
             return -1;
     }
     return r < 0 ? malformed() : count;

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from loghubd import models
@@ -158,6 +158,28 @@ def similar_logs(draw: st.DrawFn) -> bytes:
 @given(similar_logs())
 def test_logs_repeating_each_other_s_keys_and_values(raw: bytes) -> None:
     assert fast_items(raw) == python_items(raw)
+
+
+@given(
+    st.lists(st.lists(st.tuples(_few_keys, _few_values), max_size=6), min_size=1, max_size=8),
+    st.integers(0, 100),
+    st.sampled_from([b"\xff", b"a\xc3", b"\xed\xa0\x80"]),
+)
+def test_count_checks_a_key_that_is_not_the_one_before_it(
+    logs: list[list[tuple[str, bytes]]], at: int, bad: bytes
+) -> None:
+    """count_logs() skips the UTF-8 check of a key equal to the previous log's at the same
+    position: a key that is not UTF-8 among cached ones is still refused."""
+    keys = [[k.encode() for k, _ in log] for log in logs]
+    positions = [(i, j) for i, log in enumerate(keys) for j in range(len(log))]
+    assume(positions)
+    i, j = positions[at % len(positions)]
+    keys[i][j] = bad
+    group = b"".join(
+        ld(1, vi(1, 1) + b"".join(ld(2, content(k, v)) for k, (_, v) in zip(ks, log, strict=True)))
+        for ks, log in zip(keys, logs, strict=True)
+    )
+    assert check_count(ld(1, group)) is None
 
 
 def test_realistic_group_and_key_reuse() -> None:
