@@ -6,13 +6,16 @@ LogGroupList, and `<stem>.json`, where it came from (shard, cursors) and why it 
 makes one processor per shard from the config's `[processor]`, as `loghubd run` would, feeds it
 each batch in the order they were written, and treats the batch as done when `process`
 returned without raising and the processor marked it done (`save_checkpoint` or a deferred
-ack) by the time the shard's processor was flushed and shut down.
+ack) by the time the shard's processor was flushed and shut down. A factory with `bind` gets
+the source's `ProcessorContext` first, as in the daemon (with the config's credentials
+provider running), so processors that need it (parquet, postgres, spark) can replay.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,9 +26,11 @@ import anyio
 
 from loghubd.admin.errors import FAILED, OK, USAGE, UserError
 from loghubd.admin.helpfmt import DefaultsFormatter
-from loghubd.config import Config
+from loghubd.config import Config, SourceSpec
 from loghubd.models import Batch
+from loghubd.plugins.api import ProcessorContext
 from loghubd.plugins.loaded import LoadedFactory
+from loghubd.sls import provider_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,34 @@ class _Ack:
 
     def done(self, persist: bool = False) -> None:
         self.finished = True
+
+
+async def replay_source(
+    factory: LoadedFactory, letters: list[DeadLetter], spec: SourceSpec, consumer: str
+) -> tuple[int, list[str]]:
+    """`replay` with the factory bound to `spec`'s source, as `loghubd run` binds it: the
+    credentials provider refreshes (file, command) while the replay runs."""
+    provider = provider_for(spec.source)
+    s = spec.source
+    context = ProcessorContext(
+        endpoint=s.endpoint,
+        project=s.project,
+        logstore=s.logstore,
+        credentials=provider.get,
+        group=spec.consumer.group,
+        consumer=consumer,
+        auth_version=s.auth_version,
+        region=s.region,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(provider.run_refresh)
+        if factory.bind is not None:
+            factory.bind(context)
+        try:
+            result = await replay(factory, letters)
+        finally:
+            tg.cancel_scope.cancel()
+    return result
 
 
 async def replay(factory: LoadedFactory, letters: list[DeadLetter]) -> tuple[int, list[str]]:
@@ -186,7 +219,8 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
     from loghubd.plugins.manager import Plugins
 
     factory = Plugins().create(spec.processor.name, spec.processor.selected_options)
-    replayed, failures = anyio.run(replay, factory, letters)
+    consumer = f"{cfg.consumer.name or socket.gethostname()}-replay"
+    replayed, failures = anyio.run(replay_source, factory, letters, spec, consumer)
     for line in failures:
         print(f"not replayed: {line}", file=sys.stderr)
     print(f"replayed {replayed} of {len(letters)} dead letter(s) through {spec.processor.name}")

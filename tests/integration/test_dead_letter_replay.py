@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import duckdb
 
 from tests.integration.daemon_harness import Pool, dump_toml, read_ids
 from tests.integration.sls_http import wait_until
@@ -49,6 +52,23 @@ def test_dead_letters_listed_printed_and_replayed(daemon_pool: Pool, tmp_path: P
     assert again.returncode == 1 and "not replayed" in again.stderr, again.stderr
     assert "replayed 0 of 1" in again.stdout
     assert sorted(daemon.dead_letter.glob("shard-*/*")) != []
+
+    # Through parquet (its factory needs bind(), as the daemon calls it): a copy of the dead
+    # letters, read back by DuckDB.
+    copy = tmp_path / "dead-copy"
+    shutil.copytree(daemon.dead_letter, copy)
+    lake = tmp_path / "lake"
+    as_parquet = tmp_path / "parquet.toml"
+    conf = dict(daemon.config)
+    conf["processor"] = {"name": "parquet", "parquet": {"path": str(lake)}}
+    as_parquet.write_text(dump_toml(conf))
+    done = cli(daemon.env, "replay", "-c", str(as_parquet), "--dir", str(copy))
+    assert done.returncode == 0 and "replayed 1 of 1" in done.stdout, done.stdout + done.stderr
+    rows = duckdb.sql(
+        f"SELECT id FROM read_parquet('{lake}/**/*.parquet', hive_partitioning = true)"
+    ).fetchall()
+    assert sorted(r[0] for r in rows) == sorted(dead) and len(rows) == 1000
+    assert list(copy.glob("shard-*/*")) == []
 
     # Through a working processor (jsonl into another directory): delivered, then removed.
     fixed = tmp_path / "replay.toml"
