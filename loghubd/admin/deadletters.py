@@ -112,17 +112,7 @@ async def replay_source(
     """`replay` with the factory bound to `spec`'s source, as `loghubd run` binds it: the
     credentials provider refreshes (file, command) while the replay runs."""
     provider = provider_for(spec.source)
-    s = spec.source
-    context = ProcessorContext(
-        endpoint=s.endpoint,
-        project=s.project,
-        logstore=s.logstore,
-        credentials=provider.get,
-        group=spec.consumer.group,
-        consumer=consumer,
-        auth_version=s.auth_version,
-        region=s.region,
-    )
+    context = ProcessorContext.of_source(spec, consumer, provider.get)
     async with anyio.create_task_group() as tg:
         await tg.start(provider.run_refresh)
         if factory.bind is not None:

@@ -97,7 +97,7 @@ async def process_with_retry(
             if rejected or (policy.max_attempts and attempt >= policy.max_attempts):
                 if policy.on_failure == "dead_letter":
                     path = await anyio.to_thread.run_sync(
-                        _write_dead_letter, policy.dead_letter_dir, batch, exc, attempt
+                        _write_dead_letter, policy.dead_letter_dir, batch, exc, attempt, rejected
                     )
                     mark_done()
                     failing("")
@@ -162,7 +162,9 @@ async def start_with_retry(
         return processor
 
 
-def _write_dead_letter(directory: Path, batch: Batch, exc: BaseException, attempts: int) -> Path:
+def _write_dead_letter(
+    directory: Path, batch: Batch, exc: BaseException, attempts: int, rejected: bool
+) -> Path:
     """The batch's raw LogGroupList (lossless) plus a JSON note of where and why; fsynced."""
     folder = directory / f"shard-{batch.shard}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -175,7 +177,7 @@ def _write_dead_letter(directory: Path, batch: Batch, exc: BaseException, attemp
         "log_groups": batch.group_count,
         "attempts": attempts,
         "error": describe_error(exc),
-        "rejected": any(isinstance(e, BatchRejected) for e in leaves(exc)),
+        "rejected": rejected,
         "traceback": "".join(traceback.format_exception(exc)),
         "data": raw_path.name,
     }

@@ -82,17 +82,7 @@ class SourceRunner:
         return self.provider.get()
 
     def processor_context(self) -> ProcessorContext:
-        s = self.spec.source
-        return ProcessorContext(
-            endpoint=s.endpoint,
-            project=s.project,
-            logstore=s.logstore,
-            credentials=self.credentials,
-            group=self.spec.consumer.group,
-            consumer=self.consumer,
-            auth_version=s.auth_version,
-            region=s.region,
-        )
+        return ProcessorContext.of_source(self.spec, self.consumer, self.credentials)
 
     def session(self) -> aiohttp.ClientSession:
         """This source's own HTTP session (and connection pool): a source whose service hangs

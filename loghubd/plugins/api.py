@@ -19,10 +19,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from loghubd.models import Batch
 from loghubd.protocol.signing import Credentials
+
+if TYPE_CHECKING:
+    from loghubd.config import SourceSpec
 
 
 class Tracker(Protocol):
@@ -127,6 +130,24 @@ class ProcessorContext:
     consumer: str
     auth_version: str = "v1"
     region: str = ""
+
+    @classmethod
+    def of_source(
+        cls, spec: SourceSpec, consumer: str, credentials: Callable[[], Credentials]
+    ) -> ProcessorContext:
+        """The context of a configured source, as `loghubd run` (and the dead-letter replay)
+        hands it to `factory.bind`."""
+        s = spec.source
+        return cls(
+            endpoint=s.endpoint,
+            project=s.project,
+            logstore=s.logstore,
+            credentials=credentials,
+            group=spec.consumer.group,
+            consumer=consumer,
+            auth_version=s.auth_version,
+            region=s.region,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
