@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -204,6 +205,15 @@ def test_every_dashboard_panel_returns_a_series(
 
     wait_until(dead_lettered, 60, daemon.log_tail, interval=0.2)
     wait_until(lambda: scraped(5), 30, interval=0.2)
+    # Series born with the batches (the process-duration histogram) need two samples for
+    # rate(): wait until every target was scraped twice more after the dead letter was seen.
+    done_at = time.time()
+
+    def scraped_since(t: float) -> bool:
+        stamps = prom.query("timestamp(up)")
+        return len(stamps) == 2 and all(float(r["value"][1]) > t for r in stamps)
+
+    wait_until(lambda: scraped_since(done_at + 2.5), 30, interval=0.2)
 
     empty = [f"{title}: {expr}" for title, expr in panel_queries() if not prom.query(expand(expr))]
     assert not empty, "panels without data:\n" + "\n".join(empty)
