@@ -170,7 +170,18 @@ def run_one(
     if os.environ.get("WIRE_BENCH_PERF"):  # where the time goes: perf record -p, into this dir
         out = Path(os.environ["WIRE_BENCH_PERF"]) / f"{name}.perf"
         perf = subprocess.Popen(
-            ["perf", "record", "-q", "-F", "999", "-p", str(proc.pid), "-o", str(out)]
+            [
+                "perf",
+                "record",
+                "-q",
+                "-F",
+                "999",
+                *os.environ.get("WIRE_BENCH_PERF_ARGS", "").split(),
+                "-p",
+                str(proc.pid),
+                "-o",
+                str(out),
+            ]
         )
     buf = b""
     t_end = 0.0

@@ -55,3 +55,42 @@ def test_bad_configuration_exits_2_with_the_collector_on(
     assert commands.cmd_run(cli.build_parser().parse_args(["run", "-c", str(cfg)])) == 2
     assert gc.isenabled()
     assert "no_such_key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("environ", "platform", "expected"),
+    [
+        ({}, "linux", "jemalloc"),
+        ({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, "linux", "mimalloc"),
+        ({"ARROW_DEFAULT_MEMORY_POOL": "system"}, "linux", "system"),
+        ({}, "darwin", None),
+        ({}, "win32", None),
+    ],
+)
+def test_arrow_gets_jemalloc_on_linux_unless_the_operator_chose(
+    environ: dict[str, str], platform: str, expected: str | None
+) -> None:
+    env = dict(environ)
+    cli.prefer_jemalloc(env, platform)
+    assert env.get("ARROW_DEFAULT_MEMORY_POOL") == expected
+
+
+def test_the_daemon_process_allocates_arrow_memory_with_jemalloc() -> None:
+    """What `main()` sets is what pyarrow uses: the variable is set before pyarrow's import.
+    A fresh interpreter, because this one has imported pyarrow already."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "os.environ.pop('ARROW_DEFAULT_MEMORY_POOL', None)\n"
+        "from loghubd import cli\n"
+        "assert 'pyarrow' not in sys.modules, 'the cli imports pyarrow before main()'\n"
+        "cli.prefer_jemalloc(os.environ, sys.platform)\n"
+        "import pyarrow as pa\n"
+        "print(pa.default_memory_pool().backend_name)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "jemalloc", out.stderr
