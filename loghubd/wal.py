@@ -218,6 +218,9 @@ class Wal:
         self._remove_partitions = remove_partitions or self._remove_local_partitions
         self.project, self.logstore = project, logstore
         self._loaded: set[str] = set()  # committed entry files already in the coverage
+        # Per loaded committed entry: the end of its ranges per shard (None: a range without
+        # positions, never collected). What `gc` decides on, without reading the files again.
+        self._ends: dict[str, dict[int, int] | None] = {}
         self._coverage: dict[int, list[tuple[int, int]]] = {}
         self._pending: dict[str, Entry] = {}  # pending entries seen at the last refresh
         self._mtime_ns = -1
@@ -273,7 +276,6 @@ class Wal:
         atomic_write(self._entry_path(entry.batch), _dump(entry))
         self._pending.pop(entry.batch, None)
         self._add_coverage(entry)
-        self._loaded.add(entry.batch)
         lease.release(remove_lock_file=True)
 
     def abandon(self, lease: Lease) -> None:
@@ -316,12 +318,14 @@ class Wal:
             if entry.state == COMMITTED:
                 self._pending.pop(batch, None)
                 self._add_coverage(entry)
-                self._loaded.add(batch)
             else:
                 self._pending[batch] = entry
         for batch in list(self._pending):
             if batch not in seen:
                 del self._pending[batch]  # abandoned by its writer
+        for batch in self._loaded - seen:  # collected (by anyone): its coverage stays
+            self._loaded.discard(batch)
+            self._ends.pop(batch, None)
 
     def read(self, batch: str) -> Entry | None:
         try:
@@ -334,13 +338,21 @@ class Wal:
         return sorted(self._pending.values(), key=lambda e: (e.created, e.batch))
 
     def _add_coverage(self, entry: Entry) -> None:
+        """A committed entry joins the coverage (and what `gc` knows of it)."""
         by_shard: dict[int, list[tuple[int, int]]] = {}
+        ends: dict[int, int] | None = {}
         for r in entry.ranges:
             pos = r.positions()
-            if pos is not None:
-                by_shard.setdefault(r.shard, []).append(pos)
+            if pos is None:
+                ends = None
+                continue
+            by_shard.setdefault(r.shard, []).append(pos)
+            if ends is not None:
+                ends[r.shard] = max(ends.get(r.shard, pos[1]), pos[1])
         for shard, intervals in by_shard.items():
             self._coverage[shard] = merge([*self._coverage.get(shard, []), *intervals])
+        self._loaded.add(entry.batch)
+        self._ends[entry.batch] = ends
 
     def coverage(self, shard: int) -> list[tuple[int, int]]:
         return list(self._coverage.get(shard, []))
@@ -364,29 +376,30 @@ class Wal:
 
     def gc(self, checkpoints: Mapping[int, int]) -> int:
         """Delete committed entries entirely below the committed checkpoints (positions per
-        shard): the daemon never delivers those ranges again. Returns how many went."""
-        removed = 0
+        shard): the daemon never delivers those ranges again. Returns how many went.
+
+        Cheap enough to run after every checkpoint commit: it decides from what `refresh`
+        already read (each entry file is read once), so its cost is one directory scan plus
+        the deletions. Their coverage stays in memory (a redelivery is still recognised)."""
         self.refresh(force=True)
-        for batch in sorted(self._loaded):
-            entry = self.read(batch)
-            if entry is None or entry.state != COMMITTED or not self._mine(entry):
-                continue
-            below = True
-            for r in entry.ranges:
-                pos = r.positions()
-                cp = checkpoints.get(r.shard)
-                if pos is None or cp is None or pos[1] > cp:
-                    below = False
-                    break
-            if below:
-                with contextlib.suppress(FileNotFoundError):
-                    self._entry_path(batch).unlink()
-                with contextlib.suppress(FileNotFoundError):
-                    self._lock_path(batch).unlink()
-                removed += 1
-        if removed:
+        gone = [
+            batch
+            for batch, ends in self._ends.items()
+            if ends is not None
+            and all(
+                shard in checkpoints and end <= checkpoints[shard] for shard, end in ends.items()
+            )
+        ]
+        for batch in gone:
+            with contextlib.suppress(FileNotFoundError):
+                self._entry_path(batch).unlink()
+            with contextlib.suppress(FileNotFoundError):
+                self._lock_path(batch).unlink()
+            self._loaded.discard(batch)
+            del self._ends[batch]
+        if gone:
             fsync_dir(self.dir)
-        return removed
+        return len(gone)
 
 
 def _dump(entry: Entry) -> bytes:

@@ -126,6 +126,7 @@ class ShardTask:
         # Still busy when the shutdown grace ended: processor calls are bounded from now on.
         self.abandoned = False
         self._commit_lock = anyio.Lock()
+        self._shutting_down = False  # `processor.shutdown` was called: no more hooks
         self._waiting: anyio.CancelScope | None = None
         self._bind = {"group": ctx.group, "consumer": ctx.consumer, "shard": shard}
 
@@ -134,49 +135,74 @@ class ShardTask:
     async def commit(self) -> bool:
         """Commit the lowest unfinished position if it moved. False if it could not be."""
         async with self._commit_lock:
-            tracker = self.tracker
-            if tracker is None or self.lost:
-                return not self.lost
-            cursor = tracker.committable()
-            if not tracker.needs_commit():
-                if tracker.committed == tracker.fetch_cursor:  # nothing waits behind it
-                    self.status.last_commit = time.monotonic()
-                return True
-            flush = None if self.processor is None else self.processor.flush
-            try:
-                if flush is not None and self.processor is not None:
-                    # Make the processor's output durable first. An abandoned shard's
-                    # processor may be stuck: its flush is not waited for for ever.
-                    if self.abandoned and self.processor.flush_abandoning is not None:
-                        with anyio.fail_after(ABANDONED_CALL_S):
-                            await self.processor.flush_abandoning()
-                    else:
-                        await flush()
-                await self.ctx.client.commit(
-                    self.ctx.settings.logstore,
-                    self.ctx.group,
-                    self.ctx.consumer,
-                    self.shard,
-                    cursor,
-                )
-            except E.OwnershipLost as exc:
-                self.lost = True
-                self.request_stop()
-                self.ctx.metrics.ownership_lost.labels(str(self.shard)).inc()
-                self.ctx.metrics.commits.labels("ownership_lost").inc()
-                log.warning("shard_ownership_lost", **self._bind, error=str(exc))
-                return False
-            except Exception as exc:
-                self.status.note_error(f"commit: {exc!r}")
-                self.commit_failed = True
-                self.ctx.metrics.commits.labels("failed").inc()
-                log.warning("checkpoint_commit_failed", **self._bind, error=repr(exc)[:300])
-                return False
-            tracker.set_committed(cursor)
-            self.commit_failed = False
-            self.status.last_commit = time.monotonic()
-            self.ctx.metrics.commits.labels("ok").inc()
-            return True
+            ok, moved_to = await self._commit()
+        if moved_to is not None:
+            await self._tell_committed(moved_to)
+        return ok
+
+    async def _commit(self) -> tuple[bool, str | None]:
+        """`commit` under its lock: whether it succeeded, and the cursor committed now (None
+        when nothing moved)."""
+        tracker = self.tracker
+        if tracker is None or self.lost:
+            return not self.lost, None
+        cursor = tracker.committable()
+        if not tracker.needs_commit():
+            if tracker.committed == tracker.fetch_cursor:  # nothing waits behind it
+                self.status.last_commit = time.monotonic()
+            return True, None
+        flush = None if self.processor is None else self.processor.flush
+        try:
+            if flush is not None and self.processor is not None:
+                # Make the processor's output durable first. An abandoned shard's
+                # processor may be stuck: its flush is not waited for for ever.
+                if self.abandoned and self.processor.flush_abandoning is not None:
+                    with anyio.fail_after(ABANDONED_CALL_S):
+                        await self.processor.flush_abandoning()
+                else:
+                    await flush()
+            await self.ctx.client.commit(
+                self.ctx.settings.logstore,
+                self.ctx.group,
+                self.ctx.consumer,
+                self.shard,
+                cursor,
+            )
+        except E.OwnershipLost as exc:
+            self.lost = True
+            self.request_stop()
+            self.ctx.metrics.ownership_lost.labels(str(self.shard)).inc()
+            self.ctx.metrics.commits.labels("ownership_lost").inc()
+            log.warning("shard_ownership_lost", **self._bind, error=str(exc))
+            return False, None
+        except Exception as exc:
+            self.status.note_error(f"commit: {exc!r}")
+            self.commit_failed = True
+            self.ctx.metrics.commits.labels("failed").inc()
+            log.warning("checkpoint_commit_failed", **self._bind, error=repr(exc)[:300])
+            return False, None
+        tracker.set_committed(cursor)
+        self.commit_failed = False
+        self.status.last_commit = time.monotonic()
+        self.ctx.metrics.commits.labels("ok").inc()
+        return True, cursor
+
+    async def _tell_committed(self, cursor: str) -> None:
+        """The processor's `committed(cursor)` hook, if it has one: after the commit, outside
+        the commit lock (housekeeping never delays the next commit); never once `shutdown` was
+        called, nor for a shard abandoned at the end of the shutdown grace. A failure is
+        logged, nothing more: the next commit calls it again."""
+        processor = self.processor
+        if processor is None or processor.committed is None:
+            return
+        if self.abandoned or self._shutting_down:
+            return
+        try:
+            await processor.committed(cursor)
+        except Exception as exc:
+            log.warning(
+                "processor_committed_hook_failed", **self._bind, error=describe_error(exc)[:300]
+            )
 
     def drop(self) -> None:
         """The server no longer knows us: stop without committing anything more."""
@@ -259,6 +285,7 @@ class ShardTask:
         if self.tracker is None or self.processor is None:
             return
         await self.commit()
+        self._shutting_down = True
         try:
             with anyio.fail_after(ABANDONED_CALL_S if self.abandoned else 30):
                 await self.processor.shutdown(self.tracker)

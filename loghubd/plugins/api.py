@@ -86,6 +86,18 @@ class Flushable(Protocol):
     def flush(self) -> Awaitable[None] | None: ...
 
 
+@runtime_checkable
+class Committed(Protocol):
+    """Optional, on a processor: ``committed(cursor)``, sync or async, is called after this
+    consumer committed the shard's checkpoint at ``cursor`` (the server holds it: the daemon
+    will not deliver anything before it again). For housekeeping that must wait for the
+    checkpoint itself rather than for the processor's acknowledgement, such as deleting
+    write-ahead records of data now behind it. An exception is logged as a warning and changes
+    nothing else; the next commit calls it again."""
+
+    def committed(self, cursor: str) -> Awaitable[None] | None: ...
+
+
 class ProcessorFactory(Protocol):
     """Per daemon: makes one processor per shard. May also be :class:`Bindable`,
     :class:`Startable` and :class:`Closable`."""

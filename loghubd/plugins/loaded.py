@@ -2,11 +2,11 @@
 
 `load_factory` checks a factory's shape when the daemon creates it (callable; `bind`,
 `start`, `close` callable when present, `bind` a plain function) and `LoadedFactory.processor`
-checks each processor it makes (the `Processor` methods; `flush` when present). A wrong shape
-is a `ShapeError` naming the processor. Whether each method is a coroutine function (awaited
-on the event loop) or a plain one (run in a worker thread, so a blocking processor never
-delays the heartbeat) is decided there too, once: the consumer then only awaits `AsyncCall`s
-and never looks at a plugin object's attributes itself.
+checks each processor it makes (the `Processor` methods; `flush` and `committed` when
+present). A wrong shape is a `ShapeError` naming the processor. Whether each method is a
+coroutine function (awaited on the event loop) or a plain one (run in a worker thread, so a
+blocking processor never delays the heartbeat) is decided there too, once: the consumer then
+only awaits `AsyncCall`s and never looks at a plugin object's attributes itself.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import anyio
 from loghubd.plugins.api import (
     Bindable,
     Closable,
+    Committed,
     Flushable,
     Processor,
     ProcessorContext,
@@ -68,6 +69,8 @@ class LoadedProcessor:
     # `flush` for a shard abandoned at the end of the shutdown grace: a cancelled caller does
     # not wait for its thread (the processor may be stuck in the very call flush waits on).
     flush_abandoning: AsyncCall | None = None
+    # `committed(cursor)` after each successful commit, None when it has none.
+    committed: AsyncCall | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +124,13 @@ def load_processor(name: str, processor: object) -> LoadedProcessor:
         method = _method(owner, "flush", processor.flush)
         flush = as_async(method, f"{owner}: flush")
         flush_abandoning = as_async(method, f"{owner}: flush", abandon_on_cancel=True)
+    committed = None
+    if isinstance(processor, Committed):
+        committed = as_async(
+            _method(owner, "committed", processor.committed),
+            f"{owner}: committed",
+            abandon_on_cancel=True,
+        )
     return LoadedProcessor(
         name,
         initialize=as_async(
@@ -138,4 +148,5 @@ def load_processor(name: str, processor: object) -> LoadedProcessor:
         ),
         flush=flush,
         flush_abandoning=flush_abandoning,
+        committed=committed,
     )

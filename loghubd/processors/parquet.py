@@ -179,6 +179,18 @@ class ParquetProcessor:
     def flush(self) -> None:
         """Called before a checkpoint commit: nothing to do, rows are durable once acked."""
 
+    def committed(self, cursor: str) -> None:
+        """After a checkpoint commit: this shard's write-ahead entries wholly behind it are
+        deleted (the daemon never delivers those ranges again). Without it the log would grow
+        by one entry per file for as long as the shard stays held."""
+        at = position(cursor)
+        if at is None:
+            return
+        with self.lock:
+            removed = self.wal.gc({self.shard: at})
+        if removed:
+            log.debug("parquet_wal_collected", shard=self.shard, removed=removed)
+
     def shutdown(self, tracker: Tracker) -> None:
         self.factory.unregister(self)
         try:

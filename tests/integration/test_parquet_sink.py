@@ -146,3 +146,35 @@ def test_bad_configuration_stops_the_daemon(tmp_path: Path, options: str, messag
     assert message in out.stderr + out.stdout, out
     assert "Traceback" not in out.stderr + out.stdout
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.timeout(120)
+def test_a_long_held_shard_keeps_its_write_ahead_log_short(daemon_pool: Pool) -> None:
+    """Each checkpoint commit deletes the write-ahead entries behind it (the `committed`
+    hook): a daemon that never loses its shards does not grow the log by one entry per file."""
+    pool = daemon_pool
+    out = pool.dir / "held"
+    wal = out / "_loghubd_wal"
+    pool.admin.create_logstore("held", 2)
+    count = 4_000
+    d = pool.daemon(
+        "held",
+        "held-group",
+        "solo",
+        processor="parquet",
+        processor_options={"path": str(out), "max_rows": 200, "max_age_s": 0.5},
+        consumer={"max_fetch_log_groups": 2, "checkpoint_interval": 1.0},
+    ).wait_ready()
+    pool.produce("held", count=count, group_size=100, prefix="h").wait(60)
+    wait_until(lambda: rows(out) >= count, 60, lambda: f"{rows(out)}\n{d.log_tail()}")
+    files = list(out.rglob("*.parquet"))
+    assert len(files) >= 10, files  # many writes, so many entries were made
+    # Still running, still holding both shards: every entry is behind a commit by now.
+    wait_until(
+        lambda: not list(wal.glob("*.json")),
+        30,
+        lambda: f"{sorted(p.name for p in wal.glob('*.json'))}\n{d.log_tail()}",
+    )
+    assert d.events("processor_committed_hook_failed") == []
+    assert d.stop() == 0, d.log_tail()
+    assert duck(out, "SELECT count(*), count(DISTINCT id) FROM logs")[0] == (count, count)

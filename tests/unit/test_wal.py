@@ -134,3 +134,35 @@ def test_atomic_write_leaves_old_or_new(tmp_path: Path) -> None:
     atomic_write(target, b"new")
     assert target.read_bytes() == b"new"
     assert os.listdir(tmp_path) == ["x.json"]
+
+
+def test_gc_after_each_commit_keeps_the_log_as_short_as_the_checkpoint_allows(
+    tmp_path: Path,
+) -> None:
+    """What the parquet processor does after every checkpoint commit: the entries behind the
+    checkpoint go, those at or after it stay, and another process's view agrees."""
+    writer = Wal(tmp_path, "p", "ls")
+    reader = Wal(tmp_path, "p", "ls")  # a second owner's view, read from disk
+    base = cursors.shard_base(0)
+    for i in range(20):
+        writer.commit(writer.begin(entry(f"e{i:02}", rng(0, 10 * i, 10 * i + 10))))
+        checkpoint = base + max(0, 10 * i - 5)  # trails the writes: e{i-1} straddles it
+        writer.gc({0: checkpoint})
+        names = sorted(p.stem for p in (tmp_path / "_loghubd_wal").glob("*.json"))
+        assert names == ([f"e{i - 1:02}", f"e{i:02}"] if i else ["e00"]), names
+    # Collected entries still count as written: a redelivery of them is recognised.
+    assert writer.coverage(0) == [(base, base + 200)]
+    reader.refresh(force=True)
+    assert reader.coverage(0) == [(base + 180, base + 200)]
+    assert reader.gc({0: base + 200}) == 2
+    writer.refresh(force=True)  # what another process removed is forgotten, not re-read
+    assert writer.gc({0: base + 200}) == 0
+    assert not list((tmp_path / "_loghubd_wal").glob("*.json"))
+
+
+def test_an_entry_without_positions_is_never_collected(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, "p", "ls")
+    odd = Entry(batch="odd", project="p", logstore="ls", ranges=[Range(0, "", "")])
+    wal.commit(wal.begin(odd))
+    assert wal.gc({0: cursors.shard_base(1)}) == 0
+    assert (tmp_path / "_loghubd_wal" / "odd.json").exists()

@@ -233,3 +233,65 @@ def test_persist_decides_whether_a_batch_commits_at_once(persist: bool) -> None:
     anyio.run(run, task, body)
     assert seen["saved"] == (at(3) if persist else None)
     assert client.saved[0] == at(3)  # the stop commits what was saved either way
+
+
+class Housekeeper(Recorder):
+    """A processor with the optional `committed(cursor)` hook; it fails the first `failures`
+    calls and notes whether `shutdown` had been called before each one."""
+
+    def __init__(self, *, hook_failures: int = 0) -> None:
+        super().__init__(persist=False)
+        self.hook_failures = hook_failures
+        self.committed_at: list[tuple[str, bool]] = []
+
+    def committed(self, cursor: str) -> None:
+        self.committed_at.append((cursor, "shutdown" in self.events))
+        if self.hook_failures:
+            self.hook_failures -= 1
+            raise OSError("disk busy")
+
+
+def test_the_committed_hook_gets_each_committed_cursor_and_its_failure_changes_nothing() -> None:
+    client, processor = ScriptedClient(shard_data={0: 3}), Housekeeper(hook_failures=1)
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.batches, "a batch")
+        assert await t.commit()  # the hook raises: logged, the commit still succeeded
+        assert processor.committed_at == [(at(3), False)]
+        assert await t.commit()  # nothing moved: no second call
+        assert processor.committed_at == [(at(3), False)]
+        assert t.status.state == "consuming" and not t.commit_failed
+        t.request_stop()
+
+    states, _ = anyio.run(run, task, body)
+    assert states == ["starting", "consuming", "stopping"]
+    assert client.commits(0) == [at(3)]
+    assert processor.events == ["initialize 0", "shutdown"]
+
+
+def test_the_committed_hook_is_never_called_after_shutdown() -> None:
+    """The stop commits before `shutdown` (the hook runs: the processor is still there) and
+    after it (no hook: the processor has let go; the next owner collects what is behind)."""
+    client = ScriptedClient(shard_data={0: 3})
+
+    class SavesAtShutdown(Housekeeper):
+        def process(self, batch: Batch, tracker: Tracker) -> None:
+            self.batches.append((batch.cursor, batch.next_cursor))
+            self.ack = tracker.defer()
+
+        def shutdown(self, tracker: Tracker) -> None:
+            self.ack.done()
+            super().shutdown(tracker)
+
+    processor = SavesAtShutdown()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.batches, "a batch")
+        t.request_stop()
+
+    anyio.run(run, task, body)
+    # Before shutdown the start position (nothing committed yet), after it the deferred batch.
+    assert client.commits(0) == [at(0), at(3)]
+    assert processor.committed_at == [(at(0), False)]

@@ -64,6 +64,26 @@ def test_sync_methods_run_in_a_worker_thread_async_ones_on_the_loop() -> None:
     assert all(name != loop_thread for name in sync.threads)
     assert asyn.threads == [loop_thread, loop_thread, "flushed"]
     assert loaded_sync.flush is None  # no flush(): nothing to call before a commit
+    assert loaded_sync.committed is None and loaded_async.committed is None
+
+
+class Housekeeping(SyncProcessor):
+    def committed(self, cursor: str) -> None:
+        self.threads.append(f"committed {cursor} in {threading.current_thread().name}")
+
+
+def test_a_plain_committed_hook_runs_in_a_worker_thread() -> None:
+    processor = Housekeeping()
+    loaded = load_processor("h", processor)
+
+    async def main() -> str:
+        assert loaded.committed is not None
+        await loaded.committed("MTA=")
+        return threading.current_thread().name
+
+    loop_thread = anyio.run(main)
+    [line] = processor.threads
+    assert line.startswith("committed MTA= in ") and not line.endswith(f" {loop_thread}")
 
 
 class NoProcess:
@@ -76,6 +96,10 @@ class NoProcess:
 
 class FlushNotCallable(SyncProcessor):
     flush = 3
+
+
+class CommittedNotCallable(SyncProcessor):
+    committed = "yes"
 
 
 class SyncReturningCoroutine(SyncProcessor):
@@ -91,6 +115,7 @@ class SyncReturningCoroutine(SyncProcessor):
     [
         (NoProcess(), "'demo': NoProcess is not a processor: it needs initialize"),
         (FlushNotCallable(), "'demo': FlushNotCallable: `flush` is not callable"),
+        (CommittedNotCallable(), "'demo': CommittedNotCallable: `committed` is not callable"),
         (object(), "'demo': object is not a processor"),
     ],
 )
