@@ -1,5 +1,5 @@
-"""The optional C accelerators of the Batch views (loghubd/models.py, loghubd/arrow.py); all
-else about the package is in pyproject.toml.
+"""The optional C accelerators of the Batch views (loghubd/models.py, loghubd/arrow.py) and of
+LZ4 bodies (loghubd/protocol/compress.py); all else about the package is in pyproject.toml.
 
 They are declared here rather than as `[tool.setuptools] ext-modules` in pyproject.toml, which
 setuptools still calls experimental and warns about (a BuildBackendWarning block) on every
@@ -15,5 +15,6 @@ setup(
         Extension("loghubd._fastlog", ["loghubd/_fastlog.c"], depends=WIRE, optional=True),
         Extension("loghubd._fastjsonl", ["loghubd/_fastjsonl.c"], depends=WIRE, optional=True),
         Extension("loghubd._fastarrow", ["loghubd/_fastarrow.c"], depends=WIRE, optional=True),
+        Extension("loghubd._fastlz4", ["loghubd/_fastlz4.c"], optional=True),
     ]
 )

@@ -17,7 +17,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$here/loghubd" "$work/loghubd"
 rm -f "$work"/loghubd/*.so
-for m in _fastlog _fastjsonl _fastarrow; do
+for m in _fastlog _fastjsonl _fastarrow _fastlz4; do
   gcc -shared -fPIC -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
     -fno-sanitize-recover=undefined -I"$include" "$here/loghubd/$m.c" -o "$work/loghubd/$m$suffix"
 done
@@ -40,7 +40,8 @@ assert loghubd.__file__.startswith(work), loghubd.__file__
 import pytest  # noqa: E402
 
 tests = ["tests/unit/test_fastlog.py", "tests/unit/test_fastjsonl.py",
-         "tests/unit/test_fastarrow.py", "tests/unit/test_arrow_view.py"]
+         "tests/unit/test_fastarrow.py", "tests/unit/test_arrow_view.py",
+         "tests/unit/test_fastlz4.py"]
 opts = ["-q", "-p", "no:cacheprovider"]
 # loghubd was imported above (to check which one): its pytest plugin cannot be rewritten
 opts += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]

@@ -3,16 +3,25 @@
 Every decoder is bounded by the declared raw size, so a small body that claims to be small but
 inflates to gigabytes (a "bomb" with a lying `x-log-bodyrawsize`) is refused before memory is
 spent on it.
+
+LZ4 bodies are decoded by the C extension `loghubd._fastlz4` straight into the bytes object
+that is returned (python-lz4 decodes into a buffer of its own and copies that), with the lz4
+wheel's own LZ4_decompress_safe. The python-lz4 path is taken when LOGHUBD_NO_C is set, when the
+extension was not built, or when the installed lz4 does not export that symbol;
+`LZ4_DECODER` says which ("c" or "python").
 """
 
 from __future__ import annotations
 
 import io
 import zlib
+from collections.abc import Callable
 from typing import Final
 
 import lz4.block
 import zstandard
+
+from loghubd.native import load_extension
 
 LZ4: Final = "lz4"
 ZSTD: Final = "zstd"
@@ -23,6 +32,22 @@ SUPPORTED: Final = frozenset({LZ4, ZSTD, DEFLATE, NONE})
 
 _zstd_c = zstandard.ZstdCompressor(level=1)
 _zstd_d = zstandard.ZstdDecompressor()
+
+
+def _python_lz4(data: bytes, raw_size: int) -> bytes:
+    out: bytes = lz4.block.decompress(data, uncompressed_size=raw_size)
+    return out
+
+
+def _pick_lz4() -> tuple[str, Callable[[bytes, int], bytes]]:
+    """The LZ4 block decoder: the C one if built, allowed and bound to the lz4 wheel's code."""
+    extension = load_extension("loghubd._fastlz4")
+    if extension is not None and extension.bind(lz4.block._block.__file__):
+        return "c", extension.decompress
+    return "python", _python_lz4
+
+
+LZ4_DECODER, _lz4_decompress = _pick_lz4()
 
 
 class CompressionError(ValueError):
@@ -51,7 +76,7 @@ def decompress(codec: str, data: bytes, raw_size: int) -> bytes:
             if raw_size == 0:
                 out = b""
             else:
-                out = lz4.block.decompress(data, uncompressed_size=raw_size)
+                out = _lz4_decompress(data, raw_size)
         elif codec == ZSTD:
             # stream_reader honours our bound even when the frame header lies about its size
             with _zstd_d.stream_reader(io.BytesIO(data)) as reader:
