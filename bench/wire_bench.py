@@ -15,7 +15,7 @@ and measures from the spawn to the last log processed:
 | `daemon-parquet` | `loghubd run`, `parquet` (issue #15; `max_age_s = 1`): Parquet files |
 | `sdk-jsonl` | SDK ConsumerWorker: its dict per log, `json.dumps` of each to one file per shard |
 | `sdk-dicts` | SDK ConsumerWorker: its dict per log, dropped |
-| `ceiling` | a minimal aiohttp loop: PullLogs (1000 groups) + lz4 decompress, nothing else |
+| `ceiling` | a minimal aiohttp loop: PullLogs (1000 groups) + python-lz4 decompress, nothing else |
 
 The SDK runs as issue #14 measured it: worker_pool_size 4, data_fetch_interval 0.2 s,
 max_fetch_log_group_size 1000. Per run: wall seconds (spawn -> the consumer's own clock at its
@@ -269,8 +269,11 @@ def check_parquet(out: Path, expect: int) -> None:
 
 
 def ceiling_child(port: int, expect: int) -> None:
-    """Pull every shard from its beginning to the end, lz4-decompressing each answer."""
-    import lz4.block  # noqa: F401  (codec.decompress uses it)
+    """Pull every shard from its beginning to the end, lz4-decompressing each answer.
+
+    The decode is python-lz4's, as when issue #14 defined this ceiling: codec.decompress would
+    otherwise decode straight into bytes with loghubd._fastlz4, as the daemons do."""
+    codec._lz4_decompress = codec._python_lz4
 
     async def go() -> int:
         async with C.session() as s:

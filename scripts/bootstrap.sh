@@ -17,7 +17,8 @@ stamp="$venv/.loghubd-installed"
 # Every file whose change means the environment must be rebuilt.
 # The C extension is compiled at install time: a change to its source needs a new install.
 inputs=("$here/pyproject.toml" "$here/setup.py" "$here/scripts/bootstrap.sh" "$here/loghubd/_fastlog.c"
-  "$here/loghubd/_fastjsonl.c" "$here/loghubd/_fastarrow.c" "$here/loghubd/_wire.h")
+  "$here/loghubd/_fastjsonl.c" "$here/loghubd/_fastarrow.c" "$here/loghubd/_fastlz4.c"
+  "$here/loghubd/_wire.h")
 while IFS= read -r f; do inputs+=("$f"); done < <(find "$here/plugins" -maxdepth 2 -name pyproject.toml 2>/dev/null | sort)
 
 needs_install=0
