@@ -11,12 +11,15 @@ The Python paths are the ones `LOGHUBD_NO_C=1` selects (the extensions set to No
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 from loghubd import arrow, arrow_view, models
+from loghubd.files import write_all
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
@@ -67,10 +70,31 @@ def main() -> None:
     def batch() -> Batch:
         return Batch(0, start, end, raw, args.groups)
 
+    # A file on disk (unlinked at once), emptied before each write-out.
+    path = os.path.join(tempfile.gettempdir(), f"views-bench-{os.getpid()}.jsonl")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.unlink(path)
+
+    def chunks_to_file() -> int:  # what the `jsonl` processor did before write_jsonl()
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        total = 0
+        for chunk in batch().jsonl_chunks():
+            write_all(fd, chunk)
+            total += len(chunk)
+        return total
+
+    def write_jsonl_to_file() -> int:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return batch().write_jsonl(fd)
+
     views: dict[str, Callable[[], Any]] = {
         "log_count": lambda: batch().log_count,
         "logs()": lambda: sum(1 for _ in batch().logs()),
         "jsonl_chunks()": lambda: sum(len(c) for c in batch().jsonl_chunks()),
+        "jsonl_chunks() -> file": chunks_to_file,
+        "write_jsonl() -> file": write_jsonl_to_file,
         "arrow()": lambda: batch().arrow(),
         "json.dumps per logs() record": lambda: sum(
             len((models.json.dumps(r) + "\n").encode()) for r in batch().logs()
@@ -89,6 +113,7 @@ def main() -> None:
             lo, med = min(times) / n * 1e9, statistics.median(times) / n * 1e9
             print(f"  {path:6} {name:30} {lo:8.0f} {med:8.0f}")
     models._fastlog, models._fastjsonl, arrow.c_parse, arrow_view.c_fields = saved
+    os.close(fd)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "_wire.h"
 
@@ -633,6 +635,62 @@ state_free(State *st)
     free(st->fragment.p);
 }
 
+/* Encodes the LogGroups of `view` from `offset` on into st->out (until at least max_bytes were
+ * written or the end), without the GIL; then, when fd >= 0, writes them all to fd, still
+ * without the GIL (a short write is continued, EINTR retried). 0, or -1 with an exception set
+ * (ValueError as the docs below say; OSError from write, part of the chunk may be written). */
+static int
+encode_and_write(State *st, const Py_buffer *view, Py_ssize_t offset, Py_ssize_t max_bytes,
+                 int fd, Py_ssize_t *next)
+{
+    int rc, err = 0;
+
+    if (offset < 0 || offset > view->len) {
+        PyErr_Format(PyExc_ValueError, "offset %zd outside [0, %zd]", offset, view->len);
+        return -1;
+    }
+    if (max_bytes < 1) {
+        PyErr_Format(PyExc_ValueError, "max_bytes must be positive, not %zd", max_bytes);
+        return -1;
+    }
+    st->out = take_kept();
+    Py_BEGIN_ALLOW_THREADS
+    rc = encode_range(st, (const uint8_t *)view->buf, view->len, offset, max_bytes, next);
+    if (rc == 0 && fd >= 0) {
+        size_t done = 0;
+        while (done < st->out.len) {
+            ssize_t n = write(fd, st->out.p + done, st->out.len - done);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                err = errno;
+                break;
+            }
+            done += (size_t)n;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (rc == E_NOMEM) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (rc == E_MALFORMED) {
+        PyErr_SetString(PyExc_ValueError, "malformed LogGroupList");
+        return -1;
+    }
+    if (rc == E_NOT_UTF8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "LogGroupList with a key, tag, topic or source that is not UTF-8");
+        return -1;
+    }
+    if (err != 0) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(encode_chunk_doc,
 "encode_chunk(raw, offset, max_bytes, /)\n--\n\n"
 "JSON lines of the whole LogGroups of a serialized LogGroupList from byte `offset` on (0, or\n"
@@ -650,41 +708,52 @@ fastjsonl_encode_chunk(PyObject *module, PyObject *args)
     Py_ssize_t offset, max_bytes, next = 0;
     PyObject *result = NULL;
     State st;
-    int rc;
 
     if (!PyArg_ParseTuple(args, "y*nn:encode_chunk", &view, &offset, &max_bytes))
         return NULL;
-    if (offset < 0 || offset > view.len) {
-        PyErr_Format(PyExc_ValueError, "offset %zd outside [0, %zd]", offset, view.len);
-        goto done;
-    }
-    if (max_bytes < 1) {
-        PyErr_Format(PyExc_ValueError, "max_bytes must be positive, not %zd", max_bytes);
-        goto done;
-    }
     memset(&st, 0, sizeof st);
-    st.out = take_kept();
-    Py_BEGIN_ALLOW_THREADS
-    rc = encode_range(&st, (const uint8_t *)view.buf, view.len, offset, max_bytes, &next);
-    Py_END_ALLOW_THREADS
-    if (rc == E_NOMEM)
-        PyErr_NoMemory();
-    else if (rc == E_MALFORMED)
-        PyErr_SetString(PyExc_ValueError, "malformed LogGroupList");
-    else if (rc == E_NOT_UTF8)
-        PyErr_SetString(PyExc_ValueError,
-                        "LogGroupList with a key, tag, topic or source that is not UTF-8");
-    else
+    if (encode_and_write(&st, &view, offset, max_bytes, -1, &next) == 0)
         result = Py_BuildValue("(y#nn)", st.out.p ? (const char *)st.out.p : "",
                                (Py_ssize_t)st.out.len, next, st.logs);
     state_free(&st);
-done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(write_chunk_doc,
+"write_chunk(raw, offset, max_bytes, fd, /)\n--\n\n"
+"encode_chunk(raw, offset, max_bytes), written to the file descriptor `fd` (>= 0) instead of\n"
+"returned: the same bytes, without a bytes object. Returns (bytes written, next offset, logs).\n"
+"Raises what encode_chunk raises (before anything is written), and OSError when a write fails\n"
+"(part of the chunk may be in the file then).");
+
+static PyObject *
+fastjsonl_write_chunk(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t offset, max_bytes, next = 0;
+    int fd;
+    PyObject *result = NULL;
+    State st;
+
+    if (!PyArg_ParseTuple(args, "y*nni:write_chunk", &view, &offset, &max_bytes, &fd))
+        return NULL;
+    if (fd < 0) {
+        PyErr_Format(PyExc_ValueError, "fd must be a file descriptor, not %d", fd);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    memset(&st, 0, sizeof st);
+    if (encode_and_write(&st, &view, offset, max_bytes, fd, &next) == 0)
+        result = Py_BuildValue("(nnn)", (Py_ssize_t)st.out.len, next, st.logs);
+    state_free(&st);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"encode_chunk", fastjsonl_encode_chunk, METH_VARARGS, encode_chunk_doc},
+    {"write_chunk", fastjsonl_write_chunk, METH_VARARGS, write_chunk_doc},
     {NULL, NULL, 0, NULL},
 };
 

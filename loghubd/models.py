@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from loghubd.files import write_all
 from loghubd.native import load_extension
 from loghubd.protocol import pb
 
@@ -153,6 +154,33 @@ class Batch:
                 self._cache["log_count"] = done
                 return
         yield from _jsonl_py(self.logs(), done, max_bytes)
+
+    def write_jsonl(self, fd: int, max_bytes: int = CHUNK_BYTES) -> int:
+        """Write `jsonl_chunks(max_bytes)` to the file descriptor `fd`, chunk by chunk, and
+        return how many bytes that was: the same bytes in the same writes, without a `bytes`
+        object per chunk on the C path (it writes from its own buffer, with the GIL released).
+
+        On an OSError part of the lines may be in the file: the caller cuts back to where it
+        was (the `jsonl` processor does; its retry starts from there)."""
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        done = written = 0
+        if _fastjsonl is not None:
+            offset, end = 0, len(self.raw)
+            while offset < end:
+                try:
+                    size, offset, n = _fastjsonl.write_chunk(self.raw, offset, max_bytes, fd)
+                except ValueError:
+                    break  # nothing of this chunk was written: the Python path goes on
+                done += n
+                written += size
+            else:
+                self._cache["log_count"] = done
+                return written
+        for chunk in _jsonl_py(self.logs(), done, max_bytes):
+            write_all(fd, chunk)
+            written += len(chunk)
+        return written
 
     def jsonl(self) -> bytes:
         """All of `jsonl_chunks()` as one bytes object (for small batches and tests; a

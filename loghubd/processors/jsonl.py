@@ -1,8 +1,9 @@
 """The `jsonl` processor: one file of JSON lines per shard, safe to retry, optionally rotated
 and compressed (docs/jsonl.md).
 
-Each batch is written as `Batch.jsonl_chunks()` (about 1 MiB at a time, built from the wire
-bytes), so memory does not grow with the batch. A batch whose write fails (a full disk, an I/O
+Each batch is written by `Batch.write_jsonl()`: the lines of `Batch.jsonl_chunks()`, about
+1 MiB at a time, built from the wire bytes and written from the encoder's own buffer, so memory
+does not grow with the batch. A batch whose write fails (a full disk, an I/O
 error) leaves the file as it was: the file is cut back to where the batch began, at once and
 again before the retry, so a retried batch never follows a torn line or a partial copy of
 itself. The shard's checkpoint is saved only after the whole batch is written, and made
@@ -30,7 +31,6 @@ from typing import Any
 import structlog
 import zstandard
 
-from loghubd.files import write_all
 from loghubd.models import Batch
 from loghubd.plugins.api import Tracker
 from loghubd.processors.options import check_options
@@ -122,9 +122,7 @@ class JsonlProcessor:
                 self._rotate()
             start = self._size
             try:
-                for chunk in batch.jsonl_chunks():
-                    write_all(self._fd, chunk)
-                    self._size += len(chunk)
+                self._size += batch.write_jsonl(self._fd)
                 if self.options.fsync == "batch":
                     os.fsync(self._fd)
             except BaseException:

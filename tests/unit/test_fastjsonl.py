@@ -53,6 +53,22 @@ def encode(raw: bytes, max_bytes: int = 1 << 30) -> bytes:
     return b"".join(out)
 
 
+def written(raw: bytes, max_bytes: int) -> bytes:
+    """Every chunk of write_chunk() from the start, into a memory file: what it wrote."""
+    fd = os.memfd_create("jsonl")
+    try:
+        offset, total = 0, 0
+        while offset < len(raw):
+            size, next_offset, n = fastjsonl.write_chunk(raw, offset, max_bytes, fd)
+            assert offset < next_offset <= len(raw) and size >= n
+            offset, total = next_offset, total + size
+        assert os.lseek(fd, 0, os.SEEK_CUR) == total
+        os.lseek(fd, 0, os.SEEK_SET)
+        return os.read(fd, total + 1)
+    finally:
+        os.close(fd)
+
+
 def outcome(raw: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Any]:
     """Batch.jsonl() with or without the extension, or the exception type it raises."""
     monkeypatch.setattr(models, "_fastjsonl", fastjsonl if fast else None)
@@ -76,6 +92,10 @@ def check(raw: bytes) -> None:
         assert fast == expected
         for max_bytes in (1, 100, 4096):
             assert encode(raw, max_bytes) == fast
+            assert written(raw, max_bytes) == fast  # the same bytes, straight to a file
+    else:
+        with pytest.raises(ValueError, match=r"malformed|not UTF-8"):
+            written(raw, 1 << 30)
     try:
         import loghubd._fastlog as fastlog
 
@@ -257,6 +277,43 @@ def test_bad_arguments_raise() -> None:
     assert fastjsonl.encode_chunk(b"", 0, 10) == (b"", 0, 0)
     with pytest.raises(ValueError, match="positive"):
         next(Batch(0, "c", "n", raw, 1).jsonl_chunks(0))
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["C", "python"])
+def test_write_jsonl_writes_what_jsonl_chunks_yields(
+    fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both paths, including a refusal that resumes in Python after the groups C wrote."""
+    good = ld(1, ld(1, vi(1, 1) + ld(2, content(b"k", "v\u00e9\n".encode()))) * 3)
+    empty_group = bytes([9 << 3 | 3, 9 << 3 | 4])  # legal protobuf, left to Python by C
+    bad = ld(1, ld(1, vi(1, 2) + empty_group + ld(2, content(b"k", b"w\xff"))))
+    monkeypatch.setattr(models, "_fastjsonl", fastjsonl if fast else None)
+    for raw in (good * 2 + bad + good, good, b""):
+        batch = Batch(0, "c", "n", raw, 1)
+        fd = os.memfd_create("jsonl")
+        try:
+            size = batch.write_jsonl(fd, 16)
+            os.lseek(fd, 0, os.SEEK_SET)
+            assert os.read(fd, size + 1) == reference(raw) == batch.jsonl()
+        finally:
+            os.close(fd)
+    with pytest.raises(ValueError, match="positive"):
+        Batch(0, "c", "n", good, 1).write_jsonl(0, 0)
+
+
+def test_a_failing_write_raises_the_os_error() -> None:
+    raw = one_log_list(vi(1, 1) + ld(2, content(b"k", b"v")))
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        with pytest.raises(OSError, match="No space left") as caught:
+            fastjsonl.write_chunk(raw, 0, 10, full)
+        assert caught.value.errno == 28  # ENOSPC, as os.write would raise
+    finally:
+        os.close(full)
+    with pytest.raises(ValueError, match="file descriptor"):
+        fastjsonl.write_chunk(raw, 0, 10, -1)
+    with pytest.raises(ValueError, match="outside"):
+        fastjsonl.write_chunk(raw, len(raw) + 1, 10, 1)
 
 
 def test_loghubd_no_c_disables_the_extension() -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from loghubd.files import write_all
 from loghubd.models import Batch
-from loghubd.processors import jsonl
 from loghubd.processors.jsonl import JsonlFactory, JsonlOptions, JsonlProcessor
 from loghubd.protocol import pb
 from loghubd.testing import RecordingTracker
@@ -51,21 +51,22 @@ def test_injected_enospc_mid_batch_is_cut_back_before_the_retry(
     p.initialize(0)
     tracker = RecordingTracker()
     p.process(batch(0, 100), tracker)
-    real = jsonl.write_all
+    real = Batch.write_jsonl
     calls = {"n": 0}
 
-    def half_then_full(fd: int, data: bytes) -> None:
+    def half_then_full(self: Batch, fd: int, max_bytes: int = 1 << 20) -> int:
         calls["n"] += 1
-        real(fd, data[: len(data) // 2 + 7])  # a torn line on disk
+        data = self.jsonl()
+        write_all(fd, data[: len(data) // 2 + 7])  # a torn line on disk
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(jsonl, "write_all", half_then_full)
+    monkeypatch.setattr(Batch, "write_jsonl", half_then_full)
     failing = batch(100, 100)
     with pytest.raises(OSError, match="No space"):
         p.process(failing, tracker)
     assert calls["n"] == 1 and tracker.saved == [False]  # not saved: the batch failed
     assert ids(tmp_path / "shard-0.jsonl") == list(range(100))  # cut back at once
-    monkeypatch.setattr(jsonl, "write_all", real)
+    monkeypatch.setattr(Batch, "write_jsonl", real)
     p.process(failing, tracker)
     p.process(batch(200, 10), tracker)
     p.shutdown(tracker)
@@ -78,20 +79,20 @@ def test_cut_back_fails_too_the_retry_cuts_first(
     p = JsonlProcessor(tmp_path, 0)
     p.initialize(0)
     p.process(batch(0, 10), RecordingTracker())
-    real_write, real_truncate = jsonl.write_all, os.ftruncate
+    real_write, real_truncate = Batch.write_jsonl, os.ftruncate
 
-    def torn(fd: int, data: bytes) -> None:
-        real_write(fd, data[:13])
+    def torn(self: Batch, fd: int, max_bytes: int = 1 << 20) -> int:
+        write_all(fd, self.jsonl()[:13])
         raise OSError(errno.EIO, "I/O error")
 
     def refuse(fd: int, length: int) -> None:
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(jsonl, "write_all", torn)
+    monkeypatch.setattr(Batch, "write_jsonl", torn)
     monkeypatch.setattr(os, "ftruncate", refuse)
     with pytest.raises(OSError, match="I/O"):
         p.process(batch(10, 10), RecordingTracker())
-    monkeypatch.setattr(jsonl, "write_all", real_write)
+    monkeypatch.setattr(Batch, "write_jsonl", real_write)
     monkeypatch.setattr(os, "ftruncate", real_truncate)
     p.process(batch(10, 10), RecordingTracker())
     p.shutdown(RecordingTracker())
