@@ -24,6 +24,7 @@ from loghubd import arrow, arrow_view
 from loghubd.arrow import Converted, convert
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
+from tests.unit.fresh_python import fresh_python
 
 fastarrow: Any = pytest.importorskip("loghubd._fastarrow", reason="built without a C compiler")
 
@@ -373,17 +374,9 @@ def _no_c(env: dict[str, str]) -> bool:
 
 @pytest.mark.parametrize("value", ["1", "0", None])
 def test_loghubd_no_c_disables_the_extension(value: str | None) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "LOGHUBD_NO_C"}
-    if value is not None:
-        env["LOGHUBD_NO_C"] = value
-    out = subprocess.run(
-        [sys.executable, "-c", "import loghubd.arrow as a; print(a.c_parse is None)"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.strip() == str(value == "1")
+    env = {} if value is None else {"LOGHUBD_NO_C": value}
+    out = fresh_python("import loghubd.arrow as a; print(a.c_parse is None)", **env)
+    assert out == str(value == "1")
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")

@@ -5,9 +5,6 @@ raises. These tests call the extension directly, whatever LOGHUBD_NO_C says."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -17,6 +14,7 @@ from hypothesis import strategies as st
 from loghubd import models
 from loghubd.models import Batch
 from loghubd.protocol import pb
+from tests.unit.fresh_python import fresh_python
 
 fastlog: Any = pytest.importorskip("loghubd._fastlog", reason="built without a C compiler")
 
@@ -715,13 +713,7 @@ def test_loghubd_no_c_disables_the_extension() -> None:
     code = "import loghubd.models as m; print(m._fastlog is None)"
 
     def run(**env: str) -> str:
-        return subprocess.run(
-            [sys.executable, "-c", code],
-            env={**{k: v for k, v in os.environ.items() if k != "LOGHUBD_NO_C"}, **env},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        return fresh_python(code, **env)
 
     assert run(LOGHUBD_NO_C="1") == "True"
     assert run() == run(LOGHUBD_NO_C="0") == "False"

@@ -5,10 +5,7 @@ extension directly, whatever LOGHUBD_NO_C says."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loghubd.protocol import compress
+from tests.unit.fresh_python import fresh_python
 
 fastlz4: Any = pytest.importorskip("loghubd._fastlz4", reason="built without a C compiler")
 assert fastlz4.bind(lz4.block._block.__file__), "the lz4 wheel does not export its decoder"
@@ -200,22 +198,12 @@ def test_bind_refuses_libraries_without_the_symbol_and_keeps_its_binding(tmp_pat
     assert fastlz4.decompress(block(_TEXT), len(_TEXT)) == _TEXT
 
 
-def _python(code: str, **env: str) -> str:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env={**{k: v for k, v in os.environ.items() if k != "LOGHUBD_NO_C"}, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-
-
 def test_decoder_choice_is_visible() -> None:
     """The C path by default (asserted, so a broken binding does not go unnoticed), python-lz4
     with LOGHUBD_NO_C=1 or when the lz4 build does not export LZ4_decompress_safe."""
     show = "from loghubd.protocol import compress; print(compress.LZ4_DECODER)"
-    assert _python(show) == _python(show, LOGHUBD_NO_C="0") == "c"
-    assert _python(show, LOGHUBD_NO_C="1") == "python"
+    assert fresh_python(show) == fresh_python(show, LOGHUBD_NO_C="0") == "c"
+    assert fresh_python(show, LOGHUBD_NO_C="1") == "python"
     # another lz4 build: its extension is a library that does not export the symbol
     other_lz4 = (
         "import lz4.block._block as b\nfrom loghubd import _fastlz4\n"
@@ -224,7 +212,7 @@ def test_decoder_choice_is_visible() -> None:
         "d = b'abc' * 1000\n"
         "print(c.LZ4_DECODER, c.decompress('lz4', c.compress('lz4', d), len(d)) == d)"
     )
-    assert _python(other_lz4) == "python True"
+    assert fresh_python(other_lz4) == "python True"
 
 
 def test_decompress_before_bind_is_refused() -> None:
@@ -232,4 +220,4 @@ def test_decompress_before_bind_is_refused() -> None:
         "from loghubd import _fastlz4\n"
         "try:\n    _fastlz4.decompress(b'\\x10x', 1)\nexcept RuntimeError as e:\n    print(e)"
     )
-    assert _python(code) == "LZ4_decompress_safe is not bound: call bind()"
+    assert fresh_python(code) == "LZ4_decompress_safe is not bound: call bind()"
