@@ -31,9 +31,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from loghubd.cli import prefer_jemalloc  # noqa: E402
 from loghubd.protocol import compress as codec  # noqa: E402
 from loghubd.protocol import pb  # noqa: E402
 from loghubd.testing.process import ServerProcess, free_port  # noqa: E402
+
+# Arrow's allocator as in a daemon (the `loghubd` command sets it) for the benchmarks that run
+# Arrow in their own process (sinks_bench's processors), before anything loads pyarrow.
+prefer_jemalloc(os.environ, sys.platform)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SERVER_CORE = 0

@@ -5,7 +5,8 @@
   (`pq.write_table` of the same Arrow tables, zstd, 1,000,000 rows a file) and the `spark`
   processor writing the same batches (`--spark MASTER`, default local[2]; its CPU includes the
   JVM's; it runs in a child process, so no JVM is alive while the other phases run). CPU
-  seconds of this process (the processor runs here, as in a daemon's worker threads).
+  seconds of this process (the processor runs here, as in a daemon's worker threads, with
+  Arrow on jemalloc as in a daemon: bench/_common.py).
 - `postgres`: the `postgres` processor (exactly once: positions in the transaction) vs a plain
   COPY loop of the same rows into the same server (one transaction per batch, rows from
   `batch.logs()` written with psycopg's `write_row`), rows per wall second; and the cost of
