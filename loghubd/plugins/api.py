@@ -92,8 +92,9 @@ class Committed(Protocol):
     consumer committed the shard's checkpoint at ``cursor`` (the server holds it: the daemon
     will not deliver anything before it again). For housekeeping that must wait for the
     checkpoint itself rather than for the processor's acknowledgement, such as deleting
-    write-ahead records of data now behind it. An exception is logged as a warning and changes
-    nothing else; the next commit calls it again."""
+    write-ahead records of data now behind it. Keep it short, as ``flush``: it runs in the
+    commit path, and the periodic commit of the daemon's other shards waits for it. An
+    exception is logged as a warning and changes nothing else; the next commit calls it again."""
 
     def committed(self, cursor: str) -> Awaitable[None] | None: ...
 

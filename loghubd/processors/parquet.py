@@ -182,12 +182,19 @@ class ParquetProcessor:
     def committed(self, cursor: str) -> None:
         """After a checkpoint commit: this shard's write-ahead entries wholly behind it are
         deleted (the daemon never delivers those ranges again). Without it the log would grow
-        by one entry per file for as long as the shard stays held."""
+        by one entry per file for as long as the shard stays held. A directory scan and a few
+        deletions: it is skipped, not waited for, while this shard is writing."""
         at = position(cursor)
         if at is None:
             return
-        with self.lock:
+        # Never waits for a write in progress (the periodic commit of the other shards waits
+        # for this call): a busy shard collects at a later commit, with a later cursor.
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
             removed = self.wal.gc({self.shard: at})
+        finally:
+            self.lock.release()
         if removed:
             log.debug("parquet_wal_collected", shard=self.shard, removed=removed)
 

@@ -269,3 +269,28 @@ def test_all_shards_buffers_together_stay_under_max_buffered_bytes(tmp_path: Pat
         p.shutdown(trackers[s])
     assert f.buffered_bytes == 0
     assert [len(t.acked) for t in trackers] == [t.deferred for t in trackers]
+
+
+def test_committed_deletes_the_entries_behind_the_checkpoint_and_never_waits_for_a_write(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    p = processor(factory(out, max_rows=6))
+    t = RecordingTracker()
+    for first in (0, 2, 4):  # three writes of 2 groups (6 rows) each
+        p.process(batch(first, 2), t)
+    wal_dir = out / "_loghubd_wal"
+    assert len(list(wal_dir.glob("*.json"))) == 3
+    with p.lock:  # a write in progress on this shard: the hook returns at once, deletes nothing
+        p.committed(cursors.from_seq(SHARD, 6))
+    assert len(list(wal_dir.glob("*.json"))) == 3
+    p.committed(cursors.from_seq(SHARD, 3))  # the checkpoint inside the second write
+    assert len(list(wal_dir.glob("*.json"))) == 2
+    p.committed(cursors.from_seq(SHARD, 6))
+    assert list(wal_dir.glob("*.json")) == []
+    # Delivered again in this process after its entries went (a rollback): still not written
+    # twice, the collected entries' coverage stays in memory. (After a restart the checkpoint
+    # is past them: they are never delivered again.)
+    p.process(batch(4, 2), t)
+    p.shutdown(t)
+    assert ids(out) == expected((0, 6))
