@@ -67,40 +67,37 @@ cached_str(Slot *slot, Span s, const char *errors)
     return str;
 }
 
+/* The key and the value of the content at one position of a log, as in the previous log. */
 typedef struct {
-    PyObject *out;  /* the list of records */
-    Slot *keys;     /* content keys by position in the log, as in the previous log */
-    Slot *values;   /* content values likewise (same length as keys) */
-    Py_ssize_t nkeys;
+    Slot key, value;
+} Pair;
+
+typedef struct {
+    PyObject *out; /* the list of records */
+    Pair *pairs;   /* by position in the log */
+    Py_ssize_t npairs;
     Slot topic, source;
     uint32_t time; /* the last __time__ object, reused while the value repeats */
     PyObject *time_obj;
 } State;
 
-static Slot *
-key_slot(State *st, Py_ssize_t i)
+static Pair *
+pair_at(State *st, Py_ssize_t i)
 {
-    if (i >= st->nkeys) {
-        Py_ssize_t n = st->nkeys ? st->nkeys * 2 : 16;
+    if (i >= st->npairs) {
+        Py_ssize_t n = st->npairs ? st->npairs * 2 : 16;
         while (n <= i)
             n *= 2;
-        Slot *keys = PyMem_Realloc(st->keys, (size_t)n * sizeof(Slot));
-        if (keys == NULL) {
+        Pair *pairs = PyMem_Realloc(st->pairs, (size_t)n * sizeof(Pair));
+        if (pairs == NULL) {
             PyErr_NoMemory();
             return NULL;
         }
-        memset(keys + st->nkeys, 0, (size_t)(n - st->nkeys) * sizeof(Slot));
-        st->keys = keys;
-        Slot *values = PyMem_Realloc(st->values, (size_t)n * sizeof(Slot));
-        if (values == NULL) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        memset(values + st->nkeys, 0, (size_t)(n - st->nkeys) * sizeof(Slot));
-        st->values = values;
-        st->nkeys = n;
+        memset(pairs + st->npairs, 0, (size_t)(n - st->npairs) * sizeof(Pair));
+        st->pairs = pairs;
+        st->npairs = n;
     }
-    return &st->keys[i];
+    return &st->pairs[i];
 }
 
 /* A dict sized for `n` keys: growing one from empty to ~15 keys resizes it twice, which
@@ -173,16 +170,16 @@ decode_log(State *st, PyObject *base, Span msg)
     p = msg.p;
     while (next_message(&p, end, 2, &content) > 0) {
         Span k, v;
-        Slot *slot;
+        Pair *pair;
         PyObject *key;
         if (read_pair(content, &k, &v) < 0) {
             malformed();
             goto error;
         }
-        if ((slot = key_slot(st, i)) == NULL || (key = cached_str(slot, k, NULL)) == NULL)
+        if ((pair = pair_at(st, i++)) == NULL || (key = cached_str(&pair->key, k, NULL)) == NULL)
             goto error;
         /* Values: what the Python path yields after its Raw-schema fallback. */
-        if ((value = cached_str(&st->values[i++], v, "surrogateescape")) == NULL)
+        if ((value = cached_str(&pair->value, v, "surrogateescape")) == NULL)
             goto error;
         if (PyDict_SetItem(rec, key, value) < 0)
             goto error;
@@ -301,12 +298,11 @@ decode_range(const uint8_t *buf, Py_ssize_t len, Py_ssize_t offset, Py_ssize_t m
     }
     *next = p - buf;
 done:
-    for (Py_ssize_t i = 0; i < st.nkeys; i++) {
-        Py_XDECREF(st.keys[i].obj);
-        Py_XDECREF(st.values[i].obj);
+    for (Py_ssize_t i = 0; i < st.npairs; i++) {
+        Py_XDECREF(st.pairs[i].key.obj);
+        Py_XDECREF(st.pairs[i].value.obj);
     }
-    PyMem_Free(st.keys);
-    PyMem_Free(st.values);
+    PyMem_Free(st.pairs);
     Py_XDECREF(st.topic.obj);
     Py_XDECREF(st.source.obj);
     Py_XDECREF(st.time_obj);

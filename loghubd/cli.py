@@ -283,8 +283,9 @@ def prefer_jemalloc(environ: MutableMapping[str, str], platform: str) -> None:
     pyarrow's Linux wheels default to mimalloc, which hands freed blocks back to the kernel
     soon after: a daemon converting and writing batches then faults in (and the kernel zeroes)
     fresh memory for every batch. Profiled on a `parquet` daemon draining 2 M logs, 24 % of its
-    CPU was `clear_page` under those faults with mimalloc, 3.5 % with jemalloc; the `arrow`
-    drain took ~15 % less CPU and ~80 MB less peak RSS (bench/README.md, "Arrow's allocator").
+    CPU was `clear_page` under those faults with mimalloc, 3.5 % with jemalloc; over 8
+    interleaved drains each, the `arrow` and `parquet` daemons' CPU medians fell 19 % and 16 %,
+    their peak RSS 87 and 36 MB (bench/README.md, "Arrow's allocator").
     Arrow reads ARROW_DEFAULT_MEMORY_POOL once, at its first allocation, so this runs before
     anything imports pyarrow; `ARROW_DEFAULT_MEMORY_POOL=mimalloc` (or `system`) overrides it.
     Only on Linux, where the wheels are built with jemalloc.
