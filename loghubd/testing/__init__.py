@@ -5,7 +5,14 @@ with a `Batch` built from given logs (`make_batch`) and a `RecordingTracker`.
 docs/plugins.md shows them in use."""
 
 from loghubd.testing.batches import RecordingTracker, make_batch
-from loghubd.testing.process import ServerProcess, free_port
+from loghubd.testing.process import ServerProcess, free_port, free_ports
 from loghubd.testing.waiting import wait_until
 
-__all__ = ["RecordingTracker", "ServerProcess", "free_port", "make_batch", "wait_until"]
+__all__ = [
+    "RecordingTracker",
+    "ServerProcess",
+    "free_port",
+    "free_ports",
+    "make_batch",
+    "wait_until",
+]

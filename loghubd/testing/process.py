@@ -23,6 +23,26 @@ def free_port() -> int:
         return port
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive local ports that are all free now (for `loghubd run
+    --workers N`, whose worker i listens on the configured port + i)."""
+    for _ in range(100):
+        base = free_port()
+        held: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue  # one of them is taken: another base
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free local ports found")
+
+
 def _logged(text: str, event: str) -> bool:
     """Whether a JSON log line of `text` is the event `event`."""
     for line in text.splitlines():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from loghubd.protocol import errors as E
-from loghubd.testing import ServerProcess, free_port
+from loghubd.testing import ServerProcess, free_ports
 from tests.integration.daemon_harness import PROJECT, Admin, Producer, read_ids, wait_until
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def test_workers_share_the_group_restart_and_stop_together(
     admin = Admin(loghubd_server.endpoint)
     admin.create_logstore("pool", 4)
     out = tmp_path / "out"
-    port = free_port()
+    port = free_ports(2)  # worker i listens on port + i
     config = tmp_path / "loghubd.toml"
     config.write_text(f"""
 [source]
@@ -101,6 +101,7 @@ format = "json"
     finally:
         if parent.poll() is None:
             parent.kill()
+            parent.wait(10)  # reaped here, not warned about in a later test
         subprocess.run(["pkill", "-9", "-f", str(config)], check=False)
 
 

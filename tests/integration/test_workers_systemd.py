@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from loghubd.protocol import errors as E
-from loghubd.testing import ServerProcess, free_port, wait_until
+from loghubd.testing import ServerProcess, free_ports, wait_until
 from tests.integration.daemon_harness import PROJECT, Admin
 
 pytestmark = pytest.mark.slow
@@ -90,7 +90,7 @@ timeout = 4.0
 [processor.jsonl]
 path = "{tmp_path / "out"}"
 [ops]
-listen = "127.0.0.1:{free_port()}"
+listen = "127.0.0.1:{free_ports(2)}"
 [log]
 format = "json"
 """)
@@ -144,6 +144,7 @@ format = "json"
     finally:
         if parent.poll() is None:
             parent.kill()
+            parent.wait(10)  # reaped here, not warned about in a later test
         subprocess.run(["pkill", "-9", "-f", str(config)], check=False)
         listener.sock.close()
     # systemd with NotifyAccess=main: every message came from the supervisor itself.
@@ -166,7 +167,7 @@ name = "bad"
 path = "{tmp_path / "out"}"
 colour = "red"
 [ops]
-listen = "127.0.0.1:{free_port()}"
+listen = "127.0.0.1:{free_ports(2)}"
 """)
     result = subprocess.run(
         [sys.executable, "-m", "loghubd", "run", "-c", str(config), "--workers", "2"],

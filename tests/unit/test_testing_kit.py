@@ -64,3 +64,20 @@ def test_recording_tracker_notes_saves_and_deferred_acks() -> None:
     assert tracker.finished and tracker.acked == [(1, True), (0, False)]
     tracker.save_checkpoint(persist=False)
     assert tracker.saved == [False] and tracker.get_checkpoint() == "abc"
+
+
+def test_free_ports_are_consecutive_and_all_free() -> None:
+    import socket
+
+    from loghubd.testing import free_ports
+
+    base = free_ports(3)
+    held = []
+    try:
+        for port in range(base, base + 3):  # each of them binds now
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", port))
+    finally:
+        for s in held:
+            s.close()
