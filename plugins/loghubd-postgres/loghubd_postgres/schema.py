@@ -102,16 +102,28 @@ def check(options: Options) -> None:
             )
 
 
+# One advisory lock for every daemon's start-up DDL: without it, daemons starting together
+# race on CREATE TABLE IF NOT EXISTS, and PostgreSQL answers the loser with 'type "..."
+# already exists' (the table's row type) or a unique violation on its catalog.
+_DDL_LOCK = 0x6C6F_6768_7562_64  # "loghubd"
+
+
 def _create(conn: psycopg.Connection[Any], ddl: sql.Composed, key: str) -> None:
-    # Daemons starting together race on CREATE TABLE IF NOT EXISTS (PostgreSQL may answer the
-    # loser with a unique violation on its catalog): the loser finds the table next time.
     for attempt in range(5):
         try:
-            conn.execute(ddl)
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+                conn.execute(ddl)
             return
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+        except (
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DuplicateTable,
+            psycopg.errors.DuplicateObject,
+        ) as exc:
+            # Something else (not a loghubd daemon) created it between our check and insert:
+            # the next IF NOT EXISTS finds it.
             if attempt == 4:
-                raise
+                raise ValueError(f"{PREFIX}.{key}: cannot create: {_first_line(exc)}") from None
         except psycopg.Error as exc:
             raise ValueError(f"{PREFIX}.{key}: cannot create: {_first_line(exc)}") from None
 

@@ -6,6 +6,7 @@ doubles nothing. Bad configuration and bad rows fail with the key / the row and 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -208,6 +209,37 @@ def test_bad_configuration_names_the_key(
     with pytest.raises(ValueError, match=r"processor\.postgres\.") as info:
         factory(pg_dsn, **options)
     assert message in str(info.value)
+
+
+def test_daemons_starting_together_all_get_the_tables(pg_server: PgServer, worker_id: str) -> None:
+    """Several daemons start at once against a database without the tables: every one of them
+    starts (CI once saw the loser of CREATE TABLE IF NOT EXISTS refused with 'type
+    "loghubd_positions" already exists')."""
+    for round_ in range(4):
+        dsn = pg_server.create_database(f"race_{worker_id}_{round_}")
+        errors = _start_together(dsn, starters=6)
+        assert not errors, f"round {round_}: {errors}"
+        assert query(dsn, "SELECT count(*) FROM logs") == [(0,)]
+        assert query(dsn, "SELECT count(*) FROM loghubd_positions") == [(0,)]
+
+
+def _start_together(dsn: str, starters: int) -> list[BaseException]:
+    gate = threading.Barrier(starters)
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        gate.wait(timeout=30)
+        try:
+            factory(dsn)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(starters)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return errors
 
 
 _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
