@@ -30,6 +30,9 @@ log = structlog.get_logger("loghubd.supervisor")
 # down and end, and then how long a commit of a task that did not end may take.
 ABANDON_BOUND_S = 2.0
 
+# Periodic commits (each a processor flush, then one request) running at once.
+COMMIT_CONCURRENCY = 16
+
 
 class Waker:
     """Lets the heartbeat loop sleep until its interval ends or someone needs it sooner."""
@@ -80,10 +83,27 @@ class Supervisor:
             await anyio.sleep_forever()
 
     async def _commit_periodically(self) -> None:
-        while True:
-            await anyio.sleep(self.ctx.checkpoint_interval)
-            for task in self.all_tasks():
-                await task.commit()
+        """Every interval, commit each shard whose previous periodic commit has ended, up to
+        `COMMIT_CONCURRENCY` at a time. A shard whose sink is slow to flush delays its own
+        next commit, no other shard's; and with hundreds of shards against a distant endpoint
+        one request at a time would not fit in an interval."""
+        limiter = anyio.CapacityLimiter(COMMIT_CONCURRENCY)
+        running: set[ShardTask] = set()
+
+        async def commit(task: ShardTask) -> None:
+            try:
+                async with limiter:
+                    await task.commit()
+            finally:
+                running.discard(task)
+
+        async with anyio.create_task_group() as tg:
+            while True:
+                await anyio.sleep(self.ctx.checkpoint_interval)
+                for task in self.all_tasks():
+                    if task not in running:
+                        running.add(task)
+                        tg.start_soon(commit, task, name=f"commit-{task.shard}")
 
     def apply(self, diff: Diff) -> None:
         for shard in sorted(diff.to_stop):

@@ -93,8 +93,8 @@ class Committed(Protocol):
     will not deliver anything before it again). For housekeeping that must wait for the
     checkpoint itself rather than for the processor's acknowledgement, such as deleting
     write-ahead records of data now behind it. Keep it short, as ``flush``: it runs in the
-    commit path, and the periodic commit of the daemon's other shards waits for it. An
-    exception is logged as a warning and changes nothing else; the next commit calls it again."""
+    commit path, and this shard's next commit waits for it. An exception is logged as a
+    warning and changes nothing else; the next commit calls it again."""
 
     def committed(self, cursor: str) -> Awaitable[None] | None: ...
 
