@@ -79,6 +79,14 @@ typedef struct {
     Slot topic, source;
     uint32_t time; /* the last __time__ object, reused while the value repeats */
     PyObject *time_obj;
+    /* The previous record of the same group, as a template: a log with the same number of
+     * contents, the same keys in the same order and a Time_ns as present starts as a copy of
+     * it and has its values replaced, which is cheaper than inserting every key into a fresh
+     * dict (no slot search, no index to fill). Cleared at each group: its __topic__,
+     * __source__ and tags are the group's. */
+    PyObject *tmpl;
+    Py_ssize_t tmpl_n;
+    int tmpl_ns;
 } State;
 
 static Pair *
@@ -115,6 +123,68 @@ new_dict(Py_ssize_t n)
 #endif
 }
 
+/* The record of a log whose shape matches the template's (see State): a copy of the template
+ * with __time__, __time_ns__ and the contents' values replaced, appended to st->out. Returns 1
+ * when done, 0 when a key turned out not to be the template's at its position (the caller
+ * builds the record afresh; the slots already hold the new keys), -1 with an exception. */
+static int
+fill_from_template(State *st, Span msg, uint32_t time, uint32_t time_ns)
+{
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    Span content;
+    Py_ssize_t i = 0;
+    PyObject *rec = PyDict_Copy(st->tmpl);
+    if (rec == NULL)
+        return -1;
+    if (st->time_obj == NULL || st->time != time) {
+        PyObject *t = PyLong_FromUnsignedLong(time);
+        if (t == NULL)
+            goto error;
+        Py_XSETREF(st->time_obj, t);
+        st->time = time;
+    }
+    if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
+        goto error;
+    if (time_ns) {
+        PyObject *t = PyLong_FromUnsignedLong(time_ns);
+        if (t == NULL)
+            goto error;
+        int rc = PyDict_SetItem(rec, s_time_ns, t);
+        Py_DECREF(t);
+        if (rc < 0)
+            goto error;
+    }
+    while (next_message(&p, end, 2, &content) > 0) {
+        Span k, v;
+        Pair *pair;
+        PyObject *key, *value, *was;
+        if (read_pair(content, &k, &v) < 0) {
+            malformed();
+            goto error;
+        }
+        if ((pair = pair_at(st, i++)) == NULL)
+            goto error;
+        was = pair->key.obj;
+        if ((key = cached_str(&pair->key, k, NULL)) == NULL)
+            goto error;
+        if (key != was) { /* another key here than in the template */
+            Py_DECREF(rec);
+            return 0;
+        }
+        if ((value = cached_str(&pair->value, v, "surrogateescape")) == NULL)
+            goto error;
+        if (PyDict_SetItem(rec, key, value) < 0)
+            goto error;
+    }
+    if (PyList_Append(st->out, rec) < 0)
+        goto error;
+    Py_SETREF(st->tmpl, rec);
+    return 1;
+error:
+    Py_DECREF(rec);
+    return -1;
+}
+
 /* One Log -> one record appended to st->out. `base` holds __topic__, __source__ and the
  * tags, in that order. */
 static int
@@ -141,6 +211,13 @@ decode_log(State *st, PyObject *base, Span msg)
     }
     if (r < 0)
         return malformed();
+
+    if (st->tmpl != NULL && st->tmpl_n == ncontents &&
+        st->tmpl_ns == (time_ns != 0)) {
+        r = fill_from_template(st, msg, time, time_ns);
+        if (r != 0)
+            return r < 0 ? -1 : 0;
+    }
 
     rec = new_dict(2 + PyDict_GET_SIZE(base) + ncontents);
     if (rec == NULL)
@@ -186,7 +263,9 @@ decode_log(State *st, PyObject *base, Span msg)
     }
     if (PyList_Append(st->out, rec) < 0)
         goto error;
-    Py_DECREF(rec);
+    Py_XSETREF(st->tmpl, rec); /* the list holds its own reference */
+    st->tmpl_n = ncontents;
+    st->tmpl_ns = time_ns != 0;
     return 0;
 error:
     Py_DECREF(rec);
@@ -254,6 +333,7 @@ decode_group(State *st, Span msg)
         goto error;
 
     /* Pass 2: the logs (the framing was checked by pass 1). */
+    Py_CLEAR(st->tmpl);
     p = msg.p;
     while (next_message(&p, end, 1, &log) > 0) {
         if (decode_log(st, base, log) < 0)
@@ -306,6 +386,7 @@ done:
     Py_XDECREF(st.topic.obj);
     Py_XDECREF(st.source.obj);
     Py_XDECREF(st.time_obj);
+    Py_XDECREF(st.tmpl);
     return st.out;
 }
 

@@ -158,6 +158,56 @@ def test_logs_repeating_each_other_s_keys_and_values(raw: bytes) -> None:
     assert fast_items(raw) == python_items(raw)
 
 
+@st.composite
+def shaped_logs(draw: st.DrawFn) -> bytes:
+    """A LogGroupList whose groups' logs mostly have one key sequence (its "shape", which may
+    repeat a key), so the C code builds most records as copies of the one before; some logs
+    change a key at any position, gain or lose one, or gain or lose a Time_ns."""
+    lgl = pb.LogGroupListRaw()
+    for _ in range(draw(st.integers(1, 3))):
+        group = lgl.LogGroups.add(Topic=draw(st.sampled_from(["t", "u"])))
+        if draw(st.booleans()):
+            group.LogTags.add(Key="h", Value=draw(st.sampled_from(["v", "w"])))
+        shape = draw(st.lists(_few_keys, max_size=6))
+        for _ in range(draw(st.integers(1, 10))):
+            keys = list(shape)
+            change = draw(st.sampled_from(["same"] * 4 + ["replace", "add", "drop"]))
+            if change == "replace" and keys:
+                keys[draw(st.integers(0, len(keys) - 1))] = draw(_few_keys)
+            elif change == "add":
+                keys.insert(draw(st.integers(0, len(keys))), draw(_few_keys))
+            elif change == "drop" and keys:
+                del keys[draw(st.integers(0, len(keys) - 1))]
+            log = group.Logs.add(Time=draw(st.sampled_from([1, 2])))
+            time_ns = draw(st.sampled_from([None, None, 0, 7, 9]))
+            if time_ns is not None:
+                log.Time_ns = time_ns
+            for key in keys:
+                log.Contents.add(Key=key.encode(), Value=draw(_few_values))
+    raw: bytes = lgl.SerializeToString()
+    return raw
+
+
+@settings(max_examples=400)
+@given(shaped_logs())
+def test_logs_of_one_shape_with_changes_at_any_position(raw: bytes) -> None:
+    assert fast_items(raw) == python_items(raw)
+
+
+def test_records_built_as_copies_are_independent_dicts() -> None:
+    group = pb.LogGroup(Topic="t")
+    for i in range(4):
+        log = group.Logs.add(Time=1)
+        log.Contents.add(Key="level", Value="INFO")
+        log.Contents.add(Key="msg", Value=f"m{i}")
+    records = fastlog.decode(pb.LogGroupList(LogGroups=[group]).SerializeToString())
+    assert len({id(r) for r in records}) == 4
+    records[1]["msg"] = "changed"
+    records[1]["new"] = "x"
+    assert [r["msg"] for r in records] == ["m0", "changed", "m2", "m3"]
+    assert ["new" in r for r in records] == [False, True, False, False]
+
+
 @given(
     st.lists(st.lists(st.tuples(_few_keys, _few_values), max_size=6), min_size=1, max_size=8),
     st.integers(0, 100),
