@@ -123,66 +123,74 @@ new_dict(Py_ssize_t n)
 #endif
 }
 
-/* The record of a log whose shape matches the template's (see State): a copy of the template
- * with __time__, __time_ns__ and the contents' values replaced, appended to st->out. Returns 1
- * when done, 0 when a key turned out not to be the template's at its position (the caller
- * builds the record afresh; the slots already hold the new keys), -1 with an exception. */
+/* __time__ (reusing the previous object while the value repeats) and, when not 0,
+ * __time_ns__ of `rec`. */
 static int
-fill_from_template(State *st, Span msg, uint32_t time, uint32_t time_ns)
+set_times(State *st, PyObject *rec, uint32_t time, uint32_t time_ns)
 {
-    const uint8_t *p = msg.p, *end = msg.p + msg.n;
-    Span content;
-    Py_ssize_t i = 0;
-    PyObject *rec = PyDict_Copy(st->tmpl);
-    if (rec == NULL)
-        return -1;
     if (st->time_obj == NULL || st->time != time) {
         PyObject *t = PyLong_FromUnsignedLong(time);
         if (t == NULL)
-            goto error;
+            return -1;
         Py_XSETREF(st->time_obj, t);
         st->time = time;
     }
     if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
-        goto error;
+        return -1;
     if (time_ns) {
         PyObject *t = PyLong_FromUnsignedLong(time_ns);
         if (t == NULL)
-            goto error;
+            return -1;
         int rc = PyDict_SetItem(rec, s_time_ns, t);
         Py_DECREF(t);
-        if (rc < 0)
-            goto error;
+        return rc;
     }
+    return 0;
+}
+
+/* The contents of Log `msg` into `rec`, in order; a key seen before overwrites (plain dict
+ * semantics). With `as_template`, `rec` is a copy of the template and each key must be the
+ * one the template has at its position: returns 0 at the first that is not (the slots then
+ * hold the new keys, for the caller's fresh build). Returns 1 when done, -1 with an
+ * exception. */
+static int
+set_contents(State *st, PyObject *rec, Span msg, int as_template)
+{
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    Span content;
+    Py_ssize_t i = 0;
     while (next_message(&p, end, 2, &content) > 0) {
         Span k, v;
         Pair *pair;
         PyObject *key, *value, *was;
-        if (read_pair(content, &k, &v) < 0) {
-            malformed();
-            goto error;
-        }
+        if (read_pair(content, &k, &v) < 0)
+            return malformed();
         if ((pair = pair_at(st, i++)) == NULL)
-            goto error;
+            return -1;
         was = pair->key.obj;
         if ((key = cached_str(&pair->key, k, NULL)) == NULL)
-            goto error;
-        if (key != was) { /* another key here than in the template */
-            Py_DECREF(rec);
+            return -1;
+        if (as_template && key != was)
             return 0;
-        }
+        /* Values: what the Python path yields after its Raw-schema fallback. */
         if ((value = cached_str(&pair->value, v, "surrogateescape")) == NULL)
-            goto error;
+            return -1;
         if (PyDict_SetItem(rec, key, value) < 0)
-            goto error;
+            return -1;
     }
-    if (PyList_Append(st->out, rec) < 0)
-        goto error;
-    Py_SETREF(st->tmpl, rec);
     return 1;
-error:
-    Py_DECREF(rec);
-    return -1;
+}
+
+/* `rec` (a new reference, stolen) appended to st->out, and kept as the template. */
+static int
+append_record(State *st, PyObject *rec)
+{
+    if (PyList_Append(st->out, rec) < 0) {
+        Py_DECREF(rec);
+        return -1;
+    }
+    Py_XSETREF(st->tmpl, rec); /* the list holds its own reference */
+    return 0;
 }
 
 /* One Log -> one record appended to st->out. `base` holds __topic__, __source__ and the
@@ -192,11 +200,10 @@ decode_log(State *st, PyObject *base, Span msg)
 {
     const uint8_t *p, *end = msg.p + msg.n;
     Field f = {0}; /* f.v is set wherever it is read (wire types 0, 5); gcc cannot tell */
-    Span content;
     int r;
     uint32_t time = 0, time_ns = 0;
-    PyObject *rec, *value;
-    Py_ssize_t i = 0, ncontents = 0;
+    PyObject *rec;
+    Py_ssize_t ncontents = 0;
 
     /* Pass 1: Time and Time_ns (last occurrence wins) must be the record's first keys,
      * yet Time_ns (field 4) follows the contents on the wire. */
@@ -212,64 +219,31 @@ decode_log(State *st, PyObject *base, Span msg)
     if (r < 0)
         return malformed();
 
-    if (st->tmpl != NULL && st->tmpl_n == ncontents &&
-        st->tmpl_ns == (time_ns != 0)) {
-        r = fill_from_template(st, msg, time, time_ns);
-        if (r != 0)
-            return r < 0 ? -1 : 0;
+    /* Shaped like the previous record of the group: a copy of it, its values replaced. */
+    if (st->tmpl != NULL && st->tmpl_n == ncontents && st->tmpl_ns == (time_ns != 0)) {
+        if ((rec = PyDict_Copy(st->tmpl)) == NULL)
+            return -1;
+        if (set_times(st, rec, time, time_ns) < 0 ||
+            (r = set_contents(st, rec, msg, 1)) < 0) {
+            Py_DECREF(rec);
+            return -1;
+        }
+        if (r > 0)
+            return append_record(st, rec);
+        Py_DECREF(rec); /* another key somewhere: built afresh below */
     }
 
     rec = new_dict(2 + PyDict_GET_SIZE(base) + ncontents);
     if (rec == NULL)
         return -1;
-    if (st->time_obj == NULL || st->time != time) {
-        PyObject *t = PyLong_FromUnsignedLong(time);
-        if (t == NULL)
-            goto error;
-        Py_XSETREF(st->time_obj, t);
-        st->time = time;
+    if (set_times(st, rec, time, time_ns) < 0 || PyDict_Update(rec, base) < 0 ||
+        set_contents(st, rec, msg, 0) < 0) {
+        Py_DECREF(rec);
+        return -1;
     }
-    if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
-        goto error;
-    if (time_ns) {
-        PyObject *t = PyLong_FromUnsignedLong(time_ns);
-        if (t == NULL)
-            goto error;
-        int rc = PyDict_SetItem(rec, s_time_ns, t);
-        Py_DECREF(t);
-        if (rc < 0)
-            goto error;
-    }
-    if (PyDict_Update(rec, base) < 0)
-        goto error;
-
-    /* Pass 2: the contents in order; a key seen before overwrites (plain dict semantics). */
-    p = msg.p;
-    while (next_message(&p, end, 2, &content) > 0) {
-        Span k, v;
-        Pair *pair;
-        PyObject *key;
-        if (read_pair(content, &k, &v) < 0) {
-            malformed();
-            goto error;
-        }
-        if ((pair = pair_at(st, i++)) == NULL || (key = cached_str(&pair->key, k, NULL)) == NULL)
-            goto error;
-        /* Values: what the Python path yields after its Raw-schema fallback. */
-        if ((value = cached_str(&pair->value, v, "surrogateescape")) == NULL)
-            goto error;
-        if (PyDict_SetItem(rec, key, value) < 0)
-            goto error;
-    }
-    if (PyList_Append(st->out, rec) < 0)
-        goto error;
-    Py_XSETREF(st->tmpl, rec); /* the list holds its own reference */
     st->tmpl_n = ncontents;
     st->tmpl_ns = time_ns != 0;
-    return 0;
-error:
-    Py_DECREF(rec);
-    return -1;
+    return append_record(st, rec);
 }
 
 static int
