@@ -7,6 +7,7 @@ of 200 logs, 9 fields) in `Batch.logs()`'s chunks with one, then the other. Prin
 (CPU, min / median / max) and the per-pair ratio base/new. The two must return equal records.
 
     .venv/bin/python bench/fastlog_ab.py [--base HEAD] [--reps 21] [--groups 1000]
+                                         [--vary first|last]
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def main() -> int:
     parser.add_argument("--base", default="HEAD", help="git revision to compare against")
     parser.add_argument("--reps", type=int, default=21)
     parser.add_argument("--groups", type=int, default=1000)
+    parser.add_argument(
+        "--vary",
+        choices=("", "first", "last"),
+        default="",
+        help="every other log has another first (or last) key: shapes alternate",
+    )
     args = parser.parse_args()
     base_source = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{args.base}:{SOURCE}"],
@@ -67,7 +74,7 @@ def main() -> int:
         capture_output=True,
         text=True,
     ).stdout
-    raw = make_raw(args.groups)
+    raw = make_raw(args.groups, vary=args.vary)
     with tempfile.TemporaryDirectory() as tmp:
         versions = {
             "base": build(base_source, Path(tmp, "base")),

@@ -25,7 +25,9 @@ from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 
 
-def make_raw(groups: int, per_group: int = 200) -> bytes:
+def make_raw(groups: int, per_group: int = 200, vary: str = "") -> bytes:
+    """`vary`: "" (every log has the same keys), "first" or "last" (that key of every other
+    log is another one: consecutive logs differ in shape)."""
     serialized = []
     for g in range(groups):
         group = pb.LogGroup(Topic="bench", Source=f"10.0.{g % 250}.{g % 7}")
@@ -43,6 +45,8 @@ def make_raw(groups: int, per_group: int = 200) -> bytes:
                 ("ua", "Mozilla/5.0 (X11; Linux x86_64)"),
                 ("id", f"{g:06d}-{i:04d}"),
             ):
+                if i % 2 and ((vary == "first" and k == "level") or (vary == "last" and k == "id")):
+                    k = f"{k}_2"
                 log.Contents.add(Key=k, Value=v)
         serialized.append(group.SerializeToString())
     return pb.frame_log_groups(serialized)
