@@ -187,8 +187,8 @@ class ParquetProcessor:
         at = position(cursor)
         if at is None:
             return
-        # Never waits for a write in progress (the periodic commit of the other shards waits
-        # for this call): a busy shard collects at a later commit, with a later cursor.
+        # Never waits for a write in progress (this shard's next commit waits for this call):
+        # a busy shard collects at a later commit, with a later cursor.
         if not self.lock.acquire(blocking=False):
             return
         try:
