@@ -256,7 +256,8 @@ static inline uint64_t hash_bytes(Span s) { /* FNV-1a */
 }
 
 static inline int has_name(const Column *c, Span key) {
-    return c->name.len == (size_t)key.n && (key.n == 0 || memcmp(c->name.p, key.p, (size_t)key.n) == 0);
+    Span name = {(const uint8_t *)c->name.p, (Py_ssize_t)c->name.len};
+    return span_eq(name, key); /* short names: word compares, not a call to memcmp */
 }
 
 static int index_insert(Fields *s, size_t col) {
@@ -384,13 +385,15 @@ static int fields_log(Fields *s, size_t row, Span msg, Span topic, Span source,
             time = (uint32_t)f.v;
         } else if (f.tag == TAG(2, 2)) {
             long col;
-            if (read_pair(f.s, &key, &value) < 0 || !is_utf8(key)) return FALLBACK;
+            if (read_pair(f.s, &key, &value) < 0) return FALLBACK;
             /* Structured logs repeat their fields in the same order: try the column of the
-             * field at this position in the previous log before the hash table. */
+             * field at this position in the previous log before the hash table. (A column's
+             * name was checked to be UTF-8 when it was made.) */
             uint32_t hint = k < HINTS ? s->hint[k] : 0;
             if (hint && has_name(&s->cols[hint - 1], key)) {
                 col = (long)hint - 1;
             } else {
+                if (!is_utf8(key)) return FALLBACK;
                 TRY(find_column(s, key, &col));
                 if (k < HINTS) s->hint[k] = (uint32_t)(col + 1);
             }
