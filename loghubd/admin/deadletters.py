@@ -141,9 +141,12 @@ async def replay(factory: LoadedFactory, letters: list[DeadLetter]) -> tuple[int
             for letter in batch_letters:
                 tracker = _Tracker(letter.cursor)
                 try:
-                    await processor.process(letter.batch(), tracker)
+                    reread = await processor.process(letter.batch(), tracker)
                 except Exception as exc:
                     failures.append(f"{letter.note}: {exc!r}")
+                    continue
+                if isinstance(reread, str):
+                    failures.append(f"{letter.note}: {declined(letter, reread)}")
                     continue
                 tried.append((letter, tracker))
             if processor.flush is not None:
@@ -159,6 +162,16 @@ async def replay(factory: LoadedFactory, letters: list[DeadLetter]) -> tuple[int
         if factory.close is not None:
             await factory.close()
     return ok, failures
+
+
+def declined(letter: DeadLetter, reread: str) -> str:
+    """Why a processor that answered a replayed batch with a cursor to read from kept it."""
+    return (
+        f"the processor did not take it: it asked to read the shard from {reread} instead of "
+        f"{letter.cursor}. A sink that stores its own position (postgres) is past this range "
+        "and cannot take it back in order; replay it through another processor (jsonl), or "
+        "`loghubd dead-letters print` it and load the lines yourself"
+    )
 
 
 def print_logs(letters: list[DeadLetter]) -> None:
