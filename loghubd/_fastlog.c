@@ -233,8 +233,12 @@ decode_log(State *st, PyObject *base, Span msg)
         return malformed();
 
     /* Shaped like the previous record of the group: a copy of it, its values replaced. */
-    if (st->tmpl != NULL && st->tmpl_n == ncontents && st->tmpl_ns == (time_ns != 0) &&
-        (st->skip == 0 || (st->skip--, 0))) {
+    int try_template = st->tmpl != NULL && st->tmpl_n == ncontents && st->tmpl_ns == (time_ns != 0);
+    if (try_template && st->skip > 0) {
+        st->skip--;
+        try_template = 0;
+    }
+    if (try_template) {
         if ((rec = PyDict_Copy(st->tmpl)) == NULL)
             return -1;
         if (set_times(st, rec, time, time_ns) < 0 ||
