@@ -32,6 +32,9 @@ ABANDON_BOUND_S = 2.0
 
 # Periodic commits (each a processor flush, then one request) running at once.
 COMMIT_CONCURRENCY = 16
+# A periodic commit still running after this long (or 3 checkpoint intervals, if longer) is
+# logged once as `checkpoint_commit_slow`: which shard, and since when.
+SLOW_COMMIT_S = 30.0
 
 
 class Waker:
@@ -87,23 +90,39 @@ class Supervisor:
         `COMMIT_CONCURRENCY` at a time. A shard whose sink is slow to flush delays its own
         next commit, no other shard's; and with hundreds of shards against a distant endpoint
         one request at a time would not fit in an interval."""
+        interval = self.ctx.checkpoint_interval
         limiter = anyio.CapacityLimiter(COMMIT_CONCURRENCY)
-        running: set[ShardTask] = set()
+        running: dict[ShardTask, float] = {}  # -> when its commit started
+        warned: set[ShardTask] = set()
 
         async def commit(task: ShardTask) -> None:
             try:
                 async with limiter:
                     await task.commit()
             finally:
-                running.discard(task)
+                del running[task]
+                if task in warned:
+                    warned.discard(task)
+                    log.info("checkpoint_commit_slow_ended", shard=task.shard)
 
         async with anyio.create_task_group() as tg:
             while True:
-                await anyio.sleep(self.ctx.checkpoint_interval)
+                await anyio.sleep(interval)
+                now = anyio.current_time()
                 for task in self.all_tasks():
-                    if task not in running:
-                        running.add(task)
+                    started = running.get(task)
+                    if started is None:
+                        running[task] = now
                         tg.start_soon(commit, task, name=f"commit-{task.shard}")
+                    elif task not in warned and now - started > max(SLOW_COMMIT_S, 3 * interval):
+                        warned.add(task)
+                        log.warning(
+                            "checkpoint_commit_slow",
+                            shard=task.shard,
+                            running_s=round(now - started, 1),
+                            hint="the processor's flush (or the commit request) has not "
+                            "returned; this shard's checkpoint waits, the others go on",
+                        )
 
     def apply(self, diff: Diff) -> None:
         for shard in sorted(diff.to_stop):
