@@ -218,6 +218,9 @@ class Wal:
         self._remove_partitions = remove_partitions or self._remove_local_partitions
         self.project, self.logstore = project, logstore
         self._loaded: set[str] = set()  # committed entry files already in the coverage
+        # Entries of other logstores sharing the directory: read once, never again (`gc`, after
+        # every checkpoint commit, refreshes; their owner never changes).
+        self._foreign: set[str] = set()
         # Per loaded committed entry: the end of its ranges per shard (None: a range without
         # positions, never collected). What `gc` decides on, without reading the files again.
         self._ends: dict[str, dict[int, int] | None] = {}
@@ -310,10 +313,13 @@ class Wal:
                 continue
             batch = name[: -len(".json")]
             seen.add(batch)
-            if batch in self._loaded:
+            if batch in self._loaded or batch in self._foreign:
                 continue
             entry = self.read(batch)
-            if entry is None or not self._mine(entry):
+            if entry is None:
+                continue
+            if not self._mine(entry):
+                self._foreign.add(batch)
                 continue
             if entry.state == COMMITTED:
                 self._pending.pop(batch, None)
@@ -326,6 +332,7 @@ class Wal:
         for batch in self._loaded - seen:  # collected (by anyone): its coverage stays
             self._loaded.discard(batch)
             self._ends.pop(batch, None)
+        self._foreign &= seen
 
     def read(self, batch: str) -> Entry | None:
         try:

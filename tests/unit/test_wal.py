@@ -166,3 +166,27 @@ def test_an_entry_without_positions_is_never_collected(tmp_path: Path) -> None:
     wal.commit(wal.begin(odd))
     assert wal.gc({0: cursors.shard_base(1)}) == 0
     assert (tmp_path / "_loghubd_wal" / "odd.json").exists()
+
+
+def test_entries_of_another_logstore_are_read_once(tmp_path: Path) -> None:
+    """A directory shared with another logstore's writer: its entries are never ours, so the
+    refresh that every gc (every checkpoint commit) does reads each of them once only."""
+    other = Wal(tmp_path, "p", "other")
+    for i in range(3):
+        other.commit(other.begin(Entry(batch=f"o{i}", project="p", logstore="other",
+                                       ranges=[rng(0, 10 * i, 10 * i + 10)])))  # fmt: skip
+    wal = Wal(tmp_path, "p", "ls")
+    reads: list[str] = []
+    read = wal.read
+
+    def counting(batch: str) -> Entry | None:
+        reads.append(batch)
+        return read(batch)
+
+    wal.read = counting  # type: ignore[method-assign]
+    base = cursors.shard_base(0)
+    for _ in range(3):
+        assert wal.gc({0: base + 100}) == 0
+    assert sorted(reads) == ["o0", "o1", "o2"]
+    assert wal.coverage(0) == []
+    assert len(list((tmp_path / "_loghubd_wal").glob("*.json"))) == 3
