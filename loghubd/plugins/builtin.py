@@ -145,6 +145,7 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
                 "fields": "field columns to write, in order (every field of the batch)",
                 "compression": "zstd, snappy, gzip, lz4, brotli or none (zstd)",
                 "compression_level": "the codec's level (its default)",
+                "statistics": 'min/max for "time" columns, "all", "none" or a list ("time")',
                 "max_rows": "rows buffered per shard before a write (1000000)",
                 "max_bytes": "Arrow bytes buffered per shard before a write (268435456)",
                 "max_age_s": "seconds the oldest buffered batch may wait (60.0)",

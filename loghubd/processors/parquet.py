@@ -34,6 +34,11 @@ from loghubd.wal import Entry, Range, Wal, new_batch_id
 log = structlog.get_logger("loghubd.parquet")
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
+# `statistics = "time"` (the default): min/max of these columns only. Min/max of the string
+# columns of unsorted logs seldom lets a reader skip a row group (every row group holds every
+# level, ids from all over the range), and computing them is ~a quarter of the write's CPU
+# (docs/parquet.md, "Statistics").
+TIME_STATISTICS = ("__time__", "__time_ns__", "__shard__")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class ParquetOptions:
     fields: tuple[str, ...] | None
     compression: str
     compression_level: int | None
+    statistics: bool | tuple[str, ...]  # pq.write_table's write_statistics
     max_rows: int
     max_bytes: int
     max_age_s: float
@@ -61,6 +67,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
             "fields": list,
             "compression": str,
             "compression_level": int,
+            "statistics": (str, list),
             "max_rows": int,
             "max_bytes": int,
             "max_age_s": (int, float),
@@ -82,6 +89,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
             f"processor.parquet.compression: {compression!r} is not one of "
             + ", ".join(COMPRESSIONS)
         )
+    statistics = parse_statistics(options.get("statistics", "time"))
     sizes = {
         "max_rows": int(options.get("max_rows", 1_000_000)),
         "max_bytes": int(options.get("max_bytes", 256 * 1024 * 1024)),
@@ -100,10 +108,27 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         fields=tuple(fields) if fields is not None else None,
         compression=compression,
         compression_level=options.get("compression_level"),
+        statistics=statistics,
         max_rows=sizes["max_rows"],
         max_bytes=sizes["max_bytes"],
         max_age_s=age,
         max_buffered_bytes=sizes["max_buffered_bytes"],
+    )
+
+
+def parse_statistics(value: str | list[Any]) -> bool | tuple[str, ...]:
+    """`statistics`: "time", "all", "none" or a list of column names."""
+    if value == "all":
+        return True
+    if value == "none":
+        return False
+    if value == "time":
+        return TIME_STATISTICS
+    if isinstance(value, list) and all(isinstance(c, str) and c for c in value):
+        return tuple(value)
+    raise ValueError(
+        'processor.parquet.statistics: "time", "all", "none" or a list of column names,'
+        f" got {value!r}"
     )
 
 
@@ -286,7 +311,7 @@ class ParquetProcessor:
         lease = self.wal.begin(entry)
         try:
             for tmp, _final, rows in plan:
-                files.write_file(target, tmp, rows, o.compression, o.compression_level)
+                files.write_file(target, tmp, rows, o)
             files.sync_dirs(target, [tmp for tmp, _, _ in plan])
         except BaseException:
             self.wal.abandon(lease)

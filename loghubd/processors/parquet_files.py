@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -112,13 +113,27 @@ def shard_lock(wal: Wal, logstore: str, shard: int) -> Iterator[None]:
         os.close(fd)
 
 
-def write_file(
-    target: Target, path: str, table: pa.Table, compression: str, level: int | None
-) -> None:
+class WriteOptions(Protocol):
+    """What a write takes from the processor's options (parquet.ParquetOptions)."""
+
+    @property
+    def compression(self) -> str: ...
+    @property
+    def compression_level(self) -> int | None: ...
+    @property
+    def statistics(self) -> bool | tuple[str, ...]: ...
+
+
+def write_file(target: Target, path: str, table: pa.Table, options: WriteOptions) -> None:
     """One Parquet file at `path`, durable when this returns (fsync on a local disk)."""
-    kwargs: dict[str, object] = {"compression": compression}
-    if level is not None:
-        kwargs["compression_level"] = level
+    kwargs: dict[str, object] = {
+        "compression": options.compression,
+        "write_statistics": (
+            options.statistics if isinstance(options.statistics, bool) else list(options.statistics)
+        ),
+    }
+    if options.compression_level is not None:
+        kwargs["compression_level"] = options.compression_level
     if target.local:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as f:

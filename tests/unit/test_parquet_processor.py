@@ -6,6 +6,7 @@ the entry was pending (discarded), and re-delivered ranges (never written twice)
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,43 @@ def test_rolls_by_rows_partitions_and_compresses(tmp_path: Path) -> None:
     meta = pq.read_metadata(next(out.rglob("*.parquet")))
     assert meta.row_group(0).column(0).compression == "ZSTD"
     p.shutdown(t)
+
+
+@pytest.mark.parametrize(
+    ("statistics", "with_min_max"),
+    [
+        (None, {"__time__", "__time_ns__", "__shard__"}),  # the default: "time"
+        ("time", {"__time__", "__time_ns__", "__shard__"}),
+        ("none", set()),
+        (["id", "__time__"], {"id", "__time__"}),
+        (
+            "all",
+            {"__time__", "__time_ns__", "__topic__", "__source__", "__shard__", "__cursor__"}
+            | {"id", "level"},  # (no tags in these groups: __tags__ has no min/max)
+        ),
+    ],
+)
+def test_statistics_are_written_for_the_chosen_columns(
+    tmp_path: Path, statistics: object, with_min_max: set[str]
+) -> None:
+    out = tmp_path / "out"
+    options = {} if statistics is None else {"statistics": statistics}
+    p, t = processor(factory(out, **options)), RecordingTracker()
+    p.process(batch(0, 2), t)
+    p.shutdown(t)
+    meta = pq.read_metadata(next(out.rglob("*.parquet"))).row_group(0)
+    columns = [meta.column(i) for i in range(meta.num_columns)]
+    have = {c.path_in_schema for c in columns if c.is_stats_set and c.statistics.has_min_max}
+    assert have == with_min_max
+    if "__time__" in with_min_max:  # a reader can prune by time with them
+        stats = next(c.statistics for c in columns if c.path_in_schema == "__time__")
+        assert stats.min == stats.max == datetime.fromtimestamp(HOUR, UTC)
+
+
+@pytest.mark.parametrize("bad", ["some", "", [""], ["id", 3], 7])
+def test_bad_statistics_option_names_the_key(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(ValueError, match=r"^processor\.parquet\.statistics: "):
+        factory(tmp_path / "out", statistics=bad)
 
 
 def test_shutdown_writes_the_buffer(tmp_path: Path) -> None:
