@@ -1,5 +1,9 @@
 """Checking a processor's own `[processor.<name>]` table: unknown keys and wrong types are
-refused with a message that names the key."""
+refused with a message that names the key.
+
+The daemon's config freezes a processor's table (loghubd/config/sections.py): a TOML array
+arrives as a tuple and a table as a read-only mapping. So `list` here accepts a tuple too, and
+a table is checked as `Mapping`, whether the options came from a file or from Python."""
 
 from __future__ import annotations
 
@@ -15,7 +19,10 @@ def check_options(name: str, options: Mapping[str, Any], allowed: Mapping[str, T
         if key not in allowed:
             raise ValueError(f"processor.{name}.{key}: unknown key")
         types = allowed[key]
-        if not isinstance(value, types):
+        accepted = types if isinstance(types, tuple) else (types,)
+        if list in accepted:
+            accepted = (*accepted, tuple)
+        if not isinstance(value, accepted):
             expected = " or ".join(
                 t.__name__ for t in (types if isinstance(types, tuple) else (types,))
             )

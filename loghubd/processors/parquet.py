@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +116,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
     )
 
 
-def parse_statistics(value: str | list[Any]) -> bool | tuple[str, ...]:
+def parse_statistics(value: str | Sequence[Any]) -> bool | tuple[str, ...]:
     """`statistics`: "time", "all", "none" or a list of column names."""
     if value == "all":
         return True
@@ -124,7 +124,7 @@ def parse_statistics(value: str | list[Any]) -> bool | tuple[str, ...]:
         return False
     if value == "time":
         return TIME_STATISTICS
-    if isinstance(value, list) and all(isinstance(c, str) and c for c in value):
+    if isinstance(value, list | tuple) and all(isinstance(c, str) and c for c in value):
         return tuple(value)
     raise ValueError(
         'processor.parquet.statistics: "time", "all", "none" or a list of column names,'

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.daemon_harness import Daemon, Pool, wait_until
@@ -112,6 +113,42 @@ def test_exactly_once_through_kills_and_sigterm(daemon_pool: Pool) -> None:
     # The crashes did leave writes to finish or discard, or nothing was in flight; either
     # way the daemons said what they recovered (visible in their logs when it happened).
     assert sum(len(d.events("parquet_written")) for d in pool.daemons) > 0
+
+
+@pytest.mark.timeout(120)
+def test_list_options_from_the_config_file(daemon_pool: Pool) -> None:
+    """`fields` and `statistics` are TOML arrays: they reach the processor from a real config
+    file (the config layer freezes arrays into tuples; `fields` was once refused for it)."""
+    pool = daemon_pool
+    out = pool.dir / "listed"
+    pool.admin.create_logstore("listed", 2)
+    count = 1_000
+    d = pool.daemon(
+        "listed",
+        "listed-group",
+        "solo",
+        processor="parquet",
+        processor_options={
+            "path": str(out),
+            "max_age_s": 0.5,
+            "fields": ["id", "absent"],
+            "statistics": ["__time__", "id"],
+        },
+    ).wait_ready()
+    pool.produce("listed", count=count, group_size=100, prefix="l").wait(60)
+    wait_until(lambda: rows(out) >= count, 60, lambda: f"{rows(out)}\n{d.log_tail()}")
+    assert d.stop() == 0, d.log_tail()
+    assert duck(out, "SELECT count(DISTINCT id), count(absent) FROM logs")[0] == (count, 0)
+    for path in out.rglob("*.parquet"):
+        columns = pq.read_schema(path).names
+        assert columns[-2:] == ["id", "absent"], columns  # the listed fields, nothing else
+        group = pq.read_metadata(path).row_group(0)
+        stats = {
+            group.column(i).path_in_schema
+            for i in range(group.num_columns)
+            if group.column(i).is_stats_set and group.column(i).statistics.has_min_max
+        }
+        assert stats == {"__time__", "id"}, (path, stats)
 
 
 def _run(config: Path) -> subprocess.CompletedProcess[str]:
