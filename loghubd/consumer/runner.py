@@ -82,7 +82,9 @@ class SourceRunner:
         return self.provider.get()
 
     def processor_context(self) -> ProcessorContext:
-        return ProcessorContext.of_source(self.spec, self.consumer, self.credentials)
+        return ProcessorContext.of_source(
+            self.spec, self.consumer, self.credentials, self.metrics.registry
+        )
 
     def session(self) -> aiohttp.ClientSession:
         """This source's own HTTP session (and connection pool): a source whose service hangs

@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from prometheus_client import CollectorRegistry
+
 from loghubd.models import Batch
 from loghubd.protocol.signing import Credentials
 
@@ -133,7 +135,12 @@ class Closable(Protocol):
 @dataclass(frozen=True, slots=True)
 class ProcessorContext:
     """Where the daemon consumes from, for factories that need to read the source themselves
-    (e.g. to re-read exact ranges after a crash). Handed to the optional ``factory.bind``."""
+    (e.g. to re-read exact ranges after a crash). Handed to the optional ``factory.bind``.
+
+    ``metrics_registry``: where a processor registers its own Prometheus instruments (names
+    ``loghubd_<processor>_...``, units in the name, ``_total`` for counters). The daemon's
+    ``/metrics`` serves them beside its own, each series with this source's ``source``
+    label; outside a daemon (tests, the dead-letter replay) it is a registry nobody serves."""
 
     endpoint: str
     project: str
@@ -143,10 +150,17 @@ class ProcessorContext:
     consumer: str
     auth_version: str = "v1"
     region: str = ""
+    metrics_registry: CollectorRegistry = field(
+        default_factory=lambda: CollectorRegistry(auto_describe=True)
+    )
 
     @classmethod
     def of_source(
-        cls, spec: SourceSpec, consumer: str, credentials: Callable[[], Credentials]
+        cls,
+        spec: SourceSpec,
+        consumer: str,
+        credentials: Callable[[], Credentials],
+        metrics_registry: CollectorRegistry | None = None,
     ) -> ProcessorContext:
         """The context of a configured source, as `loghubd run` (and the dead-letter replay)
         hands it to `factory.bind`."""
@@ -160,6 +174,7 @@ class ProcessorContext:
             consumer=consumer,
             auth_version=s.auth_version,
             region=s.region,
+            metrics_registry=metrics_registry or CollectorRegistry(auto_describe=True),
         )
 
 

@@ -27,12 +27,13 @@ from typing import Any
 import aiohttp
 import anyio
 import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from yarl import URL
 
 from loghubd.backoff import Backoff
 from loghubd.errors import leaves
 from loghubd.models import Batch
-from loghubd.plugins.api import BatchRejected, Tracker
+from loghubd.plugins.api import BatchRejected, ProcessorContext, Tracker
 from loghubd.processors.options import check_options
 
 log = structlog.get_logger("loghubd.http")
@@ -141,6 +142,36 @@ def retry_after(value: str | None, now: float) -> float | None:
     return min(max(0.0, when - now), MAX_RETRY_AFTER_S)
 
 
+_REQUEST_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class HttpMetrics:
+    """The processor's own series on the source's registry (docs/metrics.md). A request the
+    endpoint refuses for a while is retried inside the processor, so without these a sink
+    answering 503 would show only as a stalled checkpoint."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.requests = Counter(
+            "loghubd_http_requests_total",
+            "Requests sent, by the answer's status code ('error': no answer, or a timeout)",
+            ["status"],
+            registry=r,
+        )
+        self.seconds = Histogram(
+            "loghubd_http_request_duration_seconds",
+            "Time to the answer of one request (every attempt)",
+            buckets=_REQUEST_SECONDS,
+            registry=r,
+        )
+        self.retries = Counter(
+            "loghubd_http_retries_total", "Requests scheduled again after a failure", registry=r
+        )
+        self.logs = Counter(
+            "loghubd_http_delivered_logs_total", "Logs in requests answered 2xx", registry=r
+        )
+
+
 def bodies(batch: Batch, size: int, compress: bool) -> list[bytes]:
     """The batch's logs as NDJSON request bodies of up to `size` logs each (the JSON-lines
     view, written in C from the wire bytes, cut every `size` lines)."""
@@ -174,6 +205,8 @@ class HttpProcessor:
             async with limit:
                 await self._post(batch, index, len(parts), body)
             acked.add(index)
+            # the last part holds what the others leave (bodies() cuts every batch_size logs)
+            self.factory.metrics.logs.inc(min(o.batch_size, batch.log_count - index * o.batch_size))
 
         try:
             async with anyio.create_task_group() as tg:
@@ -199,10 +232,13 @@ class HttpProcessor:
         }
         if o.gzip:
             headers["Content-Encoding"] = "gzip"
+        metrics = self.factory.metrics
         attempt = 0
         while True:
             attempt += 1
             asked: float | None = None
+            sent = time.perf_counter()
+            status = "error"
             try:
                 async with session.post(
                     o.url,
@@ -210,6 +246,7 @@ class HttpProcessor:
                     headers=headers,
                     timeout=aiohttp.ClientTimeout(total=o.timeout_s),
                 ) as resp:
+                    status = str(resp.status)
                     if 200 <= resp.status < 300:
                         await resp.read()
                         return
@@ -223,6 +260,9 @@ class HttpProcessor:
                     reason = f"{resp.status} {resp.reason}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 reason = repr(exc)[:200]
+            finally:
+                metrics.requests.labels(status).inc()
+                metrics.seconds.observe(time.perf_counter() - sent)
             if o.max_retries and attempt > o.max_retries:
                 raise GaveUp(f"{o.url}: {attempt} failures in a row, the last: {reason}")
             backoff = Backoff(
@@ -239,6 +279,7 @@ class HttpProcessor:
                 reason=reason,
                 retry_in_s=round(wait, 3),
             )
+            metrics.retries.inc()
             await anyio.sleep(wait)
 
     def shutdown(self, tracker: Tracker) -> None:
@@ -251,6 +292,10 @@ class HttpFactory:
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = parse(options)
         self.session: aiohttp.ClientSession | None = None
+        self.metrics = HttpMetrics(CollectorRegistry())  # bind() puts them on the daemon's
+
+    def bind(self, context: ProcessorContext) -> None:
+        self.metrics = HttpMetrics(context.metrics_registry)
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(auto_decompress=True)

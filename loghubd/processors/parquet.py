@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from loghubd.arrow import position
 from loghubd.errors import describe_error
@@ -130,6 +131,45 @@ def parse_statistics(value: str | Sequence[Any]) -> bool | tuple[str, ...]:
         'processor.parquet.statistics: "time", "all", "none" or a list of column names,'
         f" got {value!r}"
     )
+
+
+WRITE_REASONS = ("max_rows", "max_bytes", "max_age", "max_buffered_bytes", "shutdown")
+_WRITE_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class ParquetMetrics:
+    """The processor's own series on the source's registry (docs/metrics.md): what it wrote,
+    how long a write took, what failed (a write the timer or another shard started fails
+    in a log line only, so it is counted here), and what it holds buffered."""
+
+    def __init__(self, registry: CollectorRegistry, buffered: Callable[[], int]) -> None:
+        r = registry
+        self.rows = Counter(
+            "loghubd_parquet_written_rows_total", "Rows in Parquet files made visible", registry=r
+        )
+        self.files = Counter(
+            "loghubd_parquet_written_files_total", "Parquet files made visible", registry=r
+        )
+        self.seconds = Histogram(
+            "loghubd_parquet_write_duration_seconds",
+            "One shard's write: encode, fsync, write-ahead entry, renames",
+            buckets=_WRITE_SECONDS,
+            registry=r,
+        )
+        self.failures = Counter(
+            "loghubd_parquet_write_failures_total",
+            "Writes that failed, by what started them (the rows stay buffered or re-delivered)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in WRITE_REASONS:  # at 0 from the start: increase() sees the first one
+            self.failures.labels(reason)
+        self.buffered = Gauge(
+            "loghubd_parquet_buffered_bytes",
+            "Arrow bytes buffered by all shards, not yet written (max_buffered_bytes bounds it)",
+            registry=r,
+        )
+        self.buffered.set_function(lambda: float(buffered()))
 
 
 @dataclass(slots=True)
@@ -247,11 +287,20 @@ class ParquetProcessor:
             return
         items = list(self.buffer.values())
         started = time.perf_counter()
-        with files.shard_lock(self.wal, self.logstore, self.shard):
-            self._finish_renames()
-            self.wal.refresh(force=True)
-            table = self._uncovered(items)
-            written = self._commit(table, items) if table.num_rows else 0
+        metrics = self.factory.metrics
+        try:
+            with files.shard_lock(self.wal, self.logstore, self.shard):
+                self._finish_renames()
+                self.wal.refresh(force=True)
+                table = self._uncovered(items)
+                written, count = self._commit(table, items) if table.num_rows else (0, 0)
+        except BaseException:
+            metrics.failures.labels(reason).inc()
+            raise
+        seconds = time.perf_counter() - started
+        metrics.rows.inc(written)
+        metrics.files.inc(count)
+        metrics.seconds.observe(seconds)
         for item in items:
             item.ack.done()
         self.buffer.clear()
@@ -263,7 +312,7 @@ class ParquetProcessor:
             reason=reason,
             rows=written,
             batches=len(items),
-            seconds=round(time.perf_counter() - started, 3),
+            seconds=round(seconds, 3),
         )
 
     def _uncovered(self, items: list[Buffered]) -> pa.Table:
@@ -287,7 +336,8 @@ class ParquetProcessor:
         tables = [pa.Table.from_batches([p]) for p in parts]
         return pa.concat_tables(tables, promote_options="default")
 
-    def _commit(self, table: pa.Table, items: list[Buffered]) -> int:
+    def _commit(self, table: pa.Table, items: list[Buffered]) -> tuple[int, int]:
+        """Rows and files written."""
         o, target = self.factory.options, self.factory.target
         groups = layout.partitions(
             o.template, table, project=self.project, logstore=self.logstore, shard=self.shard
@@ -319,7 +369,7 @@ class ParquetProcessor:
         self.wal.commit(lease)  # the renames are recorded: from here on they will happen
         self._unfinished.append(entry)
         self._finish_renames()
-        return int(table.num_rows)
+        return int(table.num_rows), len(plan)
 
     def _finish_renames(self) -> None:
         target = self.factory.target
@@ -361,6 +411,7 @@ class ParquetFactory:
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         self._buffered = 0  # Arrow bytes in every processor's buffer
+        self.metrics = ParquetMetrics(CollectorRegistry(), lambda: self.buffered_bytes)
 
     def buffered(self, delta: int) -> None:
         with self._lock:
@@ -395,6 +446,7 @@ class ParquetFactory:
 
     def bind(self, context: ProcessorContext) -> None:
         self.context = context
+        self.metrics = ParquetMetrics(context.metrics_registry, lambda: self.buffered_bytes)
 
     def start(self) -> None:
         self._timer = threading.Thread(target=self._run_timer, name="parquet-timer", daemon=True)

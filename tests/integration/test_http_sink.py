@@ -106,8 +106,25 @@ def test_every_log_at_least_once_and_checkpoints_wait_for_acks(
     finally:
         stop.set()
         watcher.join()
+    # The processor's own series, read while the daemon runs (every request has been answered
+    # or timed out by now: the checkpoints are at the end).
+    requests = {
+        status: daemon.metric("loghubd_http_requests_total", status=status)
+        for status in ("200", "500", "429", "error")
+    }
+    retries = daemon.metric("loghubd_http_retries_total")
+    delivered = daemon.metric("loghubd_http_delivered_logs_total")
+    seen = list(receiver.received)
     assert daemon.stop() == 0, daemon.log_tail()
     got = list(receiver.received)
+
+    # They say what the endpoint saw: each 2xx/500/429 answer counted once, stalls counted
+    # as errors (the client gave up), one retry per failed request, the logs of the 200s.
+    answered = Counter(r.status for r in seen)
+    assert requests["200"] == answered[200] and requests["500"] == answered[500], requests
+    assert requests["429"] == answered[429] and requests["error"] >= 1, (requests, answered)
+    assert retries == requests["500"] + requests["429"] + requests["error"], (retries, requests)
+    assert delivered == sum(len(r.ids) for r in seen if r.status == 200) >= COUNT
 
     # The failures happened, all three kinds, and were retried.
     answers = Counter(r.status for r in got)

@@ -137,6 +137,18 @@ def test_list_options_from_the_config_file(daemon_pool: Pool) -> None:
     ).wait_ready()
     pool.produce("listed", count=count, group_size=100, prefix="l").wait(60)
     wait_until(lambda: rows(out) >= count, 60, lambda: f"{rows(out)}\n{d.log_tail()}")
+    # The processor's own series on /metrics (docs/metrics.md), with the source label.
+    files = list(out.rglob("*.parquet"))
+    text = d.metrics()
+    assert 'loghubd_parquet_written_rows_total{source="default"} 1000.0' in text, text
+    assert d.metric("loghubd_parquet_written_files_total") == len(files)
+    assert d.metric("loghubd_parquet_write_duration_seconds_count") >= 1
+    assert d.metric("loghubd_parquet_buffered_bytes") == 0  # everything written
+    for reason in ("max_rows", "max_bytes", "max_age", "max_buffered_bytes", "shutdown"):
+        assert (
+            f'loghubd_parquet_write_failures_total{{reason="{reason}",source="default"}} 0.0'
+            in text
+        )
     assert d.stop() == 0, d.log_tail()
     assert duck(out, "SELECT count(DISTINCT id), count(absent) FROM logs")[0] == (count, 0)
     for path in out.rglob("*.parquet"):
