@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from loghubd import ProcessorContext
 from loghubd_postgres import schema
+from loghubd_postgres.metrics import PostgresMetrics
 from loghubd_postgres.options import parse
 from loghubd_postgres.rows import RowEncoder
 from loghubd_postgres.sink import PostgresProcessor, Statements
@@ -25,11 +28,15 @@ class PostgresFactory:
         self.statements = Statements(self.options)
         self.encoder = RowEncoder(self.options)
         self.context: ProcessorContext | None = None
+        self.metrics = PostgresMetrics(CollectorRegistry())  # bind() puts them on the daemon's
 
     def bind(self, context: ProcessorContext) -> None:
         self.context = context
+        self.metrics = PostgresMetrics(context.metrics_registry)
 
     def __call__(self, shard: int) -> PostgresProcessor:
         if self.context is None:
             raise RuntimeError("postgres: the daemon did not bind the processor to its source")
-        return PostgresProcessor(self.options, self.statements, self.encoder, self.context, shard)
+        return PostgresProcessor(
+            self.options, self.statements, self.encoder, self.context, shard, self.metrics
+        )

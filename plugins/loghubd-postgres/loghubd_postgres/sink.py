@@ -28,6 +28,7 @@ the server refuses) propagates to the daemon's retry and failure policy.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -37,6 +38,7 @@ from psycopg import sql
 
 from loghubd import Backoff, Batch, ProcessorContext, Tracker
 from loghubd.protocol import cursor as cursors
+from loghubd_postgres.metrics import PostgresMetrics
 from loghubd_postgres.options import Options
 from loghubd_postgres.rows import RowEncoder
 from loghubd_postgres.schema import positions_name, table_name
@@ -87,12 +89,14 @@ class PostgresProcessor:
         encoder: RowEncoder,
         context: ProcessorContext,
         shard: int,
+        metrics: PostgresMetrics,
     ) -> None:
         self.options = options
         self.sql = statements
         self.encoder = encoder
         self.context = context
         self.shard = shard
+        self.metrics = metrics
         self.key = (context.project, context.group, context.logstore, shard)
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self._bind = {"shard": shard, "table": options.table}
@@ -108,8 +112,11 @@ class PostgresProcessor:
             tracker.save_checkpoint(persist=False)
             return None
         start, end = position(batch.cursor), position(batch.next_cursor)
+        written: int | None = None  # rows of the attempt that committed them
 
         async def attempt(conn: psycopg.AsyncConnection[Any]) -> str | None:
+            nonlocal written
+            written = None
             async with conn.transaction():
                 cur = await conn.execute(self.sql.lock, self.key)
                 found = await cur.fetchone()
@@ -125,9 +132,22 @@ class PostgresProcessor:
                     self.sql.advance,
                     (batch.next_cursor, end, self.context.consumer, rows, *self.key),
                 )
+            written = rows
             return None
 
+        began = time.perf_counter()
         rollback: str | None = await self._with_retry(attempt)
+        m = self.metrics
+        m.seconds.observe(time.perf_counter() - began)
+        outcome = (
+            "table_ahead"
+            if rollback is not None
+            else "already_written"
+            if written is None
+            else "written"
+        )
+        m.batches.labels(outcome).inc()
+        m.rows.inc(written or 0)
         if rollback is not None:
             log.info("postgres_table_ahead", **self._bind, cursor=batch.cursor, stored=rollback)
             return rollback
@@ -174,6 +194,7 @@ class PostgresProcessor:
                 return await fn(conn)
             except psycopg.OperationalError as exc:
                 attempt += 1
+                self.metrics.unavailable.inc()
                 if self.conn is not None:
                     await self.conn.close()
                     self.conn = None

@@ -109,6 +109,9 @@ def _run(pool: Pool, pg: PgServer, dsn: str) -> None:
     producer.wait(300)
     wait_until(lambda: rows(dsn) >= COUNT, 90, lambda: f"rows {rows(dsn)}\n{c.log_tail()}")
     time.sleep(2 * TIMEOUT)  # anything still in flight (a stale consumer) would land now
+    # The plugin's own series reach each daemon's /metrics (c lived through everything).
+    assert c.metric("loghubd_postgres_written_rows_total") > 0, c.metrics()
+    assert c.metric("loghubd_postgres_batches_total", outcome="written") > 0
     for d in (a, b, c):
         assert d.stop() == 0, d.log_tail()
 

@@ -95,6 +95,14 @@ def query(dsn: str, text: str) -> list[tuple[Any, ...]]:
         return conn.execute(text).fetchall()
 
 
+def sample(f: PostgresFactory, name: str, **labels: str) -> float:
+    """A value of the processor's own series, from the registry the daemon would serve."""
+    assert f.context is not None
+    value = f.context.metrics_registry.get_sample_value(name, labels)
+    assert value is not None, (name, labels)
+    return value
+
+
 def run(processor: PostgresProcessor, *batches: Batch) -> list[str | None]:
     async def go() -> list[str | None]:
         await processor.initialize(SHARD)
@@ -134,6 +142,14 @@ def test_a_stale_consumer_is_fenced_and_a_new_one_starts_from_the_table(pg_dsn: 
     assert run(b, ids_batch(4, range(8, 12))) == [None]
     ids = [r[0] for r in query(pg_dsn, "SELECT id FROM logs")]
     assert sorted(ids) == sorted(f"i{n}" for n in range(12)), ids
+    # The same story in the series an operator sees.
+    batches = "loghubd_postgres_batches_total"
+    assert sample(f, batches, outcome="written") == 3
+    assert sample(f, batches, outcome="table_ahead") == 2
+    assert sample(f, batches, outcome="already_written") == 1
+    assert sample(f, "loghubd_postgres_written_rows_total") == 12
+    assert sample(f, "loghubd_postgres_transaction_duration_seconds_count") == 6
+    assert sample(f, "loghubd_postgres_unavailable_total") == 0
 
 
 def test_a_gap_before_the_batch_is_written(pg_dsn: str) -> None:
@@ -165,6 +181,8 @@ def test_postgres_restart_mid_stream_loses_and_doubles_nothing(
     anyio.run(go)
     (row,) = query(pg_dsn, "SELECT count(*), count(DISTINCT id) FROM logs")
     assert row == (40, 40)
+    assert sample(f, "loghubd_postgres_unavailable_total") >= 1  # it waited, and said so
+    assert sample(f, "loghubd_postgres_written_rows_total") == 40
 
 
 def _start_later(server: PgServer) -> None:

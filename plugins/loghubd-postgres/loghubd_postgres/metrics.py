@@ -1,0 +1,42 @@
+"""The `postgres` processor's own series, on the source's registry (the daemon serves them on
+`/metrics` with the source's label; docs/metrics.md lists the core's and the built-in sinks').
+
+A database that is down shows here as `loghubd_postgres_unavailable_total` rising while the
+processor waits and retries; otherwise only the stalled checkpoint would say so."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+OUTCOMES = ("written", "already_written", "table_ahead")
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class PostgresMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.rows = Counter(
+            "loghubd_postgres_written_rows_total",
+            "Rows committed with their shard's position",
+            registry=r,
+        )
+        self.batches = Counter(
+            "loghubd_postgres_batches_total",
+            "Batches by outcome: written; already_written (the stored position is its end);"
+            " table_ahead (the shard re-reads from the stored position)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in OUTCOMES:
+            self.batches.labels(outcome)
+        self.seconds = Histogram(
+            "loghubd_postgres_transaction_duration_seconds",
+            "One batch's transaction: position lock, COPY, position update, commit",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.unavailable = Counter(
+            "loghubd_postgres_unavailable_total",
+            "Connection failures (PostgreSQL down, restarting, unreachable), each retried",
+            registry=r,
+        )
