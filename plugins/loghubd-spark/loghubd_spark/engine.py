@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import structlog
+from prometheus_client import CollectorRegistry
 
 from loghubd import Ack, Backoff, Batch, ProcessorContext
 from loghubd.arrow import (
@@ -49,6 +50,7 @@ from loghubd.wal import COMMITTED, Entry, Lease, Wal, new_batch_id
 from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
 from loghubd_spark.items import Item, PendingWrite
+from loghubd_spark.metrics import SparkMetrics
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.runner import SparkError, SparkRunner
 from loghubd_spark.source import committed_checkpoints, pull_ranges
@@ -126,6 +128,8 @@ class Engine:
         self.writes = 0  # committed writes (tests, benchmarks)
         self.written_rows = 0
         self.last_write_s = 0.0
+        registry = context.metrics_registry if context else CollectorRegistry()
+        self.metrics = SparkMetrics(registry, lambda: self._rows)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -373,6 +377,7 @@ class Engine:
         try:
             self._spark_write(table, entry.batch, timeout)
         except Exception as exc:
+            self.metrics.failures.inc()
             log.warning(
                 "spark_write_failed",
                 batch=entry.batch,
@@ -391,6 +396,9 @@ class Engine:
         self.writes += 1
         self.written_rows += entry.rows
         self.last_write_s = elapsed
+        self.metrics.writes.inc()
+        self.metrics.rows.inc(entry.rows)
+        self.metrics.seconds.observe(elapsed)
         log.info(
             "spark_batch_written",
             batch=entry.batch,

@@ -199,6 +199,25 @@ def test_a_failing_write_fails_process_and_the_retry_writes_once(
     [after] = entries(tmp_path / "out")
     assert after["batch"] == entry["batch"] and after["state"] == COMMITTED
     assert ids_in(spark, tmp_path / "out") == list(range(50))
+    # What /metrics would say: two failed attempts, then one write of the 50 rows.
+    assert _samples(engine) == {
+        "loghubd_spark_write_failures_total": 2.0,
+        "loghubd_spark_writes_total": 1.0,
+        "loghubd_spark_written_rows_total": 50.0,
+        "loghubd_spark_write_duration_seconds_count": 1.0,
+        "loghubd_spark_buffered_rows": 0.0,
+    }
+
+
+def _samples(engine: Engine) -> dict[str, float | None]:
+    names = (
+        "loghubd_spark_write_failures_total",
+        "loghubd_spark_writes_total",
+        "loghubd_spark_written_rows_total",
+        "loghubd_spark_write_duration_seconds_count",
+        "loghubd_spark_buffered_rows",
+    )
+    return {name: engine.metrics.registry.get_sample_value(name) for name in names}
 
 
 def test_max_delay_timer_writes_and_retries_with_backoff(
