@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from weakref import WeakKeyDictionary
 
 from prometheus_client import CollectorRegistry
 
@@ -132,15 +133,21 @@ class Closable(Protocol):
     def close(self) -> Awaitable[None] | None: ...
 
 
+_Instruments = TypeVar("_Instruments")
+# Per registry, the instrument sets made on it (by their class): see ProcessorContext.instruments.
+_made: WeakKeyDictionary[CollectorRegistry, dict[Callable[..., Any], Any]] = WeakKeyDictionary()
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessorContext:
     """Where the daemon consumes from, for factories that need to read the source themselves
     (e.g. to re-read exact ranges after a crash). Handed to the optional ``factory.bind``.
 
     ``metrics_registry``: where a processor registers its own Prometheus instruments (names
-    ``loghubd_<processor>_...``, units in the name, ``_total`` for counters). The daemon's
-    ``/metrics`` serves them beside its own, each series with this source's ``source``
-    label; outside a daemon (tests, the dead-letter replay) it is a registry nobody serves."""
+    ``loghubd_<processor>_...``, units in the name, ``_total`` for counters), best through
+    ``instruments``. The daemon's ``/metrics`` serves them beside its own, each series with
+    this source's ``source`` label; outside a daemon (tests, the dead-letter replay) it is a
+    registry nobody serves."""
 
     endpoint: str
     project: str
@@ -153,6 +160,16 @@ class ProcessorContext:
     metrics_registry: CollectorRegistry = field(
         default_factory=lambda: CollectorRegistry(auto_describe=True)
     )
+
+    def instruments(self, kind: Callable[[CollectorRegistry], _Instruments]) -> _Instruments:
+        """``kind(metrics_registry)``, made once per registry and then shared: a registry
+        refuses a second series of the same name, and a second factory or engine bound to
+        the same source (a restarted one, a test's) counts into the same totals."""
+        made = _made.setdefault(self.metrics_registry, {})
+        if kind not in made:
+            made[kind] = kind(self.metrics_registry)
+        instruments: _Instruments = made[kind]
+        return instruments
 
     @classmethod
     def of_source(

@@ -295,7 +295,7 @@ class HttpFactory:
         self.metrics = HttpMetrics(CollectorRegistry())  # bind() puts them on the daemon's
 
     def bind(self, context: ProcessorContext) -> None:
-        self.metrics = HttpMetrics(context.metrics_registry)
+        self.metrics = context.instruments(HttpMetrics)
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(auto_decompress=True)

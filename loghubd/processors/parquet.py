@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,7 +142,7 @@ class ParquetMetrics:
     how long a write took, what failed (a write the timer or another shard started fails
     in a log line only, so it is counted here), and what it holds buffered."""
 
-    def __init__(self, registry: CollectorRegistry, buffered: Callable[[], int]) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
         self.rows = Counter(
             "loghubd_parquet_written_rows_total", "Rows in Parquet files made visible", registry=r
@@ -164,12 +164,11 @@ class ParquetMetrics:
         )
         for reason in WRITE_REASONS:  # at 0 from the start: increase() sees the first one
             self.failures.labels(reason)
-        self.buffered = Gauge(
+        self.buffered = Gauge(  # its function is set by the factory bound last
             "loghubd_parquet_buffered_bytes",
             "Arrow bytes buffered by all shards, not yet written (max_buffered_bytes bounds it)",
             registry=r,
         )
-        self.buffered.set_function(lambda: float(buffered()))
 
 
 @dataclass(slots=True)
@@ -411,7 +410,7 @@ class ParquetFactory:
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         self._buffered = 0  # Arrow bytes in every processor's buffer
-        self.metrics = ParquetMetrics(CollectorRegistry(), lambda: self.buffered_bytes)
+        self.metrics = ParquetMetrics(CollectorRegistry())  # bind() puts them on the daemon's
 
     def buffered(self, delta: int) -> None:
         with self._lock:
@@ -446,7 +445,8 @@ class ParquetFactory:
 
     def bind(self, context: ProcessorContext) -> None:
         self.context = context
-        self.metrics = ParquetMetrics(context.metrics_registry, lambda: self.buffered_bytes)
+        self.metrics = context.instruments(ParquetMetrics)
+        self.metrics.buffered.set_function(lambda: float(self.buffered_bytes))
 
     def start(self) -> None:
         self._timer = threading.Thread(target=self._run_timer, name="parquet-timer", daemon=True)

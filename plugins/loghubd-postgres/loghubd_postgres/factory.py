@@ -32,7 +32,7 @@ class PostgresFactory:
 
     def bind(self, context: ProcessorContext) -> None:
         self.context = context
-        self.metrics = PostgresMetrics(context.metrics_registry)
+        self.metrics = context.instruments(PostgresMetrics)
 
     def __call__(self, shard: int) -> PostgresProcessor:
         if self.context is None:

@@ -128,8 +128,10 @@ class Engine:
         self.writes = 0  # committed writes (tests, benchmarks)
         self.written_rows = 0
         self.last_write_s = 0.0
-        registry = context.metrics_registry if context else CollectorRegistry()
-        self.metrics = SparkMetrics(registry, lambda: self._rows)
+        self.metrics = (
+            context.instruments(SparkMetrics) if context else SparkMetrics(CollectorRegistry())
+        )
+        self.metrics.buffered.set_function(lambda: float(self._rows))
 
     # -- lifecycle -------------------------------------------------------------------------------
 

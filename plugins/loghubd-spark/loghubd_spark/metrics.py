@@ -5,15 +5,13 @@ without these a failing pipeline would show only as a stalled checkpoint."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _SECONDS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 class SparkMetrics:
-    def __init__(self, registry: CollectorRegistry, buffered_rows: Callable[[], int]) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         r = self.registry = registry
         self.rows = Counter(
             "loghubd_spark_written_rows_total",
@@ -34,9 +32,8 @@ class SparkMetrics:
             "Write attempts that failed (each is retried as it is)",
             registry=r,
         )
-        self.buffered = Gauge(
+        self.buffered = Gauge(  # its function is set by the engine made last
             "loghubd_spark_buffered_rows",
             "Rows buffered for the next write (max_rows bounds it)",
             registry=r,
         )
-        self.buffered.set_function(lambda: float(buffered_rows()))
