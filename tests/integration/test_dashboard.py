@@ -1,6 +1,7 @@
 """The Grafana dashboard against the real thing: Debian's Prometheus, started here on a free
-loopback port with a 1 s scrape interval, scrapes a real daemon consuming two sources (one
-through a processor that fails, so the error panels have data) and a real `loghubd serve`.
+loopback port with a 1 s scrape interval, scrapes a real daemon consuming four sources (one
+through a processor that fails, so the error panels have data; one into `parquet` files and
+one to an `http` endpoint, for the sink panels) and a real `loghubd serve`.
 Every panel's query, and every variable's, must return a series; `promtool check metrics`
 must find nothing to say about either /metrics."""
 
@@ -22,11 +23,13 @@ import pytest
 
 from loghubd.testing import ServerProcess, free_port, wait_until
 from tests.integration.daemon_harness import Pool, plugin_env, source_entry
+from tests.integration.http_receiver import Receiver
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "config" / "grafana-dashboard.json"
+SOURCES = {"app", "audit", "lake", "push"}
 
 
 def tool(name: str) -> str:
@@ -157,6 +160,18 @@ def test_every_dashboard_panel_returns_a_series(
     pool = daemon_pool
     pool.admin.create_logstore("dash-app", 2)
     pool.admin.create_logstore("dash-audit", 1)
+    pool.admin.create_logstore("dash-lake", 1)
+    pool.admin.create_logstore("dash-push", 1)
+    receiver = Receiver(record_ids=False).start()  # answers 200 at once
+    try:
+        _dashboard(loghubd_server, pool, prometheus_factory, receiver)
+    finally:
+        receiver.stop()
+
+
+def _dashboard(
+    loghubd_server: ServerProcess, pool: Pool, prometheus_factory: Any, receiver: Receiver
+) -> None:
     daemon = pool.daemon(
         "dash-app",
         "dash",
@@ -181,6 +196,21 @@ def test_every_dashboard_panel_returns_a_series(
                 },
             ),
             source_entry("audit", pool.endpoint, "dash-audit"),
+            source_entry(
+                "lake",
+                pool.endpoint,
+                "dash-lake",
+                processor={
+                    "name": "parquet",
+                    "parquet": {"path": str(pool.dir / "lake"), "max_age_s": 0.5},
+                },
+            ),
+            source_entry(
+                "push",
+                pool.endpoint,
+                "dash-push",
+                processor={"name": "http", "http": {"url": receiver.url}},
+            ),
         ],
     ).wait_ready()
     prom = prometheus_factory(
@@ -199,11 +229,18 @@ def test_every_dashboard_panel_returns_a_series(
     wait_until(lambda: scraped(2), 30, lambda: prom.log.read_text()[-3000:], interval=0.2)
     pool.produce("dash-app", count=600, group_size=100, prefix="d").wait()
     pool.produce("dash-audit", count=300, group_size=100, prefix="a").wait()
+    pool.produce("dash-lake", count=300, group_size=100, prefix="l").wait()
+    pool.produce("dash-push", count=300, group_size=100, prefix="p").wait()
 
     def dead_lettered() -> bool:
         return bool(prom.query('loghubd_dead_lettered_batches_total{source="app"} > 0'))
 
     wait_until(dead_lettered, 60, daemon.log_tail, interval=0.2)
+    for sunk in (
+        'loghubd_parquet_written_rows_total{source="lake"} >= 300',
+        'loghubd_http_delivered_logs_total{source="push"} >= 300',
+    ):
+        wait_until(lambda q=sunk: bool(prom.query(q)), 60, daemon.log_tail, interval=0.2)
     wait_until(lambda: scraped(5), 30, interval=0.2)
     # Series born with the batches (the process-duration histogram) need two samples for
     # rate(): wait until every target was scraped twice more after the dead letter was seen.
@@ -219,7 +256,7 @@ def test_every_dashboard_panel_returns_a_series(
     assert not empty, "panels without data:\n" + "\n".join(empty)
 
     values = {name: prom.query(expand(q)) for name, q in variable_queries().items()}
-    assert {r["metric"]["source"] for r in values["source"]} == {"app", "audit"}
+    assert {r["metric"]["source"] for r in values["source"]} == SOURCES
     assert {r["metric"]["instance"] for r in values["instance"]} == {f"127.0.0.1:{daemon.ops_port}"}
     assert values["serve_instance"], values
 
@@ -229,8 +266,19 @@ def test_every_dashboard_panel_returns_a_series(
         expr for title, expr in panel_queries() if title.startswith("Processor errors, retries")
     ][:1]
     errors = prom.query(expand(errors_panel))
-    assert {r["metric"]["source"] for r in errors} == {"app", "audit"}
+    assert {r["metric"]["source"] for r in errors} == SOURCES
     assert float(next(r for r in errors if r["metric"]["source"] == "app")["value"][1]) > 0
+
+    # The sink panels show the sinks at work, each for its own source.
+    output = {
+        title: prom.query(expand(expr))
+        for title, expr in panel_queries()
+        if title.startswith("Sink output")
+    }
+    rates = {
+        (t[-2], r["metric"]["source"]): float(r["value"][1]) for t, rs in output.items() for r in rs
+    }
+    assert rates.get(("A", "lake"), 0) > 0 and rates.get(("B", "push"), 0) > 0, rates
 
     promtool_check_metrics(f"http://127.0.0.1:{daemon.ops_port}/metrics")
     promtool_check_metrics(f"{loghubd_server.endpoint}/metrics")
