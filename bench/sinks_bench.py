@@ -45,19 +45,11 @@ import pyarrow.parquet as pq
 from loghubd import Batch, ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
-from loghubd.protocol.signing import Credentials
-from loghubd.testing import RecordingTracker, free_port
+from loghubd.testing import RecordingTracker, free_port, make_context
 
 
 def context() -> ProcessorContext:
-    return ProcessorContext(
-        endpoint="http://127.0.0.1:1",
-        project="bench",
-        logstore="bench",
-        credentials=lambda: Credentials("", ""),
-        group="g",
-        consumer="bench",
-    )
+    return make_context(project="bench", logstore="bench", group="g", consumer="bench")
 
 
 def make_batches(count: int, groups: int, logs: int, unique_groups: int) -> list[Batch]:

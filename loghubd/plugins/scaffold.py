@@ -61,7 +61,7 @@ name = "$dist"
 version = "0.1.0"
 description = "A loghubd processor plugin: $name"
 requires-python = ">=3.11"
-dependencies = ["loghubd>=$loghubd_version"]
+dependencies = ["loghubd>=$loghubd_version", "prometheus-client"]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]
@@ -109,16 +109,29 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from loghubd import Batch, ProcessorSpec, Tracker, hookimpl
+from prometheus_client import CollectorRegistry, Counter
+
+from loghubd import Batch, ProcessorContext, ProcessorSpec, Tracker, hookimpl
 
 OPTIONS = {"path": "directory of the output, shard-<n>.jsonl each (required)"}
+
+
+class Metrics:
+    """This processor's own series: the daemon serves them on /metrics with the source's
+    label. Count here what only the processor knows (retries inside it, what it buffers)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.written = Counter(
+            "loghubd_${name}_written_logs_total", "Logs written as JSON lines", registry=registry
+        )
 
 
 class Processor:
     """One per shard the daemon holds."""
 
-    def __init__(self, directory: Path, shard: int) -> None:
+    def __init__(self, directory: Path, shard: int, metrics: Metrics) -> None:
         self.path = directory / f"shard-{shard}.jsonl"
+        self.metrics = metrics
         self.file: Any = None
 
     def initialize(self, shard: int) -> None:
@@ -129,6 +142,7 @@ class Processor:
         for record in batch.logs():
             self.file.write(json.dumps(record) + "\\n")
         self.file.flush()
+        self.metrics.written.inc(batch.log_count)
         # Only now is the batch written: the checkpoint may pass it (the daemon commits it
         # within consumer.checkpoint_interval, after calling flush()).
         tracker.save_checkpoint(persist=False)
@@ -151,9 +165,15 @@ class Factory:
         if not isinstance(options.get("path"), str) or not options["path"]:
             raise ValueError("processor.$name.path: required, a directory")
         self.directory = Path(options["path"])
+        self.metrics = Metrics(CollectorRegistry())  # until the daemon binds it
+
+    def bind(self, context: ProcessorContext) -> None:
+        """Called by the daemon before the first shard: where it consumes from, and the
+        registry its /metrics serves (instruments() makes them once per registry)."""
+        self.metrics = context.instruments(Metrics)
 
     def __call__(self, shard: int) -> Processor:
-        return Processor(self.directory, shard)
+        return Processor(self.directory, shard, self.metrics)
 
 
 @hookimpl
@@ -174,12 +194,15 @@ import time
 from pathlib import Path
 
 import pytest
-from loghubd.testing import RecordingTracker, ServerProcess, make_batch
+from loghubd.testing import RecordingTracker, ServerProcess, make_batch, make_context
+from prometheus_client import CollectorRegistry
 from $package import Factory
 
 
 def test_writes_every_log_then_saves_the_checkpoint(tmp_path: Path) -> None:
-    processor = Factory({"path": str(tmp_path)})(shard=1)
+    factory, registry = Factory({"path": str(tmp_path)}), CollectorRegistry()
+    factory.bind(make_context(metrics_registry=registry))  # as the daemon does
+    processor = factory(shard=1)
     processor.initialize(1)
     tracker = RecordingTracker()
     processor.process(make_batch([{"msg": "a"}, {"msg": "b"}], shard=1), tracker)
@@ -187,6 +210,7 @@ def test_writes_every_log_then_saves_the_checkpoint(tmp_path: Path) -> None:
     lines = (tmp_path / "shard-1.jsonl").read_text().splitlines()
     assert [json.loads(line)["msg"] for line in lines] == ["a", "b"]
     assert tracker.saved == [False]
+    assert registry.get_sample_value("loghubd_${name}_written_logs_total") == 2
 
 
 def test_unknown_option_is_refused_naming_it() -> None:

@@ -21,8 +21,7 @@ from loghubd.processors.parquet import ParquetFactory, ParquetProcessor
 from loghubd.processors.parquet_layout import TIME_FORMATS, parse_template, partitions
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
-from loghubd.protocol.signing import Credentials
-from loghubd.testing import RecordingTracker
+from loghubd.testing import RecordingTracker, make_context
 from loghubd.wal import PENDING, Entry, Range, Wal
 
 SHARD = 2
@@ -30,14 +29,7 @@ HOUR = 1_700_000_000  # 2023-11-14T22:13:20Z
 
 
 def context() -> ProcessorContext:
-    return ProcessorContext(
-        endpoint="http://127.0.0.1:1",
-        project="p",
-        logstore="ls",
-        credentials=lambda: Credentials("", ""),
-        group="g",
-        consumer="c",
-    )
+    return make_context(project="p", logstore="ls", group="g", consumer="c")
 
 
 def batch(first: int, groups: int, per_group: int = 3, t: int = HOUR) -> Batch:

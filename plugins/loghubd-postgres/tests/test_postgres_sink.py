@@ -23,21 +23,13 @@ from pg_server import PgServer
 from loghubd import Batch, ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
-from loghubd.protocol.signing import Credentials
-from loghubd.testing import RecordingTracker
+from loghubd.testing import RecordingTracker, make_context
 
 SHARD = 3
 
 
 def context(consumer: str = "c1") -> ProcessorContext:
-    return ProcessorContext(
-        endpoint="http://127.0.0.1:1",
-        project="p",
-        logstore="ls",
-        credentials=lambda: Credentials("", ""),
-        group="g",
-        consumer=consumer,
-    )
+    return make_context(project="p", logstore="ls", group="g", consumer=consumer)
 
 
 def batch(first: int, groups: list[list[dict[str, str]]]) -> Batch:

@@ -11,14 +11,11 @@ from prometheus_client import CollectorRegistry, Counter
 from loghubd import ProcessorContext
 from loghubd.processors.http import HttpFactory
 from loghubd.processors.parquet import ParquetFactory
-from loghubd.protocol.signing import Credentials
+from loghubd.testing import make_context
 
 
 def context(registry: CollectorRegistry | None = None) -> ProcessorContext:
-    extra = {} if registry is None else {"metrics_registry": registry}
-    return ProcessorContext(
-        "http://127.0.0.1:1", "p", "l", lambda: Credentials("", ""), "g", "c", **extra
-    )
+    return make_context(metrics_registry=registry)
 
 
 class Made:
