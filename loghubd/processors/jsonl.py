@@ -17,6 +17,7 @@ compressed), so that sorting the names sorts them in write order.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import shutil
@@ -30,9 +31,10 @@ from typing import Any
 
 import structlog
 import zstandard
+from prometheus_client import CollectorRegistry, Counter
 
 from loghubd.models import Batch
-from loghubd.plugins.api import Tracker
+from loghubd.plugins.api import ProcessorContext, Tracker
 from loghubd.processors.options import check_options
 
 log = structlog.get_logger("loghubd.processors.jsonl")
@@ -88,14 +90,41 @@ class JsonlOptions:
         return Path(options["path"]), opts
 
 
+class JsonlMetrics:
+    """The processor's own series on the source's registry (docs/metrics.md). A closed file
+    that cannot be compressed stays as it is and is tried again later: counted here, so a
+    disk filling with uncompressed files does not go unseen."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.bytes = Counter(
+            "loghubd_jsonl_written_bytes_total", "Bytes of JSON lines written", registry=r
+        )
+        self.rotated = Counter(
+            "loghubd_jsonl_rotated_files_total", "Files closed by rotation", registry=r
+        )
+        self.compress_failures = Counter(
+            "loghubd_jsonl_compress_failures_total",
+            "Closed files that could not be compressed (tried again at the next rotation)",
+            registry=r,
+        )
+
+
 class JsonlProcessor:
     """One shard's file, `<path>/shard-<shard>.jsonl`."""
 
-    def __init__(self, directory: Path, shard: int, options: JsonlOptions | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        shard: int,
+        options: JsonlOptions | None = None,
+        metrics: JsonlMetrics | None = None,
+    ) -> None:
         self.directory = directory
         self.shard = shard
         self.path = directory / f"shard-{shard}.jsonl"
         self.options = options or JsonlOptions()
+        self.metrics = metrics or JsonlMetrics(CollectorRegistry())
         self._fd = -1
         self._size = 0  # bytes of whole batches in the open file
         self._torn = False  # a failed write may have left bytes past _size
@@ -122,13 +151,15 @@ class JsonlProcessor:
                 self._rotate()
             start = self._size
             try:
-                self._size += batch.write_jsonl(self._fd)
+                written = batch.write_jsonl(self._fd)
+                self._size += written
                 if self.options.fsync == "batch":
                     os.fsync(self._fd)
             except BaseException:
                 self._size, self._torn = start, True
                 self._cut_back()
                 raise
+        self.metrics.bytes.inc(written)
         tracker.save_checkpoint(persist=False)
 
     def _cut_back(self) -> None:
@@ -162,6 +193,7 @@ class JsonlProcessor:
         os.close(old)
         self._open()
         log.info("jsonl_rotated", shard=self.shard, closed=str(closed))
+        self.metrics.rotated.inc()
         self._compress_closed()
 
     def _compress_closed(self) -> None:
@@ -187,7 +219,9 @@ class JsonlProcessor:
                 self._sync_directory()
                 closed.unlink()
             except OSError as e:
-                part.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # the failure is reported below, not this
+                    part.unlink(missing_ok=True)
+                self.metrics.compress_failures.inc()
                 log.warning("jsonl_compress_failed", path=str(closed), error=str(e))
                 return
 
@@ -230,6 +264,10 @@ class JsonlProcessor:
 class JsonlFactory:
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.directory, self.options = JsonlOptions.parse(options)
+        self.metrics = JsonlMetrics(CollectorRegistry())  # bind() puts them on the daemon's
+
+    def bind(self, context: ProcessorContext) -> None:
+        self.metrics = context.instruments(JsonlMetrics)
 
     def __call__(self, shard: int) -> JsonlProcessor:
-        return JsonlProcessor(self.directory, shard, self.options)
+        return JsonlProcessor(self.directory, shard, self.options, self.metrics)

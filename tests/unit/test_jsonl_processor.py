@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from prometheus_client import CollectorRegistry
 
 from loghubd.files import write_all
 from loghubd.models import Batch
 from loghubd.processors.jsonl import JsonlFactory, JsonlOptions, JsonlProcessor
 from loghubd.protocol import pb
-from loghubd.testing import RecordingTracker
+from loghubd.testing import RecordingTracker, make_context
 
 
 def batch(first: int, count: int, size: int = 40) -> Batch:
@@ -206,3 +207,29 @@ def test_a_failed_rotation_fails_the_batch_before_writing_and_is_retried(
     [closed] = tmp_path.glob("shard-0.*Z.jsonl")
     assert ids(closed) == list(range(5))
     assert ids(tmp_path / "shard-0.jsonl") == list(range(5, 10))
+
+
+def test_its_series_count_bytes_rotations_and_compress_failures(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    factory = JsonlFactory({"path": str(tmp_path), "rotate_bytes": 1, "compress": "gzip"})
+    factory.bind(make_context(metrics_registry=registry))
+
+    def value(name: str) -> float | None:
+        return registry.get_sample_value(name)
+
+    # A closed file a crash left behind, whose compressed file's place is taken: compressing
+    # it fails (and is tried again at each rotation).
+    stuck = tmp_path / "shard-0.20260101T000000.000000Z.jsonl"
+    stuck.write_text('{"id": "old"}\n')
+    (tmp_path / (stuck.name + ".gz.part")).mkdir()
+    p = factory(0)
+    p.initialize(0)
+    assert value("loghubd_jsonl_compress_failures_total") == 1
+    first, second = batch(0, 5), batch(5, 5)
+    p.process(first, RecordingTracker())
+    p.process(second, RecordingTracker())  # rotate_bytes = 1: the first file is closed
+    p.shutdown(RecordingTracker())
+    assert value("loghubd_jsonl_written_bytes_total") == len(first.jsonl()) + len(second.jsonl())
+    assert value("loghubd_jsonl_rotated_files_total") == 1
+    assert value("loghubd_jsonl_compress_failures_total") == 2  # the stuck file, again
+    assert stuck.exists()  # left as it is, nothing lost
