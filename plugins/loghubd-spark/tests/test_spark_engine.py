@@ -25,8 +25,7 @@ from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
-from loghubd.protocol.signing import Credentials
-from loghubd.testing import ServerProcess
+from loghubd.testing import ServerProcess, make_context
 from loghubd.wal import COMMITTED, PENDING, Entry, Range
 
 pytestmark = pytest.mark.spark
@@ -360,8 +359,8 @@ def test_recovery_rewrites_crashed_writes_over_exactly_their_ranges(
         produce(server.endpoint, "sparkrec", "app", 2400, shards=2, group_size=40)
         source = Source(server.endpoint, "sparkrec", "app")
         per_shard = {s: source.batches(s, 10) for s in (0, 1)}
-        ctx = ProcessorContext(
-            server.endpoint, "sparkrec", "app", lambda: Credentials("", ""), "g", "c"
+        ctx = make_context(
+            endpoint=server.endpoint, project="sparkrec", logstore="app", group="g", consumer="c"
         )
         crashed = engines(context=ctx)
         leases = []
