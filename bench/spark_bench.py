@@ -208,7 +208,7 @@ def run_processor(
             raise RuntimeError("acks missing")
         elapsed = time.perf_counter() - started
         cpu = C.tree_cpu() - cpu0
-    writes = engine.writes
+    writes = int(engine.metrics.registry.get_sample_value("loghubd_spark_writes_total") or 0)
     engine.close()
     if errors:
         raise errors[0]

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from weakref import WeakKeyDictionary
 
-from prometheus_client import CollectorRegistry
-
 from loghubd.models import Batch
 from loghubd.protocol.signing import Credentials
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from loghubd.config import SourceSpec
 
 
@@ -133,6 +133,14 @@ class Closable(Protocol):
     def close(self) -> Awaitable[None] | None: ...
 
 
+def _new_registry() -> CollectorRegistry:
+    """A registry of its own (nobody serves it): prometheus_client is imported only when a
+    context is made, so `import loghubd` (every CLI command, plugin loading) does not pay it."""
+    from prometheus_client import CollectorRegistry
+
+    return CollectorRegistry(auto_describe=True)
+
+
 _Instruments = TypeVar("_Instruments")
 # Per registry, the instrument sets made on it (by their class): see ProcessorContext.instruments.
 _made: WeakKeyDictionary[CollectorRegistry, dict[Callable[..., Any], Any]] = WeakKeyDictionary()
@@ -157,9 +165,7 @@ class ProcessorContext:
     consumer: str
     auth_version: str = "v1"
     region: str = ""
-    metrics_registry: CollectorRegistry = field(
-        default_factory=lambda: CollectorRegistry(auto_describe=True)
-    )
+    metrics_registry: CollectorRegistry = field(default_factory=_new_registry)
 
     def instruments(self, kind: Callable[[CollectorRegistry], _Instruments]) -> _Instruments:
         """``kind(metrics_registry)``, made once per registry and then shared: a registry
@@ -191,7 +197,7 @@ class ProcessorContext:
             consumer=consumer,
             auth_version=s.auth_version,
             region=s.region,
-            metrics_registry=metrics_registry or CollectorRegistry(auto_describe=True),
+            metrics_registry=metrics_registry or _new_registry(),
         )
 
 

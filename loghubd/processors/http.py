@@ -172,14 +172,15 @@ class HttpMetrics:
         )
 
 
-def bodies(batch: Batch, size: int, compress: bool) -> list[bytes]:
+def bodies(batch: Batch, size: int, compress: bool) -> list[tuple[bytes, int]]:
     """The batch's logs as NDJSON request bodies of up to `size` logs each (the JSON-lines
-    view, written in C from the wire bytes, cut every `size` lines)."""
+    view, written in C from the wire bytes, cut every `size` lines), with their log counts."""
     lines = batch.jsonl().split(b"\n")
     lines.pop()  # the text ends with a newline: the last piece is empty
-    out = [b"\n".join(lines[i : i + size]) + b"\n" for i in range(0, len(lines), size)]
+    parts = [lines[i : i + size] for i in range(0, len(lines), size)]
+    out = [(b"\n".join(part) + b"\n", len(part)) for part in parts]
     if compress:
-        out = [gzip.compress(b, compresslevel=1) for b in out]
+        out = [(gzip.compress(body, compresslevel=1), n) for body, n in out]
     return out
 
 
@@ -201,18 +202,17 @@ class HttpProcessor:
         acked = self._acked.setdefault(batch.cursor, set())
         limit = anyio.Semaphore(o.concurrency)
 
-        async def send(index: int, body: bytes) -> None:
+        async def send(index: int, body: bytes, logs: int) -> None:
             async with limit:
                 await self._post(batch, index, len(parts), body)
             acked.add(index)
-            # the last part holds what the others leave (bodies() cuts every batch_size logs)
-            self.factory.metrics.logs.inc(min(o.batch_size, batch.log_count - index * o.batch_size))
+            self.factory.metrics.logs.inc(logs)
 
         try:
             async with anyio.create_task_group() as tg:
-                for index, body in enumerate(parts):
+                for index, (body, logs) in enumerate(parts):
                     if index not in acked:
-                        tg.start_soon(send, index, body)
+                        tg.start_soon(send, index, body, logs)
         except ExceptionGroup as group:
             # One refused request fails the batch; report the first reason, not a group.
             raise leaves(group)[0] from None

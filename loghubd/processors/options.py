@@ -19,13 +19,9 @@ def check_options(name: str, options: Mapping[str, Any], allowed: Mapping[str, T
         if key not in allowed:
             raise ValueError(f"processor.{name}.{key}: unknown key")
         types = allowed[key]
-        accepted = types if isinstance(types, tuple) else (types,)
-        if list in accepted:
-            accepted = (*accepted, tuple)
-        if not isinstance(value, accepted):
-            expected = " or ".join(
-                t.__name__ for t in (types if isinstance(types, tuple) else (types,))
-            )
+        named = types if isinstance(types, tuple) else (types,)
+        if not isinstance(value, (*named, tuple) if list in named else named):
+            expected = " or ".join(t.__name__ for t in named)
             raise ValueError(
                 f"processor.{name}.{key}: expected {expected}, got {type(value).__name__}"
             )

@@ -125,9 +125,6 @@ class Engine:
         self._timer: threading.Thread | None = None
         n = options.convert_processes
         self._pool = ConvertPool(n) if n > 0 else None
-        self.writes = 0  # committed writes (tests, benchmarks)
-        self.written_rows = 0
-        self.last_write_s = 0.0
         self.metrics = (
             context.instruments(SparkMetrics) if context else SparkMetrics(CollectorRegistry())
         )
@@ -395,9 +392,6 @@ class Engine:
         self._pending = None
         _ack(pw.items, self._lock)
         elapsed = time.monotonic() - started
-        self.writes += 1
-        self.written_rows += entry.rows
-        self.last_write_s = elapsed
         self.metrics.writes.inc()
         self.metrics.rows.inc(entry.rows)
         self.metrics.seconds.observe(elapsed)

@@ -34,3 +34,13 @@ def test_loading_the_plugins_imports_no_heavy_library() -> None:
     # at their entry points, not only at the built-ins
     assert {"postgres", "spark", "parquet", "jsonl"} <= set(seen["processors"]), seen
     assert seen["heavy"] == [], f"imported while loading plugins: {seen['heavy']}"
+
+
+def test_importing_loghubd_does_not_import_prometheus_client() -> None:
+    """Every command imports `loghubd` (and plugins import its API): the metrics library is
+    paid only by what serves or counts metrics (`ProcessorContext` makes its registry
+    lazily)."""
+    probe = "import sys, loghubd, loghubd.cli; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
