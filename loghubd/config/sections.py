@@ -16,12 +16,11 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from loghubd.config.redact import MASK, redact_value
 from loghubd.config.values import ConfigError, _parse_end, _parse_shards, _parse_start, _validate
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _SECRET = MappingProxyType({"secret": True})
-# Plugin tables have no schema here, so their secrets are recognised by name for redaction.
-_SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "private_key")
 
 # credentials = "env": the Alibaba Cloud SDKs' variables (the loader reads them).
 ENV_CREDENTIALS = (
@@ -201,20 +200,14 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _thaw(value: Any, *, redact: bool = False) -> Any:
+def _thaw(value: Any, *, redact: bool = False, name: str = "") -> Any:
+    """Plain dicts and lists again; with `redact`, what `check-config` may print (plugin
+    tables have no schema here: `loghubd.config.redact` tells secrets by name and shape)."""
     if isinstance(value, Mapping):
-        return {
-            k: _thaw(_redact_by_name(k, v) if redact else v, redact=redact)
-            for k, v in value.items()
-        }
+        return {k: _thaw(v, redact=redact, name=k) for k, v in value.items()}
     if isinstance(value, tuple):
-        return [_thaw(v, redact=redact) for v in value]
-    return value
-
-
-def _redact_by_name(key: str, value: Any) -> Any:
-    secret = any(word in key.lower() for word in _SECRET_WORDS)
-    return "***" if secret and isinstance(value, str) and value else value
+        return [_thaw(v, redact=redact, name=name) for v in value]
+    return redact_value(name, value) if redact else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,14 +282,16 @@ class SourceSpec:
 
 
 def _section_table(obj: Any) -> dict[str, Any]:
-    """One section as a plain TOML-shaped dict, non-empty secrets as "***"."""
+    """One section as a plain TOML-shaped dict, non-empty secrets as "***" (and URL
+    passwords and secret `name=value` pairs within other strings)."""
     table: dict[str, Any] = {}
     for f in fields(obj):
         value = getattr(obj, f.name)
         if f.name == "options":
             table.update(_thaw(value, redact=True))
         else:
-            table[f.name] = "***" if f.metadata.get("secret") and value else value
+            secret = f.metadata.get("secret") and value
+            table[f.name] = MASK if secret else redact_value(f.name, value)
     return table
 
 

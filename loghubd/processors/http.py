@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from yarl import URL
 
 from loghubd.backoff import Backoff
+from loghubd.config.redact import redact_text
 from loghubd.errors import leaves
 from loghubd.models import Batch
 from loghubd.plugins.api import BatchRejected, ProcessorContext, Tracker
@@ -87,9 +88,11 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
     try:
         url = URL(raw_url)
     except ValueError as exc:
-        raise ValueError(f"{PREFIX}.url: {raw_url!r} is not a URL: {exc}") from None
+        shown = redact_text(str(raw_url))
+        raise ValueError(f"{PREFIX}.url: {shown!r} is not a URL: {redact_text(str(exc))}") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"{PREFIX}.url: {raw_url!r} is not an http:// or https:// URL")
+        shown = redact_text(raw_url)
+        raise ValueError(f"{PREFIX}.url: {shown!r} is not an http:// or https:// URL")
     headers = {}
     for name, value in dict(options.get("headers", {})).items():
         if not isinstance(value, str) or "\n" in value or "\r" in value:
@@ -253,7 +256,7 @@ class HttpProcessor:
                     text = (await resp.text(errors="replace"))[:300]
                     if resp.status != 429 and resp.status < 500:
                         raise HttpRejected(
-                            f"{o.url} answered {resp.status} {resp.reason}: {text!r} "
+                            f"{redact_text(o.url)} answered {resp.status} {resp.reason}: {text!r} "
                             f"(shard {batch.shard}, cursor {batch.cursor}, part {index}/{count})"
                         )
                     asked = retry_after(resp.headers.get("Retry-After"), time.time())
@@ -264,7 +267,9 @@ class HttpProcessor:
                 metrics.requests.labels(status).inc()
                 metrics.seconds.observe(time.perf_counter() - sent)
             if o.max_retries and attempt > o.max_retries:
-                raise GaveUp(f"{o.url}: {attempt} failures in a row, the last: {reason}")
+                raise GaveUp(
+                    f"{redact_text(o.url)}: {attempt} failures in a row, the last: {reason}"
+                )
             backoff = Backoff(
                 initial=o.retry_initial_backoff_s, cap=o.retry_max_backoff_s, jitter=0.5
             )

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 import structlog
 
 from loghubd.arrow import position
+from loghubd.config.redact import redact_text
 from loghubd.wal import COMMITTED, PENDING, WAL_DIR, Entry, Wal, fsync_dir
 
 log = structlog.get_logger("loghubd.parquet")
@@ -63,7 +64,7 @@ def open_target(path: str, wal_dir: str | None) -> Target:
         try:
             fs, root = pafs.FileSystem.from_uri(path)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-            raise ValueError(f"processor.parquet.path: {path!r}: {exc}") from None
+            raise ValueError(redact_text(f"processor.parquet.path: {path!r}: {exc}")) from None
         local = isinstance(fs, pafs.LocalFileSystem)
     else:
         fs, root, local = pafs.LocalFileSystem(), str(Path(path).absolute()), True
@@ -80,7 +81,9 @@ def open_target(path: str, wal_dir: str | None) -> Target:
             out.write(b"probe")
         fs.delete_file(probe)
     except (OSError, pa.ArrowException) as exc:
-        raise ValueError(f"processor.parquet.path: cannot write to {path!r}: {exc}") from None
+        raise ValueError(
+            redact_text(f"processor.parquet.path: cannot write to {path!r}: {exc}")
+        ) from None
     try:
         (wal_root / WAL_DIR).mkdir(parents=True, exist_ok=True)
         test = wal_root / WAL_DIR / f".probe-{os.getpid()}"

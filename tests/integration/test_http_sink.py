@@ -188,7 +188,8 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
             GROUP,
             "http",
             processor="http",
-            processor_options={"url": receiver.url},
+            # credentials in the URL (sent as basic auth): the notes and logs must not show them
+            processor_options={"url": receiver.url.replace("://", "://ingest:hunter2@")},
             consumer={"max_attempts": 5, "on_failure": "dead_letter"},
         ).wait_ready()
         wait_until(lambda: daemon.events("batch_dead_lettered"), 30, daemon.log_tail)
@@ -202,6 +203,8 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
     # Sending it again cannot help: the policy applies at once, not after max_attempts.
     assert note["rejected"] is True and note["attempts"] == 1, note
     assert receiver.requests == 1
+    assert "ingest:***@" in note["error"], note
+    assert "hunter2" not in notes[0].read_text() + daemon.log_path.read_text(), note
 
 
 @pytest.mark.parametrize(
@@ -210,6 +213,7 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
         ({}, "processor.http.url: required"),
         ({"url": "ftp://example.com/x"}, "processor.http.url: 'ftp://example.com/x' is not an"),
         ({"url": "http://"}, "processor.http.url"),
+        ({"url": "ftp://u:pw@example.com/"}, "processor.http.url: 'ftp://u:***@example.com/' is"),
         ({"url": "http://h/", "batch_size": 0}, "processor.http.batch_size: must be >= 1"),
         ({"url": "http://h/", "gzip": "yes"}, "processor.http.gzip: expected bool, got str"),
         ({"url": "http://h/", "header": {}}, "processor.http.header: unknown key"),

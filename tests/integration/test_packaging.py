@@ -127,6 +127,43 @@ def test_check_config_prints_effective_config_with_env_override_and_masked_secre
     assert "s3cr3t" not in result.stdout
 
 
+def test_check_config_hides_the_secrets_of_processor_tables(tmp_path: Path) -> None:
+    """What an operator pastes into a ticket: no password, token or key from a processor's
+    table, whatever the key is called, and the URLs still readable."""
+    path = tmp_path / "sinks.toml"
+    path.write_text(
+        BASE.format(extra="").replace(
+            "[processor.jsonl]", "[processor]\nname = 'http'\n[processor.jsonl]"
+        )
+        + """
+[processor.http]
+url = "https://ingest:hunter2@logs.example.com/v1?access_token=t0k3n"
+bearer_token = "b3ar3r"
+[processor.http.headers]
+Authorization = "Basic c2VjcmV0"
+"X-Api-Key" = "k3yk3y"
+"X-Source" = "loghubd"
+[processor.postgres]
+dsn = "host=db user=app password=pgpw dbname=logs"
+[processor.parquet]
+path = "s3://AKIA:s3cr3t/+k3y@bucket/logs"
+"""
+    )
+    result = loghubd("check-config", str(path))
+    assert result.returncode == 0, result.stderr
+    for secret in ("hunter2", "t0k3n", "b3ar3r", "c2VjcmV0", "k3yk3y", "pgpw", "s3cr3t"):
+        assert secret not in result.stdout, secret
+    shown = json.loads(result.stdout)["processor"]
+    assert shown["http"]["url"] == "https://ingest:***@logs.example.com/v1?access_token=***"
+    assert shown["http"]["headers"] == {
+        "Authorization": "***",
+        "X-Api-Key": "***",
+        "X-Source": "loghubd",
+    }
+    assert shown["postgres"]["dsn"] == "host=db user=app password=*** dbname=logs"
+    assert shown["parquet"]["path"] == "s3://AKIA:***@bucket/logs"
+
+
 def test_run_refuses_bad_config_with_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(BASE.format(extra="max_fetch_log_groups = 5000"))

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loghubd.config.redact import redact_value
 from loghubd_spark.options import LOGS_PLACEHOLDER, SINKS, resolve_function
 
 if TYPE_CHECKING:
@@ -122,8 +123,11 @@ class StreamConfig:
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if name in SECRET_KEYS and value:
-                value = "***"
-            out[name] = dict(value) if isinstance(value, Mapping) else value
+                out[name] = "***"
+            elif isinstance(value, Mapping):  # `conf`: spark.hadoop.fs.s3a.secret.key and kin
+                out[name] = {k: redact_value(k, v) for k, v in value.items()}
+            else:  # URL passwords in `path`, secret name=value pairs in a string
+                out[name] = redact_value(name, value)
         return out
 
 

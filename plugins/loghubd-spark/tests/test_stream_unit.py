@@ -265,6 +265,23 @@ def test_config_maps_onto_the_source_options_and_masks_secrets() -> None:
     StreamOptions.parse(opts)  # what the CLI hands over, the source accepts
 
 
+def test_check_masks_secrets_in_conf_and_path() -> None:
+    """`--check` prints the effective keys: a secret in a Spark conf key or a URL must not
+    show, whatever the key is called."""
+    spark = {
+        **FILE["spark_stream"],
+        "path": "s3a://AKIA:s3cr3t@bucket/app",
+        "conf": {"spark.hadoop.fs.s3a.secret.key": "k3y", "spark.sql.shuffle.partitions": 4},
+    }
+    shown = parse({**FILE, "spark_stream": spark}, {}).redacted()
+    assert shown["path"] == "s3a://AKIA:***@bucket/app"
+    assert shown["conf"] == {
+        "spark.hadoop.fs.s3a.secret.key": "***",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    assert shown["sql"] == "SELECT * FROM {logs}"
+
+
 def test_config_problems_name_their_keys() -> None:
     bad: dict[str, Any] = {
         "source": {"endpoint": "x", "project": "p", "color": "red"},
