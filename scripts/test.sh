@@ -9,10 +9,10 @@ cd "$here"
 # The systemd unit is verified with systemd-analyze; Prometheus (prometheus, promtool) checks
 # the alert rules and runs the Grafana dashboard's queries; the postgres processor's tests run
 # a real PostgreSQL server (Debian's binaries, outside PATH); the web console is driven in a
-# real headless chromium.
+# real headless chromium; the http processor's TLS tests make their certificates with openssl.
 "$here/scripts/debs.sh" systemd-analyze:systemd promtool:prometheus \
   "/usr/lib/postgresql/*/bin/postgres:postgresql" \
-  chromium:chromium
+  chromium:chromium openssl:openssl
 bin="$here/.venv/bin"
 "$bin/ruff" check loghubd tests bench plugins conftest.py
 "$bin/ruff" format --check loghubd tests bench plugins conftest.py

@@ -13,11 +13,17 @@ acknowledged are not sent again.
 Each request carries `X-Loghubd-Shard`, `X-Loghubd-Cursor` (where its batch starts) and
 `X-Loghubd-Part` (`<index>/<count>` within the batch): a receiver that wants exactly once can
 drop a (shard, cursor, part) it has already stored.
+
+TLS: an `https://` endpoint is verified against the system's CA certificates, or against
+`tls_ca_file` (a private CA); `tls_cert_file` / `tls_key_file` present a client certificate
+(mutual TLS); `tls_verify = false` turns verification off (a warning at start). The files are
+loaded at start, so a missing or bad one fails `loghubd run` naming its key.
 """
 
 from __future__ import annotations
 
 import gzip
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,6 +69,10 @@ class HttpOptions:
     retry_initial_backoff_s: float
     retry_max_backoff_s: float
     max_retries: int  # 0: retry retryable failures for ever
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_verify: bool = True
 
 
 _ALLOWED: dict[str, type | tuple[type, ...]] = {
@@ -76,6 +86,10 @@ _ALLOWED: dict[str, type | tuple[type, ...]] = {
     "retry_initial_backoff_s": (int, float),
     "retry_max_backoff_s": (int, float),
     "max_retries": int,
+    "tls_ca_file": str,
+    "tls_cert_file": str,
+    "tls_key_file": str,
+    "tls_verify": bool,
 }
 
 
@@ -118,6 +132,18 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
     retries = int(options.get("max_retries", 0))
     if retries < 0:
         raise ValueError(f"{PREFIX}.max_retries: must be >= 0 (0: for ever)")
+    tls = {
+        key: str(options.get(key, "")) for key in ("tls_ca_file", "tls_cert_file", "tls_key_file")
+    }
+    verify = bool(options.get("tls_verify", True))
+    if url.scheme != "https":
+        given = [key for key, value in tls.items() if value] + ([] if verify else ["tls_verify"])
+        if given:
+            raise ValueError(f"{PREFIX}.{given[0]}: only for https:// URLs")
+    if tls["tls_key_file"] and not tls["tls_cert_file"]:
+        raise ValueError(f"{PREFIX}.tls_key_file: needs tls_cert_file (the client certificate)")
+    if not verify and tls["tls_ca_file"]:
+        raise ValueError(f"{PREFIX}.tls_verify: false ignores tls_ca_file; give one or the other")
     return HttpOptions(
         url=str(url),
         headers=headers,
@@ -128,7 +154,39 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
         retry_initial_backoff_s=initial,
         retry_max_backoff_s=maximum,
         max_retries=retries,
+        tls_verify=verify,
+        **tls,
     )
+
+
+def failure_reason(exc: BaseException, timeout_s: float) -> str:
+    """A request's failure as an operator reads it: the exception's message, which names
+    the cause (`Cannot connect to host ... [SSLCertVerificationError: ... certificate verify
+    failed: ...]`), not its repr (a connection key first, cut before the cause)."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return f"no answer within timeout_s ({timeout_s:g} s)"
+    return redact_text(f"{type(exc).__name__}: {exc}")[:400]
+
+
+def tls_context(o: HttpOptions) -> ssl.SSLContext | None:
+    """The TLS settings as an SSLContext, or None for aiohttp's default (the system's CAs);
+    ValueError naming the key of a file that cannot be loaded."""
+    if not (o.tls_ca_file or o.tls_cert_file or not o.tls_verify):
+        return None
+    try:
+        context = ssl.create_default_context(cafile=o.tls_ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"{PREFIX}.tls_ca_file: cannot load {o.tls_ca_file!r}: {exc}") from None
+    if not o.tls_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if o.tls_cert_file:
+        try:
+            context.load_cert_chain(o.tls_cert_file, o.tls_key_file or None)
+        except (OSError, ssl.SSLError) as exc:
+            files = ", ".join(repr(f) for f in (o.tls_cert_file, o.tls_key_file) if f)
+            raise ValueError(f"{PREFIX}.tls_cert_file: cannot load {files}: {exc}") from None
+    return context
 
 
 def retry_after(value: str | None, now: float) -> float | None:
@@ -262,7 +320,7 @@ class HttpProcessor:
                     asked = retry_after(resp.headers.get("Retry-After"), time.time())
                     reason = f"{resp.status} {resp.reason}"
             except (aiohttp.ClientError, TimeoutError) as exc:
-                reason = repr(exc)[:200]
+                reason = failure_reason(exc, o.timeout_s)
             finally:
                 metrics.requests.labels(status).inc()
                 metrics.seconds.observe(time.perf_counter() - sent)
@@ -296,6 +354,9 @@ class HttpFactory:
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = parse(options)
+        self.tls = tls_context(self.options)
+        if not self.options.tls_verify:
+            log.warning("http_tls_verify_off", url=redact_text(self.options.url))
         self.session: aiohttp.ClientSession | None = None
         self.metrics = HttpMetrics(CollectorRegistry())  # bind() puts them on the daemon's
 
@@ -303,7 +364,8 @@ class HttpFactory:
         self.metrics = context.instruments(HttpMetrics)
 
     async def start(self) -> None:
-        self.session = aiohttp.ClientSession(auto_decompress=True)
+        connector = aiohttp.TCPConnector(ssl=self.tls) if self.tls is not None else None
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
 
     async def close(self) -> None:
         if self.session is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ class Received:
     status: int  # what was answered; STALL when the client had given up
     auth: str = ""
     gzip: bool = False
+    client: str = ""  # the common name of the client certificate presented over TLS, if any
 
 
 @dataclass
@@ -47,10 +49,12 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     requests: int = 0
     started: float = 0.0
+    tls: ssl.SSLContext | None = None  # serve https with this server context
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/ingest"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/ingest"
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         n = self.requests
@@ -76,6 +80,7 @@ class Receiver:
             answer,
             request.headers.get("Authorization", ""),
             zipped,
+            _client_name(request),
         )
         self.received.append(note)
         if answer == STALL:
@@ -92,7 +97,8 @@ class Receiver:
             app.router.add_post("/ingest", self._handle)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
-            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+            site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.tls)
+            await site.start()
             ready.set()
 
         def run() -> None:
@@ -113,3 +119,13 @@ class Receiver:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+def _client_name(request: web.Request) -> str:
+    transport = request.transport
+    peer = transport.get_extra_info("peercert") if transport is not None else None
+    for rdn in (peer or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
