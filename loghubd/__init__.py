@@ -3,7 +3,8 @@
 The public API for plugin authors lives here; everything else is internal: the processor seam
 (`loghubd.plugins.api`), the batch model (`loghubd.models`), the write-ahead log that file
 sinks share for exactly once (`loghubd.wal`) and the SLS client with its
-credentials providers and errors (`loghubd.sls`).
+credentials providers and errors (`loghubd.sls`). `redact_text` / `redact_value` mask secrets
+in what a plugin prints of its options (`loghubd.config.redact`).
 """
 
 import importlib
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from loghubd.backoff import Backoff
+from loghubd.config.redact import redact_text, redact_value
 from loghubd.models import Batch, Record
 from loghubd.plugins.api import (
     Ack,
@@ -82,6 +84,8 @@ __all__ = [
     "__version__",
     "hookimpl",
     "provider_for",
+    "redact_text",
+    "redact_value",
 ]
 
 # The SLS client's names are imported on first use: `import loghubd` (every plugin, the

@@ -21,11 +21,14 @@ Exit codes (docs/operations.md):
 from __future__ import annotations
 
 import errno
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from loghubd.errors import leaves
 from loghubd.protocol import errors as E
+from loghubd.proxy import proxy_for
 from loghubd.sls import Unreachable
 
 OK, FAILED, USAGE, NOT_FOUND, UNREACHABLE, REFUSED, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
@@ -50,8 +53,11 @@ class Context:
     group: str = ""
 
 
-def check_endpoint(text: str, flag: str = "--endpoint") -> str:
-    """`text` if it is an http(s) URL with a host, else a UserError saying what is expected."""
+def check_endpoint(
+    text: str, flag: str = "--endpoint", environ: Mapping[str, str] | None = None
+) -> str:
+    """`text` if it is an http(s) URL with a host and the proxy the environment gives for it
+    (`loghubd.proxy`) can be used, else a UserError saying what is expected."""
     parts = urlsplit(text if "://" in text else f"http://{text}")
     host = parts.hostname or ""
     try:
@@ -65,6 +71,12 @@ def check_endpoint(text: str, flag: str = "--endpoint") -> str:
             f"{flag} {text!r} is not a service URL: use http://HOST:PORT for loghubd serve "
             "(e.g. http://127.0.0.1:7100) or https://REGION.log.aliyuncs.com for SLS",
         )
+    try:
+        proxy_for(
+            text if "://" in text else f"http://{text}", os.environ if environ is None else environ
+        )
+    except ValueError as exc:
+        raise UserError(USAGE, str(exc)) from None
     return text
 
 

@@ -13,6 +13,7 @@ the ops views (`loghubd.ops.views`, from the `snapshot` it takes).
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -44,6 +45,7 @@ from loghubd.plugins.manager import Plugins
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
 from loghubd.sls import CredentialsProvider, SlsClient, provider_for
+from loghubd.sls.client import client_proxy
 
 log = structlog.get_logger("loghubd.source")
 
@@ -74,6 +76,8 @@ class SourceRunner:
         self.client: SlsClient | None = None
         self.supervisor: Supervisor | None = None
         self.provider: CredentialsProvider = provider_for(spec.source)
+        # From HTTP(S)_PROXY / NO_PROXY; a proxy that cannot be used is refused here, at start.
+        self.proxy = client_proxy(spec.source.endpoint, spec.source.project, os.environ)
         c = spec.consumer
         self._bind = {"group": c.group, "consumer": consumer}
 
@@ -309,6 +313,7 @@ class SourceRunner:
             logstore=spec.source.logstore,
             shards=None if c.shards is None else list(c.shards),
             end=c.end,
+            **({"proxy": self.proxy.url, "proxy_from": self.proxy.variable} if self.proxy else {}),
         )
         started()
         await _wait_any(stop, window_done)

@@ -17,12 +17,14 @@ drop a (shard, cursor, part) it has already stored.
 TLS: an `https://` endpoint is verified against the system's CA certificates, or against
 `tls_ca_file` (a private CA); `tls_cert_file` / `tls_key_file` present a client certificate
 (mutual TLS); `tls_verify = false` turns verification off (a warning at start). The files are
-loaded at start, so a missing or bad one fails `loghubd run` naming its key.
+loaded at start, so a missing or bad one fails `loghubd run` naming its key. Requests go
+through the proxy `HTTP_PROXY` / `HTTPS_PROXY` / `NO_PROXY` give (`loghubd.proxy`).
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import ssl
 import time
 from collections.abc import Mapping
@@ -42,6 +44,7 @@ from loghubd.errors import leaves
 from loghubd.models import Batch
 from loghubd.plugins.api import BatchRejected, ProcessorContext, Tracker
 from loghubd.processors.options import check_options
+from loghubd.proxy import proxy_for
 
 log = structlog.get_logger("loghubd.http")
 
@@ -294,6 +297,9 @@ class HttpProcessor:
         if o.gzip:
             headers["Content-Encoding"] = "gzip"
         metrics = self.factory.metrics
+        proxy = self.factory.proxy
+        if proxy is not None:
+            headers.update(proxy.request_headers)
         attempt = 0
         while True:
             attempt += 1
@@ -306,6 +312,8 @@ class HttpProcessor:
                     data=body,
                     headers=headers,
                     timeout=aiohttp.ClientTimeout(total=o.timeout_s),
+                    proxy=proxy.url if proxy else None,
+                    proxy_headers=proxy.tunnel_headers if proxy else None,
                 ) as resp:
                     status = str(resp.status)
                     if 200 <= resp.status < 300:
@@ -355,6 +363,7 @@ class HttpFactory:
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = parse(options)
         self.tls = tls_context(self.options)
+        self.proxy = proxy_for(self.options.url, os.environ)  # HTTP(S)_PROXY, NO_PROXY
         if not self.options.tls_verify:
             log.warning("http_tls_verify_off", url=redact_text(self.options.url))
         self.session: aiohttp.ClientSession | None = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from loghubd.backoff import Backoff
 from loghubd.protocol import compress as codec
 from loghubd.protocol import errors as E
 from loghubd.protocol import signing
+from loghubd.proxy import Proxy, proxy_for
 from loghubd.sls.errors import Unreachable
 
 API_VERSION = "0.6.0"
@@ -56,6 +58,24 @@ class Pulled:
     result_lines: int | None = None
 
 
+def base_url(endpoint: str, project: str) -> tuple[str, str]:
+    """(the URL requests for `project` go to, their Host header); ValueError without a host."""
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    if not parts.hostname:
+        raise ValueError(f"endpoint {endpoint!r} has no host")
+    host, port = parts.hostname, parts.port
+    scheme = parts.scheme or "http"
+    netloc_port = f":{port}" if port else ""
+    if _is_local(host):
+        return f"{scheme}://{host}{netloc_port}", f"{project}.{host}"
+    return f"{scheme}://{project}.{host}{netloc_port}", f"{project}.{host}"
+
+
+def client_proxy(endpoint: str, project: str, environ: Mapping[str, str]) -> Proxy | None:
+    """The proxy an SlsClient for `project` at `endpoint` uses (`loghubd.proxy`)."""
+    return proxy_for(base_url(endpoint, project)[0], environ)
+
+
 class SlsClient:
     def __init__(
         self,
@@ -72,10 +92,11 @@ class SlsClient:
         accept_compress: str = codec.LZ4,
         user_agent: str = USER_AGENT,
         on_auth_error: Callable[[signing.Credentials], None] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
-        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-        if not parts.hostname:
-            raise ValueError(f"endpoint {endpoint!r} has no host")
+        """`environ` (default: the process's) gives the proxy (`loghubd.proxy`): ValueError
+        naming the variable when it cannot be used."""
+        self._base, self._host_header = base_url(endpoint, project)
         self._session = session
         self.project = project
         self._credentials = credentials
@@ -86,15 +107,7 @@ class SlsClient:
         self._accept = accept_compress
         self._user_agent = user_agent
         self._on_auth_error = on_auth_error
-        host = parts.hostname
-        port = parts.port
-        scheme = parts.scheme or "http"
-        netloc_port = f":{port}" if port else ""
-        self._host_header = f"{project}.{host}"
-        if _is_local(host):
-            self._base = f"{scheme}://{host}{netloc_port}"
-        else:
-            self._base = f"{scheme}://{project}.{host}{netloc_port}"
+        self.proxy = proxy_for(self._base, os.environ if environ is None else environ)
 
     # -- transport ---------------------------------------------------------------------------
 
@@ -169,6 +182,8 @@ class SlsClient:
                 # As the official SDK does after a v1 signature: a copy of Date for proxies
                 # that drop it (not signed).
                 headers["x-log-date"] = headers["date"]
+        if self.proxy is not None:  # after signing: the proxy consumes it
+            headers.update(self.proxy.request_headers)
         async with self._session.request(
             method,
             self._base + path,
@@ -180,6 +195,8 @@ class SlsClient:
             skip_auto_headers=("Content-Type",),
             auto_decompress=False,
             allow_redirects=False,
+            proxy=self.proxy.url if self.proxy else None,
+            proxy_headers=self.proxy.tunnel_headers if self.proxy else None,
         ) as resp:
             data = await resp.read()
             return resp.status, {k.lower(): v for k, v in resp.headers.items()}, data

@@ -37,6 +37,8 @@ class Received:
     auth: str = ""
     gzip: bool = False
     client: str = ""  # the common name of the client certificate presented over TLS, if any
+    target: str = ""  # the URL asked for (absolute when the receiver stands in as a proxy)
+    proxy_auth: str = ""  # the Proxy-Authorization header, if any
 
 
 @dataclass
@@ -81,6 +83,8 @@ class Receiver:
             request.headers.get("Authorization", ""),
             zipped,
             _client_name(request),
+            str(request.url) if request.raw_path.startswith("http") else request.raw_path,
+            request.headers.get("Proxy-Authorization", ""),
         )
         self.received.append(note)
         if answer == STALL:

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loghubd.config.redact import redact_value
+from loghubd import redact_value
 from loghubd_spark.options import LOGS_PLACEHOLDER, SINKS, resolve_function
 
 if TYPE_CHECKING:
