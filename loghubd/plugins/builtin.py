@@ -127,6 +127,7 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
                 "bearer_token": "sends Authorization: Bearer <token>",
                 "gzip": "gzip request bodies (false)",
                 "batch_size": "logs per request (1000)",
+                "max_body_bytes": "NDJSON bytes per request before gzip (4 MiB; 0: no limit)",
                 "concurrency": "requests in flight per shard (2)",
                 "timeout_s": "per request, connection included (30.0)",
                 "retry_initial_backoff_s": "first wait between retries (0.5)",

@@ -1,14 +1,14 @@
 """The `http` processor: POST each batch as NDJSON to a URL, at least once.
 
-A batch is cut into requests of `batch_size` logs (one JSON object per line, optionally
-gzipped), sent with up to `concurrency` requests in flight per shard. A request is done when
-the endpoint answers 2xx. 429, 5xx, time-outs and connection errors are retried with
-exponential backoff and jitter, waiting at least what a `Retry-After` header asks; any other
-answer (4xx) rejects the batch (`BatchRejected`): the daemon's failure policy
-(`consumer.on_failure`) applies at once, without `max_attempts` retries. The shard's
-checkpoint moves only once every request of the batch was acknowledged, so a crash re-sends,
-never skips: **at least once**. When the daemon retries a failed batch, the requests already
-acknowledged are not sent again.
+A batch is cut into requests of `batch_size` logs and at most `max_body_bytes` (one JSON
+object per line, counted before the optional gzip), sent with up to `concurrency` requests
+in flight per shard. A request is done when the endpoint answers 2xx. 429, 5xx, time-outs
+and connection errors are retried with exponential backoff and jitter, waiting at least what
+a `Retry-After` header asks; any other answer (4xx; for 413, lower `max_body_bytes`) rejects
+the batch (`BatchRejected`): the daemon's failure policy (`consumer.on_failure`) applies at
+once, without `max_attempts` retries. The shard's checkpoint moves only once every request
+of the batch was acknowledged, so a crash re-sends, never skips: **at least once**. When the
+daemon retries a failed batch, the requests already acknowledged are not sent again.
 
 Each request carries `X-Loghubd-Shard`, `X-Loghubd-Cursor` (where its batch starts) and
 `X-Loghubd-Part` (`<index>/<count>` within the batch): a receiver that wants exactly once can
@@ -50,6 +50,7 @@ log = structlog.get_logger("loghubd.http")
 
 PREFIX = "processor.http"
 MAX_RETRY_AFTER_S = 300.0  # a Retry-After longer than this is taken as this
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # below the common ingest limits (Loki, HEC, nginx)
 
 
 class HttpRejected(BatchRejected):
@@ -67,6 +68,7 @@ class HttpOptions:
     headers: Mapping[str, str]
     gzip: bool
     batch_size: int
+    max_body_bytes: int  # 0: no limit
     concurrency: int
     timeout_s: float
     retry_initial_backoff_s: float
@@ -84,6 +86,7 @@ _ALLOWED: dict[str, type | tuple[type, ...]] = {
     "bearer_token": str,
     "gzip": bool,
     "batch_size": int,
+    "max_body_bytes": int,
     "concurrency": int,
     "timeout_s": (int, float),
     "retry_initial_backoff_s": (int, float),
@@ -125,6 +128,11 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
     for key, value in numbers.items():
         if value < 1:
             raise ValueError(f"{PREFIX}.{key}: must be >= 1, got {value}")
+    max_body = int(options.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES))
+    if max_body != 0 and max_body < 1024:
+        raise ValueError(
+            f"{PREFIX}.max_body_bytes: must be 0 (no limit) or >= 1024, got {max_body}"
+        )
     timeout = float(options.get("timeout_s", 30.0))
     initial = float(options.get("retry_initial_backoff_s", 0.5))
     maximum = float(options.get("retry_max_backoff_s", 30.0))
@@ -152,6 +160,7 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
         headers=headers,
         gzip=bool(options.get("gzip", False)),
         batch_size=numbers["batch_size"],
+        max_body_bytes=max_body,
         concurrency=numbers["concurrency"],
         timeout_s=timeout,
         retry_initial_backoff_s=initial,
@@ -236,15 +245,35 @@ class HttpMetrics:
         )
 
 
-def bodies(batch: Batch, size: int, compress: bool) -> list[tuple[bytes, int]]:
-    """The batch's logs as NDJSON request bodies of up to `size` logs each (the JSON-lines
-    view, written in C from the wire bytes, cut every `size` lines), with their log counts."""
+def bodies(batch: Batch, size: int, compress: bool, max_bytes: int = 0) -> list[tuple[bytes, int]]:
+    """The batch's logs as NDJSON request bodies of up to `size` logs and, with `max_bytes`,
+    up to that many bytes before compression (a longer line goes alone), with their log
+    counts. The JSON-lines view is written in C from the wire bytes; the cuts depend only on
+    the batch and the options, so a retried batch is cut the same way (its parts keep their
+    numbers)."""
     lines = batch.jsonl().split(b"\n")
     lines.pop()  # the text ends with a newline: the last piece is empty
     parts = [lines[i : i + size] for i in range(0, len(lines), size)]
+    if max_bytes:
+        parts = [cut for part in parts for cut in _by_bytes(part, max_bytes)]
     out = [(b"\n".join(part) + b"\n", len(part)) for part in parts]
     if compress:
         out = [(gzip.compress(body, compresslevel=1), n) for body, n in out]
+    return out
+
+
+def _by_bytes(lines: list[bytes], max_bytes: int) -> list[list[bytes]]:
+    """`lines` cut where the next line would take a part past `max_bytes` (newlines counted)."""
+    if sum(map(len, lines)) + len(lines) <= max_bytes:
+        return [lines]
+    out: list[list[bytes]] = []
+    start = used = 0
+    for i, line in enumerate(lines):
+        if i > start and used + len(line) + 1 > max_bytes:
+            out.append(lines[start:i])
+            start, used = i, 0
+        used += len(line) + 1
+    out.append(lines[start:])
     return out
 
 
@@ -262,7 +291,9 @@ class HttpProcessor:
 
     async def process(self, batch: Batch, tracker: Tracker) -> None:
         o = self.options
-        parts = await anyio.to_thread.run_sync(bodies, batch, o.batch_size, o.gzip)
+        parts = await anyio.to_thread.run_sync(
+            bodies, batch, o.batch_size, o.gzip, o.max_body_bytes
+        )
         acked = self._acked.setdefault(batch.cursor, set())
         limit = anyio.Semaphore(o.concurrency)
 

@@ -39,6 +39,7 @@ class Received:
     client: str = ""  # the common name of the client certificate presented over TLS, if any
     target: str = ""  # the URL asked for (absolute when the receiver stands in as a proxy)
     proxy_auth: str = ""  # the Proxy-Authorization header, if any
+    size: int = 0  # bytes of the NDJSON body (after gunzip)
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Receiver:
             _client_name(request),
             str(request.url) if request.raw_path.startswith("http") else request.raw_path,
             request.headers.get("Proxy-Authorization", ""),
+            len(body),
         )
         self.received.append(note)
         if answer == STALL:

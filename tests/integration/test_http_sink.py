@@ -71,6 +71,7 @@ def test_every_log_at_least_once_and_checkpoints_wait_for_acks(
             "bearer_token": TOKEN,
             "gzip": True,
             "batch_size": 500,
+            "max_body_bytes": 20_000,  # ~130 logs: the bytes cut most requests, not the count
             "concurrency": 2,
             "timeout_s": 1.5,
             "retry_initial_backoff_s": 0.1,
@@ -131,6 +132,9 @@ def test_every_log_at_least_once_and_checkpoints_wait_for_acks(
     assert answers[500] and answers[429] and answers[STALL], answers
     assert daemon.events("http_retry"), daemon.log_tail()
     assert all(r.auth == f"Bearer {TOKEN}" and r.gzip for r in got)
+    # Cut by bytes as well as by count: no body past max_body_bytes, and most were cut by it.
+    assert max(r.size for r in got) <= 20_000, max(r.size for r in got)
+    assert max(len(r.ids) for r in got) < 500
 
     # Every log arrived at least once in an acknowledged request.
     acked = Counter(i for r in got if r.status == 200 for i in r.ids)
@@ -215,6 +219,7 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
         ({"url": "http://"}, "processor.http.url"),
         ({"url": "ftp://u:pw@example.com/"}, "processor.http.url: 'ftp://u:***@example.com/' is"),
         ({"url": "http://h/", "batch_size": 0}, "processor.http.batch_size: must be >= 1"),
+        ({"url": "http://h/", "max_body_bytes": 100}, "processor.http.max_body_bytes: must be 0"),
         ({"url": "http://h/", "gzip": "yes"}, "processor.http.gzip: expected bool, got str"),
         ({"url": "http://h/", "header": {}}, "processor.http.header: unknown key"),
     ],
