@@ -13,14 +13,17 @@ import argparse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import aiohttp
 import anyio
 
 from loghubd.admin.errors import USAGE, Context, UserError, check_endpoint
 from loghubd.config import Config
 from loghubd.protocol.signing import Credentials
-from loghubd.sls import CredentialsProvider, SlsClient, StaticCredentials, provider_for
+from loghubd.sls.credentials import CredentialsProvider, StaticCredentials, provider_for
+
+if TYPE_CHECKING:
+    from loghubd.sls.client import SlsClient
 
 
 def env_credentials(environ: Mapping[str, str]) -> Credentials:
@@ -91,6 +94,10 @@ def target(
 @asynccontextmanager
 async def client_for(t: Target) -> AsyncIterator[SlsClient]:
     """A client to `t`, its credentials loaded (a file read, a command run) and kept fresh."""
+    import aiohttp  # here: the commands that never connect (--help) do not pay for it
+
+    from loghubd.sls.client import SlsClient
+
     async with aiohttp.ClientSession() as session, anyio.create_task_group() as tg:
         await tg.start(t.provider.run_refresh)
         try:

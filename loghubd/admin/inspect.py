@@ -10,7 +10,7 @@ ignored, never trusted.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -18,7 +18,9 @@ from loghubd.admin.view import ConsumerRow, GroupView, ShardRow, state_word
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
-from loghubd.sls import SlsClient
+
+if TYPE_CHECKING:
+    from loghubd.sls import SlsClient  # annotations only: no aiohttp at import
 
 # Log groups read to count the logs behind a checkpoint exactly; beyond it, an estimate.
 EXACT_LOG_GROUPS = 3000

@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loghubd.admin.view import iso
-from loghubd.sls import SlsClient
+
+if TYPE_CHECKING:
+    from loghubd.sls import SlsClient  # annotations only: no aiohttp at import
 
 _DURATION = re.compile(r"^([+-]?)(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

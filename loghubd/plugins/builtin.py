@@ -20,7 +20,6 @@ from typing import Any
 from loghubd import hookimpl
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorFactory, ProcessorSpec, Tracker
-from loghubd.processors.http import HttpFactory
 from loghubd.processors.jsonl import JsonlFactory, JsonlProcessor
 from loghubd.processors.options import check_options
 
@@ -83,6 +82,14 @@ def _parquet(options: Mapping[str, Any]) -> ProcessorFactory:
     return ParquetFactory(options)
 
 
+def _http(options: Mapping[str, Any]) -> ProcessorFactory:
+    # Imported when used: aiohttp's client (~0.15-0.25 s with its TLS contexts) is not needed
+    # by the commands that only list or check processors.
+    from loghubd.processors.http import HttpFactory
+
+    return HttpFactory(options)
+
+
 def _stdout(options: Mapping[str, Any]) -> ProcessorFactory:
     check_options("stdout", options, {})
     return lambda shard: StdoutProcessor()
@@ -119,7 +126,7 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
         ),
         ProcessorSpec(
             "http",
-            HttpFactory,
+            _http,
             "NDJSON POSTs to a URL, at least once",
             {
                 "url": "http:// or https:// endpoint (required)",

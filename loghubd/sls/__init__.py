@@ -13,17 +13,21 @@ Everything a caller needs is re-exported here and from `loghubd` itself (plugins
   server shares.
 """
 
-from loghubd.protocol.errors import SlsError
-from loghubd.protocol.signing import Credentials
-from loghubd.sls.client import CredentialsSource, Pulled, SlsClient
-from loghubd.sls.credentials import (
-    CommandCredentials,
-    CredentialsProvider,
-    FileCredentials,
-    StaticCredentials,
-    provider_for,
-)
-from loghubd.sls.errors import CredentialsError, CredentialsUnavailable, Unreachable
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loghubd.protocol.errors import SlsError
+    from loghubd.protocol.signing import Credentials
+    from loghubd.sls.client import CredentialsSource, Pulled, SlsClient
+    from loghubd.sls.credentials import (
+        CommandCredentials,
+        CredentialsProvider,
+        FileCredentials,
+        StaticCredentials,
+        provider_for,
+    )
+    from loghubd.sls.errors import CredentialsError, CredentialsUnavailable, Unreachable
 
 __all__ = [
     "CommandCredentials",
@@ -40,3 +44,31 @@ __all__ = [
     "Unreachable",
     "provider_for",
 ]
+
+# Each name from its module on first use: the errors (which every command's error reporting
+# needs) come without aiohttp, whose import (~0.15-0.25 s, TLS contexts included) only the
+# commands that talk to a service pay.
+_FROM = {
+    "SlsError": "loghubd.protocol.errors",
+    "Credentials": "loghubd.protocol.signing",
+    "CredentialsSource": "loghubd.sls.client",
+    "Pulled": "loghubd.sls.client",
+    "SlsClient": "loghubd.sls.client",
+    "CommandCredentials": "loghubd.sls.credentials",
+    "CredentialsProvider": "loghubd.sls.credentials",
+    "FileCredentials": "loghubd.sls.credentials",
+    "StaticCredentials": "loghubd.sls.credentials",
+    "provider_for": "loghubd.sls.credentials",
+    "CredentialsError": "loghubd.sls.errors",
+    "CredentialsUnavailable": "loghubd.sls.errors",
+    "Unreachable": "loghubd.sls.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loghubd.sls' has no attribute {name!r}")
+    value = importlib.import_module(module).__dict__[name]
+    globals()[name] = value
+    return value

@@ -44,3 +44,23 @@ def test_importing_loghubd_does_not_import_prometheus_client() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_commands_that_connect_nowhere_do_not_import_aiohttp() -> None:
+    """aiohttp's client costs ~0.15-0.25 s at import (it builds two TLS contexts): `--version`,
+    `--help`, `plugins` and `check-config` of a config that uses no network at start (loading
+    every plugin, the http processor's registration included) must not pay for it."""
+    probe = """
+import runpy, sys
+sys.argv = ["loghubd", *sys.argv[1:]]
+try:
+    runpy.run_module("loghubd", run_name="__main__")
+except SystemExit:
+    pass
+sys.stderr.write("aiohttp-imported=%s\\n" % ("aiohttp" in sys.modules))
+"""
+    for args in (["--version"], ["status", "--help"], ["plugins"], ["plugins", "--json"]):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60
+        )
+        assert "aiohttp-imported=False" in done.stderr, (args, done.stderr[-2000:])
