@@ -360,6 +360,12 @@ class HttpProcessor:
                     reason = f"{resp.status} {resp.reason}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 reason = failure_reason(exc, o.timeout_s)
+            except anyio.get_cancelled_exc_class():
+                # Given up by us, not failed by the endpoint: shutdown, or another part of the
+                # batch was rejected.
+                if status == "error":
+                    status = "cancelled"
+                raise
             finally:
                 metrics.requests.labels(status).inc()
                 metrics.seconds.observe(time.perf_counter() - sent)

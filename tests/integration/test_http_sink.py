@@ -211,6 +211,35 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
     assert "hunter2" not in notes[0].read_text() + daemon.log_path.read_text(), note
 
 
+def test_parts_given_up_count_as_cancelled_not_as_endpoint_errors(daemon_pool: Pool) -> None:
+    """A rejected part fails the batch at once; the parts still in flight are given up. They
+    are `cancelled` in loghubd_http_requests_total, not `error` (which LoghubdHttpSinkFailing
+    counts as the endpoint failing)."""
+    receiver = Receiver(script=lambda n, now: 400 if n == 0 else STALL, stall_s=2.0).start()
+    try:
+        pool = daemon_pool
+        pool.admin.create_logstore(LOGSTORE, 1)
+        pool.produce(LOGSTORE, count=100, group_size=100, prefix="c").wait()
+        daemon = pool.daemon(
+            LOGSTORE,
+            GROUP,
+            "http",
+            processor="http",
+            processor_options={"url": receiver.url, "batch_size": 20, "concurrency": 5},
+            consumer={"max_attempts": 5, "on_failure": "dead_letter"},
+        ).wait_ready()
+        wait_until(lambda: daemon.events("batch_dead_lettered"), 30, daemon.log_tail)
+        counts = {
+            status: daemon.metric("loghubd_http_requests_total", status=status)
+            for status in ("400", "cancelled", "error")
+        }
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        receiver.stop()
+    assert counts["400"] == 1 and counts["error"] == 0, counts
+    assert counts["cancelled"] == receiver.requests - 1 >= 1, (counts, receiver.requests)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
