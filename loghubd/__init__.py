@@ -7,11 +7,11 @@ credentials providers and errors (`loghubd.sls`). `redact_text` / `redact_value`
 in what a plugin prints of its options (`loghubd.config.redact`).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
+from loghubd._lazy import lazy_names
 from loghubd.backoff import Backoff
 from loghubd.config.redact import redact_text, redact_value
 from loghubd.models import Batch, Record
@@ -110,10 +110,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'loghubd' has no attribute {name!r}")
-    value = importlib.import_module(module).__dict__[name]
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)

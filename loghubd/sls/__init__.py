@@ -13,8 +13,9 @@ Everything a caller needs is re-exported here and from `loghubd` itself (plugins
   server shares.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from loghubd._lazy import lazy_names
 
 if TYPE_CHECKING:
     from loghubd.protocol.errors import SlsError
@@ -65,10 +66,4 @@ _FROM = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _FROM.get(name)
-    if module is None:
-        raise AttributeError(f"module 'loghubd.sls' has no attribute {name!r}")
-    value = importlib.import_module(module).__dict__[name]
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _FROM)

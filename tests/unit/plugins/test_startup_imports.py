@@ -64,3 +64,21 @@ sys.stderr.write("aiohttp-imported=%s\\n" % ("aiohttp" in sys.modules))
             [sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60
         )
         assert "aiohttp-imported=False" in done.stderr, (args, done.stderr[-2000:])
+
+
+def test_every_public_name_resolves_in_a_fresh_interpreter() -> None:
+    """The lazily re-exported names (`from loghubd import SlsClient`, as plugins write it;
+    `from loghubd.sls import Unreachable`) resolve on first use, each to its defining object."""
+    probe = """
+import importlib, loghubd, loghubd.sls
+for package in (loghubd, loghubd.sls):
+    for name in package.__all__:
+        value = getattr(package, name)
+        assert value is not None, (package.__name__, name)
+from loghubd import SlsClient, provider_for, Unreachable
+from loghubd.sls.client import SlsClient as defined
+assert SlsClient is defined
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
