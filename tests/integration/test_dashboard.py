@@ -1,7 +1,8 @@
 """The Grafana dashboard against the real thing: Debian's Prometheus, started here on a free
-loopback port with a 1 s scrape interval, scrapes a real daemon consuming four sources (one
-through a processor that fails, so the error panels have data; one into `parquet` files and
-one to an `http` endpoint, for the sink panels) and a real `loghubd serve`.
+loopback port with a 1 s scrape interval, scrapes a real daemon consuming five sources (one
+through a processor that fails, so the error panels have data; one into `parquet` files, one
+to an `http` endpoint and one into a real PostgreSQL, for the sink panels) and a real
+`loghubd serve`.
 Every panel's query, and every variable's, must return a series; `promtool check metrics`
 must find nothing to say about either /metrics."""
 
@@ -11,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -25,11 +27,18 @@ from loghubd.testing import ServerProcess, free_port, wait_until
 from tests.integration.daemon_harness import Pool, plugin_env, source_entry
 from tests.integration.http_receiver import Receiver
 
+# The postgres plugin's test server (Debian's binaries, a throw-away cluster).
+PG_TESTS = Path(__file__).resolve().parents[2] / "plugins" / "loghubd-postgres" / "tests"
+if str(PG_TESTS) not in sys.path:
+    sys.path.insert(0, str(PG_TESTS))
+
+from pg_server import PgServer  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "config" / "grafana-dashboard.json"
-SOURCES = {"app", "audit", "lake", "push"}
+SOURCES = {"app", "audit", "lake", "push", "rows"}
 
 
 def tool(name: str) -> str:
@@ -162,15 +171,22 @@ def test_every_dashboard_panel_returns_a_series(
     pool.admin.create_logstore("dash-audit", 1)
     pool.admin.create_logstore("dash-lake", 1)
     pool.admin.create_logstore("dash-push", 1)
+    pool.admin.create_logstore("dash-rows", 1)
     receiver = Receiver(record_ids=False).start()  # answers 200 at once
+    pg = PgServer().start()
     try:
-        _dashboard(loghubd_server, pool, prometheus_factory, receiver)
+        _dashboard(loghubd_server, pool, prometheus_factory, receiver, pg.create_database("dash"))
     finally:
         receiver.stop()
+        pg.stop()
 
 
 def _dashboard(
-    loghubd_server: ServerProcess, pool: Pool, prometheus_factory: Any, receiver: Receiver
+    loghubd_server: ServerProcess,
+    pool: Pool,
+    prometheus_factory: Any,
+    receiver: Receiver,
+    dsn: str,
 ) -> None:
     daemon = pool.daemon(
         "dash-app",
@@ -211,6 +227,15 @@ def _dashboard(
                 "dash-push",
                 processor={"name": "http", "http": {"url": receiver.url}},
             ),
+            source_entry(
+                "rows",
+                pool.endpoint,
+                "dash-rows",
+                processor={
+                    "name": "postgres",
+                    "postgres": {"dsn": dsn, "table": "logs", "create_table": True},
+                },
+            ),
         ],
     ).wait_ready()
     prom = prometheus_factory(
@@ -231,6 +256,7 @@ def _dashboard(
     pool.produce("dash-audit", count=300, group_size=100, prefix="a").wait()
     pool.produce("dash-lake", count=300, group_size=100, prefix="l").wait()
     pool.produce("dash-push", count=300, group_size=100, prefix="p").wait()
+    pool.produce("dash-rows", count=300, group_size=100, prefix="r").wait()
 
     def dead_lettered() -> bool:
         return bool(prom.query('loghubd_dead_lettered_batches_total{source="app"} > 0'))
@@ -239,6 +265,7 @@ def _dashboard(
     for sunk in (
         'loghubd_parquet_written_rows_total{source="lake"} >= 300',
         'loghubd_http_delivered_logs_total{source="push"} >= 300',
+        'loghubd_postgres_written_rows_total{source="rows"} >= 300',
     ):
         wait_until(lambda q=sunk: bool(prom.query(q)), 60, daemon.log_tail, interval=0.2)
     wait_until(lambda: scraped(5), 30, interval=0.2)
@@ -279,6 +306,7 @@ def _dashboard(
         (t[-2], r["metric"]["source"]): float(r["value"][1]) for t, rs in output.items() for r in rs
     }
     assert rates.get(("A", "lake"), 0) > 0 and rates.get(("B", "push"), 0) > 0, rates
+    assert rates.get(("C", "rows"), 0) > 0, rates
 
     promtool_check_metrics(f"http://127.0.0.1:{daemon.ops_port}/metrics")
     promtool_check_metrics(f"{loghubd_server.endpoint}/metrics")
