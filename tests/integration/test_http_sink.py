@@ -16,6 +16,9 @@ naming the key.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -212,6 +215,54 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
     assert receiver.requests == 1
     assert "ingest:***@" in note["error"], note
     assert "hunter2" not in notes[0].read_text() + daemon.log_path.read_text(), note
+
+
+def test_rejected_batches_replay_to_the_endpoint_once_it_accepts(daemon_pool: Pool) -> None:
+    """The operator's path after an endpoint refused logs (a 4xx: a bad token, a schema
+    change): the batches wait in the dead-letter directory; once the endpoint is fixed,
+    `loghubd dead-letters replay` posts them and removes them."""
+    accepting = threading.Event()
+    receiver = Receiver(script=lambda n, now: 200 if accepting.is_set() else 403).start()
+    try:
+        pool = daemon_pool
+        pool.admin.create_logstore(LOGSTORE, 1)
+        pool.produce(LOGSTORE, count=300, group_size=100, prefix="r").wait()
+        daemon = pool.daemon(
+            LOGSTORE,
+            GROUP,
+            "http",
+            processor="http",
+            processor_options={"url": receiver.url, "batch_size": 100},
+            consumer={"max_attempts": 5, "on_failure": "dead_letter"},
+        ).wait_ready()
+        end = pool.admin.cursor(LOGSTORE, 0, "end")
+        wait_until(lambda: committed(pool).get(0) == end, 30, daemon.log_tail)
+        assert daemon.stop() == 0, daemon.log_tail()
+        assert sorted(daemon.dead_letter.glob("shard-0/*.json")), daemon.log_tail()
+        assert not [r for r in receiver.received if r.status == 200]
+
+        accepting.set()
+        replay = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "loghubd",
+                "dead-letters",
+                "replay",
+                "-c",
+                str(daemon.config_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **daemon.env},
+        )
+        assert replay.returncode == 0, replay.stdout + replay.stderr
+    finally:
+        receiver.stop()
+    delivered = Counter(i for r in receiver.received if r.status == 200 for i in r.ids)
+    assert set(delivered) == {f"r{n}" for n in range(300)} and set(delivered.values()) == {1}
+    assert not list(daemon.dead_letter.glob("shard-0/*.json"))
 
 
 def test_parts_given_up_count_as_cancelled_not_as_endpoint_errors(daemon_pool: Pool) -> None:
