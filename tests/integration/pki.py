@@ -1,6 +1,7 @@
 """A throw-away certificate authority for the TLS tests, made with the real `openssl` command
 (scripts/test.sh installs Debian's openssl when it is missing): a CA, a server certificate
-for 127.0.0.1 and a client certificate, all signed by the CA, EC P-256, valid for two days."""
+for 127.0.0.1 and ingest.test (a name only the tests' proxy resolves) and a client
+certificate, all signed by the CA, EC P-256, valid for two days."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def make_pki(directory: Path) -> Pki:
         directory,
         "server",
         "/CN=127.0.0.1",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        "subjectAltName=IP:127.0.0.1,DNS:ingest.test\nextendedKeyUsage=serverAuth\n",
     )
     client_cert, client_key = _signed(
         directory, "client", "/CN=loghubd-client", "extendedKeyUsage=clientAuth\n"

@@ -11,6 +11,7 @@ certificate from a throw-away CA (made with the openssl command):
 
 from __future__ import annotations
 
+import base64
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from loghubd.processors.http import HttpFactory
+from tests.integration.connect_proxy import ConnectProxy
 from tests.integration.daemon_harness import Pool, wait_until
 from tests.integration.http_receiver import Receiver
 from tests.integration.pki import Pki, make_pki
@@ -93,6 +95,41 @@ def test_https_endpoints(daemon_pool: Pool, receiver: Receiver, pki: Pki) -> Non
     assert unverified.events("http_tls_verify_off"), unverified.log_tail()
     assert unverified.stop() == 0, unverified.log_tail()
     assert {r.client for r in receiver.received[before:]} == {""}
+
+
+def test_https_through_a_connect_proxy(daemon_pool: Pool, receiver: Receiver, pki: Pki) -> None:
+    """HTTPS_PROXY with credentials, as in a corporate network: the sink asks the proxy to
+    CONNECT to a host only the proxy can resolve, verifies the endpoint's certificate end to
+    end through the tunnel, and the proxy's credentials go on the CONNECT only, never to the
+    endpoint."""
+    auth = "Basic " + base64.b64encode(b"me:pw").decode()
+    proxy = ConnectProxy(expect_auth=auth, hosts={"ingest.test": "127.0.0.1"}).start()
+    try:
+        pool = daemon_pool
+        pool.admin.create_logstore(LOGSTORE, 1)
+        pool.produce(LOGSTORE, count=COUNT, group_size=100, prefix="x").wait()
+        daemon = pool.daemon(
+            LOGSTORE,
+            "via-proxy",
+            "via-proxy",
+            processor="http",
+            processor_options={
+                "url": f"https://ingest.test:{receiver.port}/ingest",
+                "tls_ca_file": str(pki.ca),
+                "retry_initial_backoff_s": 0.1,
+                "retry_max_backoff_s": 0.3,
+            },
+            env={"HTTPS_PROXY": f"http://me:pw@127.0.0.1:{proxy.port}", "NO_PROXY": ""},
+        ).wait_ready()
+        got = lambda: {i for r in list(receiver.received) if r.status == 200 for i in r.ids}  # noqa: E731
+        wait_until(lambda: len(got()) == COUNT, 30, daemon.log_tail)
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        proxy.stop()
+    assert proxy.connects and {(c.target, c.proxy_auth) for c in proxy.connects} == {
+        (f"ingest.test:{receiver.port}", auth)
+    }
+    assert {r.proxy_auth for r in receiver.received} == {""}  # not inside the tunnel
 
 
 @pytest.mark.parametrize(
