@@ -160,6 +160,7 @@ class SourceRunner:
             consumer=self.consumer,
             group=c.group,
             endpoint=s.endpoint,
+            proxy=self.proxy.url if self.proxy else "",
             project=s.project,
             logstore=s.logstore,
             credentials=MappingProxyType(self.provider.describe()),

@@ -86,6 +86,7 @@ class SourceSnapshot:
     assigned_outside_filter: tuple[int, ...]
     shards: tuple[ShardSnapshot, ...]  # by shard number
     taken_at: float
+    proxy: str = ""  # the HTTP proxy its requests go through (no credentials), "" for none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -61,6 +61,7 @@ def source_status(source: SourceSnapshot) -> dict[str, Any]:
         "consumer": source.consumer,
         "group": source.group,
         "endpoint": source.endpoint,
+        "proxy": source.proxy or None,
         "project": source.project,
         "logstore": source.logstore,
         "credentials": dict(source.credentials),

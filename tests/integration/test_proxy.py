@@ -52,6 +52,7 @@ def test_a_daemon_consumes_through_http_proxy(
     (started,) = daemon.events("consumer_started")
     assert started["proxy"] == f"http://127.0.0.1:{port}", started
     assert started["proxy_from"] == "HTTP_PROXY", started
+    assert daemon.source_status("default")["proxy"] == f"http://127.0.0.1:{port}"
     assert daemon.stop() == 0, daemon.log_tail()
 
 
