@@ -75,7 +75,8 @@ def _live(
                 (
                     s.name,
                     H.badge(s.state),
-                    f"{s.project}/{s.logstore} at {s.endpoint}",
+                    f"{s.project}/{s.logstore} at {s.endpoint}"
+                    + (f" via proxy {s.proxy}" if s.proxy else ""),
                     s.group,
                     processors.get(s.name, "?"),
                     str(len(s.shards)),

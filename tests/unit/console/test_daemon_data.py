@@ -118,3 +118,13 @@ def test_the_daemon_page_shows_its_shards_fifty_at_a_time() -> None:
         assert rows == [str(i) for i in shown], wanted
         assert f'data-live="{live}"' in view.markup()
         assert "shards 1 to 50 of 60" in view.regions["daemon"] or wanted == "2"
+
+
+def test_the_sources_table_says_which_proxy_a_source_goes_through() -> None:
+    direct = snap(1000.0)
+    proxied = replace(direct, sources=(replace(direct.sources[0], proxy="http://proxy:3128"),))
+    for shown, expected in ((direct, "p/l at http://x<"), (proxied, "via proxy http://proxy:3128")):
+        history = History()
+        history.record(shown)
+        region = daemon_pages.daemon(shown, history, {"a": "jsonl"}, "x").regions["daemon"]
+        assert expected in region, region
