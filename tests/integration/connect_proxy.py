@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from dataclasses import dataclass, field
 
 from loghubd.testing import free_port
+from tests.integration.loop_thread import LoopThread
 
 
 @dataclass
@@ -73,21 +73,11 @@ class ConnectProxy:
         await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
 
     def start(self) -> ConnectProxy:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
         async def serve() -> None:
             self._server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
-            ready.set()
 
-        def run() -> None:
-            self._loop.run_until_complete(serve())
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError(f"the CONNECT proxy did not start on port {self.port}")
+        self._thread = LoopThread(f"the CONNECT proxy on port {self.port}")
+        self._thread.start(serve)
         return self
 
     def stop(self) -> None:
@@ -100,7 +90,4 @@ class ConnectProxy:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
-        asyncio.run_coroutine_threadsafe(down(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+        self._thread.stop(down)

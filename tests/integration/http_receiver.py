@@ -14,7 +14,6 @@ import asyncio
 import gzip
 import json
 import ssl
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from loghubd.testing import free_port
+from tests.integration.loop_thread import LoopThread
 
 STALL = -1
 
@@ -95,9 +95,6 @@ class Receiver:
         return web.Response(status=answer, text=f"answer {answer}", headers=headers)
 
     def start(self) -> Receiver:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
         async def serve() -> None:
             app = web.Application(client_max_size=256 * 1024**2)
             app.router.add_post("/ingest", self._handle)
@@ -105,26 +102,16 @@ class Receiver:
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.tls)
             await site.start()
-            ready.set()
 
-        def run() -> None:
-            self._loop.run_until_complete(serve())
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError(f"the HTTP receiver did not start on port {self.port}")
+        self._thread = LoopThread(f"the HTTP receiver on port {self.port}")
+        self._thread.start(serve)
         return self
 
     def stop(self) -> None:
         async def down() -> None:
             await self._runner.cleanup()
 
-        asyncio.run_coroutine_threadsafe(down(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+        self._thread.stop(down)
 
 
 def _client_name(request: web.Request) -> str:
