@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from loghubd.config.redact import MASK, redact_value
+from loghubd.config.redact import MASK, redact_text, redact_value
 from loghubd.config.values import ConfigError, _parse_end, _parse_shards, _parse_start, _validate
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -290,8 +290,12 @@ def _section_table(obj: Any) -> dict[str, Any]:
         if f.name == "options":
             table.update(_thaw(value, redact=True))
         else:
-            secret = f.metadata.get("secret") and value
-            table[f.name] = MASK if secret else redact_value(f.name, value)
+            # The core sections say which fields are secrets (metadata): by name only the
+            # plugin tables are judged (`credentials_file` is not a secret), by shape all.
+            if f.metadata.get("secret") and value:
+                table[f.name] = MASK
+            else:
+                table[f.name] = redact_text(value) if isinstance(value, str) else value
     return table
 
 

@@ -731,6 +731,20 @@ def test_redacted() -> None:
     assert cfg.source.access_key_secret == "very-secret"  # the config itself is untouched
 
 
+def test_redacted_core_fields_are_masked_by_schema_not_by_name() -> None:
+    """`credentials = "file"` and its path are not secrets though their names hold a secret
+    word: only the core fields marked secret are masked, and passwords inside strings."""
+    text = BASE.replace(
+        'logstore = "ls"',
+        'logstore = "ls"\ncredentials = "file"\ncredentials_file = "/etc/loghubd/creds.json"',
+    ).replace("http://127.0.0.1:7100", "http://me:pw@127.0.0.1:7100")
+    out = loads(text, {"LOGHUBD_OPS__STATUS_TOKEN": "tok"}).redacted()
+    assert out["source"]["credentials"] == "file"
+    assert out["source"]["credentials_file"] == "/etc/loghubd/creds.json"
+    assert out["source"]["endpoint"] == "http://me:***@127.0.0.1:7100"
+    assert out["ops"]["status_token"] == "***"
+
+
 def test_load_file_env_and_overrides(tmp_path: Path) -> None:
     path = tmp_path / "loghubd.toml"
     path.write_text(BASE, encoding="utf-8")
