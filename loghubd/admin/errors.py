@@ -58,7 +58,8 @@ def check_endpoint(
 ) -> str:
     """`text` if it is an http(s) URL with a host and the proxy the environment gives for it
     (`loghubd.proxy`) can be used, else a UserError saying what is expected."""
-    parts = urlsplit(text if "://" in text else f"http://{text}")
+    url = text if "://" in text else f"http://{text}"
+    parts = urlsplit(url)
     host = parts.hostname or ""
     try:
         port_ok = parts.port is None or parts.port > 0
@@ -72,9 +73,7 @@ def check_endpoint(
             "(e.g. http://127.0.0.1:7100) or https://REGION.log.aliyuncs.com for SLS",
         )
     try:
-        proxy_for(
-            text if "://" in text else f"http://{text}", os.environ if environ is None else environ
-        )
+        proxy_for(url, os.environ if environ is None else environ)
     except ValueError as exc:
         raise UserError(USAGE, str(exc)) from None
     return text
