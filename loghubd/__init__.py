@@ -17,6 +17,7 @@ from loghubd.config.redact import redact_text, redact_value
 from loghubd.models import Batch, Record
 from loghubd.plugins.api import (
     Ack,
+    BatchInterrupted,
     BatchRejected,
     Bindable,
     CliCommand,
@@ -28,6 +29,7 @@ from loghubd.plugins.api import (
     ProcessorFactory,
     ProcessorSpec,
     Startable,
+    StopSignal,
     Tracker,
 )
 
@@ -56,6 +58,7 @@ __all__ = [
     "Ack",
     "Backoff",
     "Batch",
+    "BatchInterrupted",
     "BatchRejected",
     "Bindable",
     "CliCommand",
@@ -79,6 +82,7 @@ __all__ = [
     "SlsError",
     "Startable",
     "StaticCredentials",
+    "StopSignal",
     "Tracker",
     "Unreachable",
     "__version__",

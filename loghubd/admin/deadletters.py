@@ -27,6 +27,7 @@ import anyio
 from loghubd.admin.errors import FAILED, OK, USAGE, UserError
 from loghubd.admin.helpfmt import DefaultsFormatter
 from loghubd.config import Config, SourceSpec
+from loghubd.consumer.tracking import StopFlag
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext
 from loghubd.plugins.loaded import LoadedFactory
@@ -81,6 +82,7 @@ class _Tracker:
     cursor: str
     done: bool = False
     acks: list[_Ack] = field(default_factory=list)
+    stopping: StopFlag = field(default_factory=StopFlag)  # a replay is not stopped midway
 
     def save_checkpoint(self, persist: bool = True) -> None:
         self.done = True

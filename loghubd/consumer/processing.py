@@ -5,6 +5,11 @@ A failing batch is retried with exponential backoff and jitter, never skipped si
 never in a tight loop. After `max_attempts` (0 = unlimited) the policy decides: keep
 retrying, write the batch to the dead-letter directory and go on, or stop the shard. A
 processor that raises `BatchRejected` (retrying cannot help) gets the policy at once.
+
+A stop (shutdown, rebalance, ownership lost: `tracker.stopping`) never cuts an attempt short,
+but it ends the waiting between attempts: the failing batch is then `Interrupted`, neither
+done nor failed, and the next owner reads it again. A processor that retries inside `process`
+says the same by raising `BatchInterrupted` once it sees the stop.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ import anyio
 import structlog
 
 from loghubd.backoff import Backoff
+from loghubd.consumer.tracking import until_stopping
 from loghubd.errors import describe_error, leaves
 from loghubd.files import write_durably
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
-from loghubd.plugins.api import BatchRejected, Tracker
+from loghubd.plugins.api import BatchInterrupted, BatchRejected, StopSignal, Tracker
 from loghubd.plugins.loaded import LoadedProcessor
 
 log = structlog.get_logger("loghubd.worker")
@@ -59,7 +65,14 @@ class ShardStopped:
     reason: str
 
 
-Outcome = Processed | DeadLettered | ShardStopped
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """The shard began to stop while the batch was failing: it is left unfinished."""
+
+    reason: str
+
+
+Outcome = Processed | DeadLettered | ShardStopped | Interrupted
 
 
 async def process_with_retry(
@@ -83,6 +96,10 @@ async def process_with_retry(
             result = await processor.process(batch, tracker)
         except Exception as exc:
             error = describe_error(exc)
+            if tracker.stopping.is_set() and any(
+                isinstance(e, BatchInterrupted) for e in leaves(exc)
+            ):
+                return _interrupted(batch, attempt, error, bind)
             rejected = any(isinstance(e, BatchRejected) for e in leaves(exc))
             failing(f"attempt {attempt} at cursor {batch.cursor}: {error}"[:300])
             metrics.processor_errors.labels(str(batch.shard)).inc()
@@ -112,7 +129,8 @@ async def process_with_retry(
             wait = policy.backoff.wait(attempt)
             metrics.processor_retries.labels(str(batch.shard)).inc()
             log.info("process_retry_scheduled", **bind, attempt=attempt, wait_s=round(wait, 3))
-            await anyio.sleep(wait)
+            if await _stopped_within(wait, tracker.stopping):
+                return _interrupted(batch, attempt, error, bind)
             continue
         if attempt > 1:
             failing("")
@@ -120,12 +138,33 @@ async def process_with_retry(
         return Processed(result if isinstance(result, str) and result else None)
 
 
+async def _stopped_within(seconds: float, stopping: StopSignal) -> bool:
+    """Wait `seconds`, or less if `stopping` is set meanwhile (then True)."""
+    if not stopping.is_set():
+        with anyio.move_on_after(seconds):
+            await stopping.wait()
+    return stopping.is_set()
+
+
+def _interrupted(batch: Batch, attempts: int, error: str, bind: dict[str, Any]) -> Interrupted:
+    log.warning(
+        "batch_interrupted",
+        **bind,
+        cursor=batch.cursor,
+        attempts=attempts,
+        error=error[:500],
+        detail="the shard is stopping while this batch fails: it is left unfinished, "
+        "and read again by the next owner",
+    )
+    return Interrupted(f"stopped after {attempts} failed attempts at cursor {batch.cursor}")
+
+
 async def start_with_retry(
     make: Callable[[], Awaitable[LoadedProcessor]],
     shard: int,
     policy: RetryPolicy,
     metrics: Metrics,
-    stop: anyio.Event,
+    stop: StopSignal,
     *,
     bind: dict[str, Any],
     failing: Callable[[str], None] = lambda reason: None,
@@ -134,12 +173,17 @@ async def start_with_retry(
     processor that cannot start (an output directory it cannot create, a sink that is down)
     is retried with backoff and counted in `processor_errors_total`; after `max_attempts`,
     `stop` and `dead_letter` (there is no batch to set aside) stop the shard, `retry` keeps
-    trying. None when `stop` is set while waiting to try again."""
+    trying. None when `stop` is set while waiting to try again, or while the processor
+    starts (nothing was processed yet: a start that hangs on a sink that is down is given up
+    at once)."""
     attempt = 0
     while True:
         attempt += 1
         try:
-            processor = await make()
+            started, processor = await until_stopping(stop, make)
+            if not started:
+                log.info("processor_start_abandoned", **bind, attempt=attempt)
+                return None
         except Exception as exc:
             reason = f"processor cannot start on shard {shard}: {describe_error(exc)}"
             failing(f"attempt {attempt}: {reason}"[:500])
@@ -152,13 +196,12 @@ async def start_with_retry(
             wait = policy.backoff.wait(attempt)
             metrics.processor_retries.labels(str(shard)).inc()
             log.info("processor_start_retry_scheduled", **bind, attempt=attempt, wait_s=wait)
-            with anyio.move_on_after(wait):
-                await stop.wait()
-            if stop.is_set():
+            if await _stopped_within(wait, stop):
                 return None
             continue
         if attempt > 1:
             failing("")
+        assert processor is not None
         return processor
 
 

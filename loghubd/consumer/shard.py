@@ -2,8 +2,9 @@
 
 Lifecycle: find the start (the server's checkpoint wins; otherwise the configured start
 position) → `processor.initialize` → consume batches in order while the fetcher prefetches
-the next → on stop: finish the batch in hand, commit (fenced), `processor.shutdown`, commit
-what shutdown saved. A prefetched batch that was not processed is simply dropped: the
+the next → on stop: finish the batch in hand (a failing one is not retried: it is left
+unfinished, `tracker.stopping`), commit (fenced), `processor.shutdown`, commit what shutdown
+saved. A prefetched batch that was not processed is simply dropped: the
 committed position never covers it, so the next owner reads it (no loss, no duplicate).
 
 Commits are fenced (`forceSuccess=false`). An ownership error means another consumer owns
@@ -36,6 +37,7 @@ from loghubd.consumer.fetcher import (
 )
 from loghubd.consumer.processing import (
     DeadLettered,
+    Interrupted,
     Processed,
     RetryPolicy,
     ShardStopped,
@@ -43,7 +45,7 @@ from loghubd.consumer.processing import (
     start_with_retry,
 )
 from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot
-from loghubd.consumer.tracking import ShardTracker
+from loghubd.consumer.tracking import ShardTracker, StopFlag
 from loghubd.errors import describe_error
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
@@ -118,7 +120,7 @@ class ShardTask:
         self.shard = shard
         self.ctx = ctx
         self.status = ShardStatus(shard)
-        self.stop_requested = anyio.Event()
+        self.stop_requested = StopFlag()  # also the processor's `tracker.stopping`
         self.tracker: ShardTracker | None = None
         self.processor: LoadedProcessor | None = None
         self.lost = False  # another consumer owns the shard: never commit again
@@ -247,7 +249,7 @@ class ShardTask:
         c = self.ctx
         try:
             start, committed = await self._initial_with_retry()
-            self.tracker = ShardTracker(start, committed=committed)
+            self.tracker = ShardTracker(start, committed=committed, stopping=self.stop_requested)
             started = await start_with_retry(
                 self._make_processor,
                 self.shard,
@@ -296,7 +298,8 @@ class ShardTask:
 
     def request_stop(self) -> None:
         """Finish the batch in hand (if any), then stop. Waiting for data is interrupted; a
-        batch being processed never is."""
+        batch being processed never is, but a failing one is not tried again (the processor
+        sees `tracker.stopping`)."""
         self.stop_requested.set()
         if self._waiting is not None:
             self._waiting.cancel()
@@ -393,6 +396,8 @@ class ShardTask:
         if isinstance(outcome, ShardStopped):
             self.status.state, self.status.reason = "failed", outcome.reason
             self.request_stop()
+            return None
+        if isinstance(outcome, Interrupted):  # stopping anyway; the batch stays unfinished
             return None
         logs = batch.known_log_count  # almost always: the processor has read the logs
         if logs is None:  # decoding is never done on the event loop

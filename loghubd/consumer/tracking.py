@@ -8,8 +8,42 @@ commits and rolls back; `ShardTracker` serialises every access with one lock.
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
 
 from loghubd.consumer.checkpoint import BatchToken, CheckpointTracker
+
+if TYPE_CHECKING:
+    from loghubd.plugins.api import StopSignal
+
+
+class StopFlag:
+    """`Tracker.stopping`: set once, on the event loop, when the shard begins to stop.
+
+    `is_set()` may be asked from any thread (a synchronous processor's retry loop);
+    `await wait()` is for the event loop. Unlike `anyio.Event` it can be made outside an event
+    loop (a tracker in a unit test)."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._event is not None:
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
 
 
 class Ack:
@@ -24,14 +58,49 @@ class Ack:
             self._tracker.done(self._token, persist=persist)
 
 
+_T = TypeVar("_T")
+
+
+async def until_stopping(
+    stopping: StopSignal, call: Callable[[], Awaitable[_T]]
+) -> tuple[bool, _T | None]:
+    """`(True, await call())`, or `(False, None)` if `stopping` is set first (the call is
+    cancelled then). An exception of the call propagates as it is."""
+    outcome: list[tuple[_T | None, BaseException | None]] = []
+
+    async def run() -> None:
+        try:
+            outcome.append((await call(), None))
+        except Exception as exc:
+            outcome.append((None, exc))
+        tg.cancel_scope.cancel()
+
+    async def watch() -> None:
+        await stopping.wait()
+        tg.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        tg.start_soon(watch)
+    if not outcome:
+        return False, None
+    value, error = outcome[0]
+    if error is not None:
+        raise error
+    return True, value
+
+
 class ShardTracker:
     """Thread-safe facade; what `processor.process(batch, tracker)` receives."""
 
-    def __init__(self, initial: str, *, committed: str | None = None) -> None:
+    def __init__(
+        self, initial: str, *, committed: str | None = None, stopping: StopFlag | None = None
+    ) -> None:
         self._t = CheckpointTracker(initial, committed=committed)
         self._lock = threading.Lock()
+        self.stopping = StopFlag() if stopping is None else stopping
 
-    # -- the processor's API (the SDK's tracker shape, plus `defer`) ----------------------------
+    # -- the processor's API (the SDK's tracker shape, plus `defer` and `stopping`) -------------
 
     def save_checkpoint(self, persist: bool = True) -> None:
         with self._lock:

@@ -31,8 +31,25 @@ if TYPE_CHECKING:
     from loghubd.config import SourceSpec
 
 
+class StopSignal(Protocol):
+    """Set once, when the shard begins to stop (`Tracker.stopping`)."""
+
+    def is_set(self) -> bool:
+        """Whether the shard is stopping; may be asked from any thread."""
+
+    async def wait(self) -> None:
+        """Return once the shard is stopping; on the event loop only."""
+
+
 class Tracker(Protocol):
     """The checkpoint handle a processor gets (the SDK's ILogHubCheckPointTracker shape)."""
+
+    @property
+    def stopping(self) -> StopSignal:
+        """Set when the shard begins to stop: the daemon's shutdown, the shard given to another
+        consumer, or its ownership lost. A processor that retries inside `process` (a sink
+        that is down) stops retrying then and raises `BatchInterrupted`; a batch that is
+        going well should be finished (an interrupted one is read again by the next owner)."""
 
     def save_checkpoint(self, persist: bool = True) -> None:
         """Mark the current batch done. ``persist=True`` commits to the server now; ``False``
@@ -58,6 +75,14 @@ class BatchRejected(Exception):
     policy applies at once, without the `max_attempts` retries: `dead_letter` sets the batch
     aside, `stop` stops the shard, and `retry` (the default) keeps retrying with backoff, as
     it says. Any other exception is retried `max_attempts` times first."""
+
+
+class BatchInterrupted(Exception):
+    """Raise it from `process` to give up on the batch because `tracker.stopping` is set (a
+    sink that was failing, and is being retried, when the shard began to stop). The batch is
+    neither done nor failed: no retry, no failure policy, the checkpoint stays before it and
+    the next owner reads it again. Raised while the shard is not stopping, it counts as an
+    ordinary failure."""
 
 
 @runtime_checkable

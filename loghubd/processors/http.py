@@ -40,9 +40,16 @@ from yarl import URL
 
 from loghubd.backoff import Backoff
 from loghubd.config.redact import redact_text
+from loghubd.consumer.tracking import until_stopping
 from loghubd.errors import leaves
 from loghubd.models import Batch
-from loghubd.plugins.api import BatchRejected, ProcessorContext, Tracker
+from loghubd.plugins.api import (
+    BatchInterrupted,
+    BatchRejected,
+    ProcessorContext,
+    StopSignal,
+    Tracker,
+)
 from loghubd.processors.options import check_options
 from loghubd.proxy import proxy_for
 
@@ -299,7 +306,7 @@ class HttpProcessor:
 
         async def send(index: int, body: bytes, logs: int) -> None:
             async with limit:
-                await self._post(batch, index, len(parts), body)
+                await self._post(batch, index, len(parts), body, tracker.stopping)
             acked.add(index)
             self.factory.metrics.logs.inc(logs)
 
@@ -314,10 +321,14 @@ class HttpProcessor:
         del self._acked[batch.cursor]
         tracker.save_checkpoint(persist=False)
 
-    async def _post(self, batch: Batch, index: int, count: int, body: bytes) -> None:
+    async def _post(
+        self, batch: Batch, index: int, count: int, body: bytes, stopping: StopSignal
+    ) -> None:
+        """One request, retried until it is acknowledged. Once it has failed, a stop of the
+        shard ends the retrying (`BatchInterrupted`): the wait, and an attempt in flight. A
+        first attempt is never cut short, so a graceful stop duplicates nothing that was
+        going well."""
         o = self.options
-        session = self.factory.session
-        assert session is not None, "factory.start() first"
         headers = {
             **o.headers,
             "Content-Type": "application/x-ndjson",
@@ -327,48 +338,14 @@ class HttpProcessor:
         }
         if o.gzip:
             headers["Content-Encoding"] = "gzip"
-        metrics = self.factory.metrics
         proxy = self.factory.proxy
         if proxy is not None:
             headers.update(proxy.request_headers)
-        attempt = 0
-        while True:
-            attempt += 1
-            asked: float | None = None
-            sent = time.perf_counter()
-            status = "error"
-            try:
-                async with session.post(
-                    o.url,
-                    data=body,
-                    headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=o.timeout_s),
-                    proxy=proxy.url if proxy else None,
-                    proxy_headers=proxy.tunnel_headers if proxy else None,
-                ) as resp:
-                    status = str(resp.status)
-                    if 200 <= resp.status < 300:
-                        await resp.read()
-                        return
-                    text = (await resp.text(errors="replace"))[:300]
-                    if resp.status != 429 and resp.status < 500:
-                        raise HttpRejected(
-                            f"{redact_text(o.url)} answered {resp.status} {resp.reason}: {text!r} "
-                            f"(shard {batch.shard}, cursor {batch.cursor}, part {index}/{count})"
-                        )
-                    asked = retry_after(resp.headers.get("Retry-After"), time.time())
-                    reason = f"{resp.status} {resp.reason}"
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                reason = failure_reason(exc, o.timeout_s)
-            except anyio.get_cancelled_exc_class():
-                # Given up by us, not failed by the endpoint: shutdown, or another part of the
-                # batch was rejected.
-                if status == "error":
-                    status = "cancelled"
-                raise
-            finally:
-                metrics.requests.labels(status).inc()
-                metrics.seconds.observe(time.perf_counter() - sent)
+        where = f"shard {batch.shard}, cursor {batch.cursor}, part {index}/{count}"
+        attempt = 1
+        failed = await self._attempt(body, headers, where)
+        while failed is not None:
+            reason, asked = failed
             if o.max_retries and attempt > o.max_retries:
                 raise GaveUp(
                     f"{redact_text(o.url)}: {attempt} failures in a row, the last: {reason}"
@@ -387,8 +364,64 @@ class HttpProcessor:
                 reason=reason,
                 retry_in_s=round(wait, 3),
             )
-            metrics.retries.inc()
-            await anyio.sleep(wait)
+            self.factory.metrics.retries.inc()
+            attempt += 1
+
+            async def again(wait: float = wait) -> tuple[str, float | None] | None:
+                await anyio.sleep(wait)
+                return await self._attempt(body, headers, where)
+
+            finished, failed = await until_stopping(stopping, again)
+            if not finished:
+                raise BatchInterrupted(
+                    f"{redact_text(o.url)}: the shard is stopping; {attempt - 1} failures in "
+                    f"a row, the last: {reason} ({where})"
+                )
+
+    async def _attempt(
+        self, body: bytes, headers: Mapping[str, str], where: str
+    ) -> tuple[str, float | None] | None:
+        """POST once: None when acknowledged, else why it failed and the wait the endpoint
+        asked for (Retry-After). A refusal that retrying cannot help raises `HttpRejected`."""
+        o = self.options
+        session = self.factory.session
+        assert session is not None, "factory.start() first"
+        metrics = self.factory.metrics
+        proxy = self.factory.proxy
+        sent = time.perf_counter()
+        status = "error"
+        try:
+            async with session.post(
+                o.url,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=o.timeout_s),
+                proxy=proxy.url if proxy else None,
+                proxy_headers=proxy.tunnel_headers if proxy else None,
+            ) as resp:
+                status = str(resp.status)
+                if 200 <= resp.status < 300:
+                    await resp.read()
+                    return None
+                text = (await resp.text(errors="replace"))[:300]
+                if resp.status != 429 and resp.status < 500:
+                    raise HttpRejected(
+                        f"{redact_text(o.url)} answered {resp.status} {resp.reason}: {text!r} "
+                        f"({where})"
+                    )
+                asked = retry_after(resp.headers.get("Retry-After"), time.time())
+                return f"{resp.status} {resp.reason}", asked
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return failure_reason(exc, o.timeout_s), None
+        except anyio.get_cancelled_exc_class():
+            # Given up by us, not failed by the endpoint: a stop, or another part of the
+            # batch was rejected.
+            if status == "error":
+                status = "cancelled"
+            raise
+        finally:
+            metrics.requests.labels(status).inc()
+            metrics.seconds.observe(time.perf_counter() - sent)
 
     def shutdown(self, tracker: Tracker) -> None:
         pass

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from loghubd.consumer.tracking import StopFlag
 from loghubd.models import Batch
 from loghubd.protocol import cursor, pb
 
@@ -88,13 +89,16 @@ class RecordingTracker:
     - `deferred`: how many `defer()` handles were taken; `acked`: `(n, persist)` for each
       `ack.done(persist)`, n being the handle's number (0, 1, ...);
     - `checkpoint`: what `get_checkpoint()` answers (set it to the batch's `next_cursor` to
-      imitate a shard whose batches are all finished).
+      imitate a shard whose batches are all finished);
+    - `stopping`: `tracker.stopping.set()` imitates a shard that begins to stop (a processor
+      that retries inside `process` should then raise `BatchInterrupted`).
     """
 
     checkpoint: str = ""
     saved: list[bool] = field(default_factory=list)
     deferred: int = 0
     acked: list[tuple[int, bool]] = field(default_factory=list)
+    stopping: StopFlag = field(default_factory=StopFlag)
 
     def save_checkpoint(self, persist: bool = True) -> None:
         self.saved.append(persist)

@@ -160,3 +160,50 @@ def test_dead_letter_after_max_attempts_then_consumption_goes_on(daemon_pool: Po
         k: short(v) for k, v in report.items()
     }
     assert [e["path"] for e in daemon.events("batch_dead_lettered")] == [str(notes_json[0])]
+
+
+def test_a_stop_while_a_batch_fails_ends_the_retrying_and_loses_nothing(
+    daemon_pool: Pool,
+) -> None:
+    """SIGTERM while a batch keeps failing: the daemon stops waiting to retry it at once,
+    instead of sitting out `shutdown_grace` and abandoning the shard (exit 1). The batch is
+    left unfinished, the checkpoint stays at it, and the next daemon delivers it and the rest:
+    nothing lost, nothing twice."""
+    pool = daemon_pool
+    # Waits of 2.5-5 s and more between attempts; a grace far longer than the test waits.
+    daemon, notes = start(
+        pool,
+        fail_times=1_000,
+        retry_initial_backoff=5.0,
+        retry_max_backoff=60.0,
+        shutdown_grace=60.0,
+    )
+    wait_until(lambda: len(attempts(notes)) >= 2, 30, daemon.log_tail)
+    before = len(attempts(notes))
+    assert daemon.stop(timeout=20) == 0, daemon.log_tail()
+    assert daemon.events("batch_interrupted"), daemon.log_tail()
+    assert not daemon.events("shutdown_grace_expired"), daemon.log_tail()
+    tries = attempts(notes)
+    assert len(tries) <= before + 1, "the stop did not end the retrying"
+    shard, cursor = tries[0]["shard"], tries[0]["cursor"]
+    assert seq_of(pool.admin.checkpoints(LOGSTORE, GROUP)[shard]["checkpoint"]) == seq_of(cursor)
+
+    second = pool.daemon(
+        LOGSTORE,
+        GROUP,
+        "second",
+        processor="flaky",
+        processor_options={
+            "path": str(pool.dir / "out-second"),
+            "fail_id": FAIL_ID,
+            "fail_times": 0,
+            "attempts": str(pool.dir / "attempts-second.jsonl"),
+        },
+    ).wait_ready()
+    wait_until(lambda: at_end(pool), 30, second.log_tail)
+    assert second.stop() == 0, second.log_tail()
+    ids = read_ids([pool.dir / "out", pool.dir / "out-second"])
+    report = delivery_report([f"f{n}" for n in range(COUNT)], ids)
+    assert report == {"missing": [], "duplicated": {}, "unexpected": []}, {
+        k: short(v) for k, v in report.items()
+    }

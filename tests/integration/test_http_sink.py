@@ -311,3 +311,51 @@ def test_bad_options_name_the_key(options: dict[str, Any], message: str) -> None
     with pytest.raises(ValueError, match=r"processor\.http\.") as info:
         parse(options)
     assert message in str(info.value)
+
+
+def test_a_stop_during_an_outage_ends_the_retries_and_loses_nothing(daemon_pool: Pool) -> None:
+    """SIGTERM while the endpoint is down: the request being retried is given up at once
+    (here one that hangs past the shutdown grace), the batch stays unfinished and the daemon
+    exits 0 instead of abandoning the shard at the end of the grace (exit 1). The first batch,
+    acknowledged before the outage, is committed; the next daemon sends the rest, once."""
+    up = threading.Event()
+
+    def outage(n: int, now: float) -> int:
+        if up.is_set() or n == 0:
+            return 200
+        return 503 if n == 1 else STALL
+
+    receiver = Receiver(script=outage, stall_s=6.0).start()
+    options = {"url": receiver.url, "timeout_s": 30.0, "retry_initial_backoff_s": 0.1}
+    try:
+        pool = daemon_pool
+        pool.admin.create_logstore(LOGSTORE, 1)
+        pool.produce(LOGSTORE, count=300, group_size=100, prefix="o").wait()
+        daemon = pool.daemon(
+            LOGSTORE,
+            GROUP,
+            "http",
+            processor="http",
+            processor_options=options,
+            consumer={"max_fetch_log_groups": 1, "shutdown_grace": 3.0},
+        ).wait_ready()
+        wait_until(lambda: receiver.requests >= 3, 30, daemon.log_tail)  # 200, 503, hanging
+        assert daemon.stop() == 0, daemon.log_tail()
+        assert daemon.events("batch_interrupted"), daemon.log_tail()
+        assert not daemon.events("shutdown_grace_expired"), daemon.log_tail()
+        assert receiver.requests == 3
+        first, failing = receiver.received[0], receiver.received[1]
+        assert first.status == 200 and failing.status == 503
+        assert committed(pool)[0] == failing.cursor != first.cursor
+
+        up.set()
+        second = pool.daemon(
+            LOGSTORE, GROUP, "http-2", processor="http", processor_options=options
+        ).wait_ready()
+        end = pool.admin.cursor(LOGSTORE, 0, "end")
+        wait_until(lambda: committed(pool).get(0) == end, 30, second.log_tail)
+        assert second.stop() == 0, second.log_tail()
+    finally:
+        receiver.stop()
+    delivered = Counter(i for r in receiver.received if r.status == 200 for i in r.ids)
+    assert set(delivered) == {f"o{n}" for n in range(300)} and set(delivered.values()) == {1}

@@ -21,8 +21,10 @@ one, the batch covering [start, end)):
   forward.
 
 A broken connection (PostgreSQL down or restarting) is retried here, with backoff, for as long
-as it takes (the daemon's shutdown cancels the wait): the outcome of a COMMIT that lost its
-connection is unknown, and the next attempt's check above settles it. Anything else (a value
+as it takes: the outcome of a COMMIT that lost its connection is unknown, and the next
+attempt's check above settles it. When the shard stops meanwhile (`tracker.stopping`: the
+daemon's shutdown, a rebalance), the retrying ends at once with `BatchInterrupted`: the batch
+is left for the next owner, whose check settles it the same way. Anything else (a value
 the server refuses) propagates to the daemon's retry and failure policy.
 """
 
@@ -36,7 +38,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from loghubd import Backoff, Batch, ProcessorContext, Tracker
+from loghubd import Backoff, Batch, BatchInterrupted, ProcessorContext, StopSignal, Tracker
 from loghubd.protocol import cursor as cursors
 from loghubd_postgres.metrics import PostgresMetrics
 from loghubd_postgres.options import Options
@@ -136,7 +138,7 @@ class PostgresProcessor:
             return None
 
         began = time.perf_counter()
-        rollback: str | None = await self._with_retry(attempt)
+        rollback: str | None = await self._with_retry(attempt, tracker.stopping)
         m = self.metrics
         m.seconds.observe(time.perf_counter() - began)
         outcome = (
@@ -184,9 +186,10 @@ class PostgresProcessor:
             )
         return self.conn
 
-    async def _with_retry(self, fn: Any) -> Any:
+    async def _with_retry(self, fn: Any, stopping: StopSignal | None = None) -> Any:
         """Run `fn(conn)`; on a lost or refused connection, reconnect with backoff and run it
-        again (forever: the daemon's shutdown cancels)."""
+        again, for ever, or until `stopping` is set (`BatchInterrupted`; the start of a
+        shard has none: the daemon's shutdown cancels it)."""
         attempt = 0
         while True:
             try:
@@ -210,4 +213,13 @@ class PostgresProcessor:
                     retry_in_s=round(wait, 2),
                     error=str(exc).strip()[:300],
                 )
-                await anyio.sleep(wait)
+                if stopping is None:
+                    await anyio.sleep(wait)
+                    continue
+                with anyio.move_on_after(wait):
+                    await stopping.wait()
+                if stopping.is_set():
+                    raise BatchInterrupted(
+                        f"PostgreSQL unavailable when the shard began to stop, after {attempt} "
+                        f"attempts: {str(exc).strip()[:300]}"
+                    ) from None

@@ -20,7 +20,7 @@ from loghubd_postgres.rows import BadRow
 from loghubd_postgres.sink import PostgresProcessor
 from pg_server import PgServer
 
-from loghubd import Batch, ProcessorContext
+from loghubd import Batch, BatchInterrupted, ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.testing import RecordingTracker, make_context
@@ -271,3 +271,38 @@ def test_copy_round_trips_any_text(pg_server: PgServer, values: list[tuple[str, 
     rows = query(dsn, "SELECT a, rest FROM logs")
     got = [(a, rest["b"]) for a, rest in rows]
     assert sorted(got) == sorted(values), json.dumps(values)
+
+
+def test_a_stop_while_postgres_is_down_interrupts_the_batch(
+    pg_server: PgServer, pg_dsn: str
+) -> None:
+    """The shard stops (shutdown, rebalance) while PostgreSQL is down: the processor gives
+    the batch up at once (`BatchInterrupted`) instead of retrying until the daemon abandons
+    it. Nothing of it was written; the next attempt, once the server is back, writes it once."""
+    f = factory(pg_dsn, retry_initial_backoff_s=5.0, retry_max_backoff_s=30.0)
+    p = f(SHARD)
+    tracker = RecordingTracker()
+
+    async def stop_soon() -> None:
+        await anyio.sleep(1.0)  # the first reconnect fails at once; the next is 2.5-5 s away
+        tracker.stopping.set()
+
+    async def go() -> None:
+        await p.initialize(SHARD)
+        assert await p.process(ids_batch(0, range(4)), RecordingTracker()) is None
+        await anyio.to_thread.run_sync(pg_server.kill)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_soon)
+                with anyio.fail_after(20), pytest.raises(BatchInterrupted, match="unavailable"):
+                    await p.process(ids_batch(2, range(4, 8)), tracker)
+        finally:
+            await anyio.to_thread.run_sync(pg_server.start)
+        assert not tracker.finished
+        assert await p.process(ids_batch(2, range(4, 8)), RecordingTracker()) is None
+        await p.shutdown(RecordingTracker())
+
+    anyio.run(go)
+    assert sample(f, "loghubd_postgres_unavailable_total") >= 1  # it was retrying
+    (row,) = query(pg_dsn, "SELECT count(*), count(DISTINCT id) FROM logs")
+    assert row == (8, 8)

@@ -1,20 +1,22 @@
 """A failing batch follows the failure policy (`process_with_retry`): retried up to
 `max_attempts`, then set aside or the shard stopped; a `BatchRejected` (retrying cannot help)
-gets the policy at once."""
+gets the policy at once; a stop of the shard ends the retrying (`Interrupted`)."""
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from loghubd import BatchRejected
+from loghubd import BatchInterrupted, BatchRejected
 from loghubd.backoff import Backoff
 from loghubd.consumer.processing import (
     DeadLettered,
+    Interrupted,
     Outcome,
     Processed,
     RetryPolicy,
@@ -100,3 +102,121 @@ def test_a_rejected_batch_is_still_retried_when_the_policy_says_retry() -> None:
     outcome, calls, reasons = run([BatchRejected("400")] * 3, policy)
     assert isinstance(outcome, Processed) and calls == 4
     assert reasons[-1] == ""  # through: the shard's status no longer shows the failure
+
+
+SLOW = Backoff(initial=60.0, cap=60.0, jitter=0.0)  # a wait no test sits through
+
+
+def interrupted_run(
+    *, stop_after_calls: int, error: BaseException, policy: RetryPolicy
+) -> tuple[Outcome, int]:
+    """A processor that always raises `error`; the shard's stop is set during call number
+    `stop_after_calls` (0: before the first). An `Interrupted` batch must not be done."""
+    calls = 0
+    tracker = RecordingTracker()
+    if stop_after_calls == 0:
+        tracker.stopping.set()
+
+    async def process(batch: Any, tracker: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == stop_after_calls:
+            tracker.stopping.set()
+        raise error
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    processor = LoadedProcessor("scripted", nothing, process, nothing, None)
+
+    async def go() -> Outcome:
+        with anyio.fail_after(10):  # the 60 s backoff must not be waited out
+            return await process_with_retry(
+                processor,
+                make_batch([{"id": "1"}], shard=2),
+                tracker,
+                policy,
+                Metrics(),
+                mark_done=done.set,
+                bind={},
+            )
+
+    done = threading.Event()
+    outcome = anyio.run(go)
+    assert done.is_set() != isinstance(outcome, Interrupted)
+    return outcome, calls
+
+
+def test_a_stop_ends_the_wait_between_attempts() -> None:
+    outcome, calls = interrupted_run(
+        stop_after_calls=2, error=ValueError("sink down"), policy=RetryPolicy(backoff=FAST)
+    )
+    assert isinstance(outcome, Interrupted) and calls == 2
+
+
+def test_a_stop_during_a_long_backoff_interrupts_at_once() -> None:
+    async def stop_soon(tracker: RecordingTracker) -> None:
+        await anyio.sleep(0.05)
+        tracker.stopping.set()
+
+    tracker = RecordingTracker()
+    calls = 0
+
+    async def process(batch: Any, tracker: Any) -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("sink down")
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    async def go() -> Outcome:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_soon, tracker)
+            with anyio.fail_after(10):
+                return await process_with_retry(
+                    LoadedProcessor("scripted", nothing, process, nothing, None),
+                    make_batch([{"id": "1"}]),
+                    tracker,
+                    RetryPolicy(backoff=SLOW),
+                    Metrics(),
+                    mark_done=lambda: pytest.fail("not done"),
+                    bind={},
+                )
+
+    assert isinstance(anyio.run(go), Interrupted) and calls == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [BatchInterrupted("stopping"), ExceptionGroup("task group", [BatchInterrupted("x")])],
+    ids=["plain", "inside-a-task-group"],
+)
+def test_batch_interrupted_while_stopping_is_neither_done_nor_failed(
+    tmp_path: Path, error: Exception
+) -> None:
+    policy = RetryPolicy(
+        max_attempts=1, on_failure="dead_letter", backoff=SLOW, dead_letter_dir=tmp_path
+    )
+    outcome, calls = interrupted_run(stop_after_calls=1, error=error, policy=policy)
+    assert isinstance(outcome, Interrupted) and calls == 1
+    assert not list(tmp_path.rglob("*")), "an interrupted batch is not a dead letter"
+
+
+def test_batch_interrupted_without_a_stop_is_an_ordinary_failure(tmp_path: Path) -> None:
+    """A processor may not park a batch by raising it while nothing is stopping."""
+    policy = RetryPolicy(
+        max_attempts=2, on_failure="dead_letter", backoff=FAST, dead_letter_dir=tmp_path
+    )
+    outcome, calls = interrupted_run(
+        stop_after_calls=-1, error=BatchInterrupted("no stop"), policy=policy
+    )
+    assert isinstance(outcome, DeadLettered) and calls == 2
+
+
+def test_a_stop_set_before_the_batch_still_gets_one_attempt() -> None:
+    """The batch in hand is tried once (it may well succeed); only retries are cut."""
+    outcome, calls = interrupted_run(
+        stop_after_calls=0, error=ValueError("down"), policy=RetryPolicy(backoff=SLOW)
+    )
+    assert isinstance(outcome, Interrupted) and calls == 1

@@ -70,3 +70,30 @@ def test_retry_keeps_trying_past_max_attempts() -> None:
 def test_a_stop_request_ends_the_retries() -> None:
     result, calls, _ = run(99, RetryPolicy(backoff=FAST), stop_after=4)
     assert result is None and calls == 4
+
+
+def test_a_stop_gives_up_a_start_that_hangs() -> None:
+    """A processor whose start waits on a sink that is down (e.g. a connection retried for
+    ever) does not hold up a stop: nothing was processed, so the start is abandoned."""
+    stop = anyio.Event()
+    cancelled = False
+
+    async def make() -> Any:
+        nonlocal cancelled
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled = True
+
+    async def go() -> Any:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _set_soon(stop))
+            with anyio.fail_after(10):
+                return await start_with_retry(make, 3, RetryPolicy(), Metrics(), stop, bind={})
+
+    assert anyio.run(go) is None and cancelled
+
+
+async def _set_soon(event: anyio.Event) -> None:
+    await anyio.sleep(0.05)
+    event.set()

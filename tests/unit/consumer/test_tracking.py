@@ -1,10 +1,13 @@
-"""ShardTracker: deferred acks finish exactly their batch, from any thread."""
+"""ShardTracker: deferred acks finish exactly their batch, from any thread; `stopping` tells
+processors the shard is stopping."""
 
 from __future__ import annotations
 
 import threading
 
-from loghubd.consumer.tracking import ShardTracker
+import anyio
+
+from loghubd.consumer.tracking import ShardTracker, StopFlag
 
 
 def fetch(tracker: ShardTracker, start: str, end: str) -> None:
@@ -58,3 +61,29 @@ def test_ack_after_rollback_is_ignored() -> None:
     t.rollback("c0")  # the processor asked to re-read: the batch will be fetched again
     ack.done()
     assert t.committable() == "c0"
+
+
+def test_stopping_wakes_every_waiter_and_is_seen_from_other_threads() -> None:
+    flag = StopFlag()  # made outside any event loop, as a unit test's tracker is
+    tracker = ShardTracker("c0", stopping=flag)
+    assert tracker.stopping is flag and not flag.is_set()
+    woken: list[int] = []
+    seen_in_thread: list[bool] = []
+
+    async def waiter(n: int) -> None:
+        await flag.wait()
+        woken.append(n)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(waiter, n)
+            await anyio.sleep(0.01)
+            assert not woken
+            flag.set()
+        seen_in_thread.append(await anyio.to_thread.run_sync(lambda: tracker.stopping.is_set()))
+        await flag.wait()  # already set: returns at once
+
+    anyio.run(main)
+    assert sorted(woken) == [0, 1, 2] and seen_in_thread == [True]
+    assert not ShardTracker("c0").stopping.is_set()  # each tracker has its own by default
