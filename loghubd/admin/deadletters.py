@@ -114,7 +114,7 @@ async def replay_source(
     """`replay` with the factory bound to `spec`'s source, as `loghubd run` binds it: the
     credentials provider refreshes (file, command) while the replay runs."""
     provider = provider_for(spec.source)
-    context = ProcessorContext.of_source(spec, consumer, provider.get)
+    context = ProcessorContext.of_source(spec, consumer, provider.get, replay=True)
     async with anyio.create_task_group() as tg:
         await tg.start(provider.run_refresh)
         if factory.bind is not None:
@@ -170,8 +170,8 @@ def declined(letter: DeadLetter, reread: str) -> str:
     """Why a processor that answered a replayed batch with a cursor to read from kept it."""
     return (
         f"the processor did not take it: it asked to read the shard from {reread} instead of "
-        f"{letter.cursor}. A sink that stores its own position (postgres) is past this range "
-        "and cannot take it back in order; replay it through another processor (jsonl), or "
+        f"{letter.cursor}: a sink that stores its own position is past this range and cannot "
+        "take it back in order; replay it through another processor (jsonl), or "
         "`loghubd dead-letters print` it and load the lines yourself"
     )
 

@@ -180,7 +180,12 @@ class ProcessorContext:
     ``loghubd_<processor>_...``, units in the name, ``_total`` for counters), best through
     ``instruments``. The daemon's ``/metrics`` serves them beside its own, each series with
     this source's ``source`` label; outside a daemon (tests, the dead-letter replay) it is a
-    registry nobody serves."""
+    registry nobody serves.
+
+    ``replay``: True when the factory is bound by ``loghubd dead-letters replay``: every batch
+    is a dead letter, a range the shard's checkpoint has already passed, handed over once
+    more. A sink that fences writes on its own stored position (``loghubd-postgres``) lets
+    such a batch through only if it recorded the range as set aside."""
 
     endpoint: str
     project: str
@@ -191,6 +196,7 @@ class ProcessorContext:
     auth_version: str = "v1"
     region: str = ""
     metrics_registry: CollectorRegistry = field(default_factory=_new_registry)
+    replay: bool = False
 
     def instruments(self, kind: Callable[[CollectorRegistry], _Instruments]) -> _Instruments:
         """``kind(metrics_registry)``, made once per registry and then shared: a registry
@@ -209,9 +215,11 @@ class ProcessorContext:
         consumer: str,
         credentials: Callable[[], Credentials],
         metrics_registry: CollectorRegistry | None = None,
+        *,
+        replay: bool = False,
     ) -> ProcessorContext:
-        """The context of a configured source, as `loghubd run` (and the dead-letter replay)
-        hands it to `factory.bind`."""
+        """The context of a configured source, as `loghubd run` (and, with `replay`, the
+        dead-letter replay) hands it to `factory.bind`."""
         s = spec.source
         return cls(
             endpoint=s.endpoint,
@@ -223,6 +231,7 @@ class ProcessorContext:
             auth_version=s.auth_version,
             region=s.region,
             metrics_registry=metrics_registry or _new_registry(),
+            replay=replay,
         )
 
 

@@ -17,10 +17,12 @@ def make_context(
     consumer: str = "test-consumer",
     credentials: Credentials | None = None,
     metrics_registry: CollectorRegistry | None = None,
+    replay: bool = False,
 ) -> ProcessorContext:
     """A context whose source is `endpoint`/`project`/`logstore` (nothing listens on the
     default endpoint), with static `credentials` (none by default) and `metrics_registry`
-    (pass one to read the processor's series back with `registry.get_sample_value`)."""
+    (pass one to read the processor's series back with `registry.get_sample_value`);
+    `replay=True` binds a factory as `loghubd dead-letters replay` does."""
     keys = credentials or Credentials("", "")
     return ProcessorContext(
         endpoint=endpoint,
@@ -30,4 +32,5 @@ def make_context(
         group=group,
         consumer=consumer,
         metrics_registry=metrics_registry or CollectorRegistry(auto_describe=True),
+        replay=replay,
     )

@@ -50,6 +50,27 @@ def positions_ddl(options: Options) -> sql.Composed:
     ).format(positions_name(options))
 
 
+def set_aside_name(options: Options) -> sql.Composable:
+    """`<positions_table>_set_aside`, in the positions table's schema."""
+    schema, _, table = options.positions_table.rpartition(".")
+    return table_name(schema or None, f"{table}_set_aside")
+
+
+def set_aside_ddl(options: Options) -> sql.Composed:
+    """The ranges a shard set aside (rows the table refused, so the batch went to the failure
+    policy): what `loghubd dead-letters replay` may write once, behind the stored position.
+    A range written later in order (a retry that succeeded) is deleted from it."""
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        " project text NOT NULL, consumer_group text NOT NULL, logstore text NOT NULL,"
+        " shard integer NOT NULL, start_position bigint NOT NULL, end_position bigint NOT NULL,"
+        " cursor text NOT NULL, next_cursor text NOT NULL, error text, consumer text,"
+        " set_aside_at timestamptz NOT NULL DEFAULT now(), replayed_at timestamptz,"
+        " rows_written bigint,"
+        " PRIMARY KEY (project, consumer_group, logstore, shard, start_position))"
+    ).format(set_aside_name(options))
+
+
 def table_ddl(options: Options) -> sql.Composed:
     """The data table. No unique constraint: exactly once comes from the positions, and a
     constraint would only hide duplicates."""
@@ -72,6 +93,7 @@ def check(options: Options) -> None:
         raise ValueError(f"{PREFIX}.dsn: cannot connect: {_first_line(exc)}") from None
     with conn:
         _create(conn, positions_ddl(options), "positions_table")
+        _create(conn, set_aside_ddl(options), "positions_table")
         if options.create_table:
             _create(conn, table_ddl(options), "table")
         rows = conn.execute(

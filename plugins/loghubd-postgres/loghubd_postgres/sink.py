@@ -26,6 +26,14 @@ attempt's check above settles it. When the shard stops meanwhile (`tracker.stopp
 daemon's shutdown, a rebalance), the retrying ends at once with `BatchInterrupted`: the batch
 is left for the next owner, whose check settles it the same way. Anything else (a value
 the server refuses) propagates to the daemon's retry and failure policy.
+
+Rows the table refuses (`BadRow`, a data or integrity error from the server) set the batch
+aside: its range is noted in `<positions_table>_set_aside` (fenced by the same lock: only while
+the stored position is not past it) before the refusal goes to the failure policy, and a
+later in-order write of the range drops the note. Under `loghubd dead-letters replay`
+(`context.replay`) a batch is written only if its range is noted and not yet replayed, in one
+transaction that marks it replayed: a dead letter lands once, however often it is replayed,
+and never if the range was written in order meanwhile. The stored position is not touched.
 """
 
 from __future__ import annotations
@@ -42,12 +50,18 @@ from loghubd import Backoff, Batch, BatchInterrupted, ProcessorContext, StopSign
 from loghubd.protocol import cursor as cursors
 from loghubd_postgres.metrics import PostgresMetrics
 from loghubd_postgres.options import Options
-from loghubd_postgres.rows import RowEncoder
-from loghubd_postgres.schema import positions_name, table_name
+from loghubd_postgres.rows import BadRow, RowEncoder
+from loghubd_postgres.schema import positions_name, set_aside_name, table_name
 
 log = structlog.get_logger("loghubd.postgres")
 
 CHUNK_ROWS = 250  # rows converted per worker-thread call, sent while the next is converted
+# The table refused the rows themselves: retrying the same rows cannot help.
+REFUSED = (BadRow, psycopg.errors.DataError, psycopg.errors.IntegrityError)
+
+
+class NotSetAside(Exception):
+    """A replayed dead letter whose range this shard did not note as set aside."""
 
 
 def position(cursor: str) -> int:
@@ -75,6 +89,26 @@ class Statements:
             "UPDATE {} SET cursor = %s, position = %s, consumer = %s,"
             " rows_written = rows_written + %s, updated_at = now() WHERE {}"
         ).format(positions, key)
+        aside = set_aside_name(options)
+        at = sql.SQL(" AND start_position = %s")
+        # Rows the table refused: the range is noted (fenced on the stored position) before
+        # the batch goes to the failure policy; written in order later, the note is dropped.
+        self.set_aside = sql.SQL(
+            "INSERT INTO {} (project, consumer_group, logstore, shard, start_position,"
+            " end_position, cursor, next_cursor, error, consumer)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (project, consumer_group, logstore, shard, start_position) DO UPDATE"
+            " SET end_position = excluded.end_position, next_cursor = excluded.next_cursor,"
+            " error = excluded.error, consumer = excluded.consumer, set_aside_at = now()"
+            " WHERE {}.replayed_at IS NULL"
+        ).format(aside, aside)
+        self.written_in_order = sql.SQL("DELETE FROM {} WHERE {}").format(aside, key + at)
+        self.find_set_aside = sql.SQL(
+            "SELECT end_position, replayed_at FROM {} WHERE {} FOR UPDATE"
+        ).format(aside, key + at)
+        self.replayed = sql.SQL(
+            "UPDATE {} SET replayed_at = now(), rows_written = %s WHERE {}"
+        ).format(aside, key + at)
         self.copy = sql.SQL("COPY {} ({}) FROM STDIN").format(
             table_name(options.schema, options.table),
             sql.SQL(", ").join(sql.Identifier(n) for n, _ in options.all_columns),
@@ -134,11 +168,19 @@ class PostgresProcessor:
                     self.sql.advance,
                     (batch.next_cursor, end, self.context.consumer, rows, *self.key),
                 )
+                await conn.execute(self.sql.written_in_order, (*self.key, start))
             written = rows
             return None
 
+        if self.context.replay:
+            await self._replay(batch, tracker, start, end)
+            return None
         began = time.perf_counter()
-        rollback: str | None = await self._with_retry(attempt, tracker.stopping)
+        try:
+            rollback: str | None = await self._with_retry(attempt, tracker.stopping)
+        except REFUSED as exc:
+            await self._note_set_aside(batch, start, end, exc, tracker)
+            raise
         m = self.metrics
         m.seconds.observe(time.perf_counter() - began)
         outcome = (
@@ -155,6 +197,80 @@ class PostgresProcessor:
             return rollback
         tracker.save_checkpoint(persist=False)
         return None
+
+    async def _note_set_aside(
+        self, batch: Batch, start: int, end: int, exc: BaseException, tracker: Tracker
+    ) -> None:
+        """Note the refused range (unless the table is past it: then another consumer owns
+        the shard, and this batch is not ours to set aside), so that a replay of its dead
+        letter can write it once. A failure to note is logged; the refusal still stands."""
+
+        async def note(conn: psycopg.AsyncConnection[Any]) -> None:
+            async with conn.transaction():
+                cur = await conn.execute(self.sql.lock, self.key)
+                found = await cur.fetchone()
+                stored = None if found is None else found[1]
+                if stored is None or stored <= start:
+                    await conn.execute(
+                        self.sql.set_aside,
+                        (
+                            *self.key,
+                            start,
+                            end,
+                            batch.cursor,
+                            batch.next_cursor,
+                            str(exc)[:2000],
+                            self.context.consumer,
+                        ),
+                    )
+
+        try:
+            await self._with_retry(note, tracker.stopping)
+        except Exception as error:
+            log.warning(
+                "postgres_set_aside_not_noted",
+                **self._bind,
+                cursor=batch.cursor,
+                error=str(error)[:300],
+                detail="a replay of this batch's dead letter will be refused",
+            )
+
+    async def _replay(self, batch: Batch, tracker: Tracker, start: int, end: int) -> None:
+        """A dead letter handed back (`loghubd dead-letters replay`): written once, only if
+        this shard set its range aside; the stored position is not touched."""
+        outcome = ""
+        written = 0
+
+        async def attempt(conn: psycopg.AsyncConnection[Any]) -> None:
+            nonlocal outcome, written
+            async with conn.transaction():
+                cur = await conn.execute(self.sql.find_set_aside, (*self.key, start))
+                found = await cur.fetchone()
+                if found is None or found[0] != end:
+                    outcome = "unknown" if found is None else "other_range"
+                    return
+                if found[1] is not None:
+                    outcome = "already_replayed"  # an earlier replay whose answer was lost
+                    return
+                written = await self._copy(conn, batch)
+                await conn.execute(self.sql.replayed, (written, *self.key, start))
+                outcome = "replayed"
+
+        await self._with_retry(attempt, tracker.stopping)
+        if outcome in ("unknown", "other_range"):
+            raise NotSetAside(
+                f"shard {self.shard}, cursor {batch.cursor}: this range is not noted as set "
+                f"aside in {self.options.positions_table}_set_aside"
+                + (" with the same end" if outcome == "other_range" else "")
+                + ": it may be in the table already (written in order after a retry), or it "
+                "was set aside by an earlier version of this plugin, which kept no notes. It "
+                "is not written; `loghubd dead-letters print` gives its logs to check and "
+                "load by hand"
+            )
+        self.metrics.batches.labels(outcome).inc()
+        self.metrics.rows.inc(written)
+        log.info("postgres_replayed", **self._bind, cursor=batch.cursor, outcome=outcome)
+        tracker.save_checkpoint(persist=False)
 
     async def _copy(self, conn: psycopg.AsyncConnection[Any], batch: Batch) -> int:
         """COPY the batch's rows, converted in a worker thread (CPU work, off the event loop

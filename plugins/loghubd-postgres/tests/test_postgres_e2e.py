@@ -5,11 +5,13 @@ table. Mid-stream: one daemon is `kill -9`'d and restarted, twice; PostgreSQL it
 `kill -9`'d and restarted once; another daemon is SIGSTOPped past the group timeout (its shards
 go to the others while it sleeps) and then continued. At the end the table holds every id
 exactly once, counted by PostgreSQL, and it has no unique constraint that could have hidden a
-duplicate. Also: a daemon refuses a bad configuration at start, naming the key.
+duplicate. Also: a daemon refuses a bad configuration at start, naming the key; a batch the
+table refused replays into it once, through `loghubd dead-letters replay`.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,8 +23,10 @@ import psycopg
 import pytest
 from pg_server import PgServer
 
+from loghubd.protocol import pb
 from loghubd.testing import ServerProcess
 from tests.integration.daemon_harness import TIMEOUT, Daemon, Pool, wait_until
+from tests.integration.harness_toml import dump_toml
 
 pytestmark = pytest.mark.slow
 
@@ -150,3 +154,82 @@ def test_bad_configuration_stops_the_daemon_at_start(pg_dsn: str, tmp_path: Path
     assert out.returncode == 2, out
     assert "processor.postgres.table: no table 'nosuch'" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr + out.stdout
+
+
+def test_dead_letters_replay_into_the_table_once(
+    pg_dsn: str, loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    """The operator's path after the table refused rows: a daemon sets the batch aside
+    (`on_failure = "dead_letter"`) and goes on; the column and the mapping are fixed; `loghubd
+    dead-letters replay` writes the dead letter into the table, once, however often it is run."""
+    pool = Pool(tmp_path, loghubd_server.endpoint)
+    try:
+        pool.admin.create_logstore("refused", 1)
+        groups = [[{"id": f"r{g}-{i}", "n": str(i)} for i in range(50)] for g in range(6)]
+        groups[3][7]["n"] = "seven"  # group 3 does not fit a bigint column
+        for group in groups:
+            raw = pb.LogGroup(
+                Logs=[
+                    pb.Log(
+                        Time=1_700_000_000,
+                        Contents=[pb.Log.Content(Key=k, Value=v) for k, v in log.items()],
+                    )
+                    for log in group
+                ]
+            ).SerializeToString()
+            pool.admin._run(lambda c, raw=raw: c.put_log_group("refused", raw))
+        mapping = {**options(pg_dsn), "columns": {"id": "text", "n": "bigint"}}
+        daemon = pool.daemon(
+            "refused",
+            "refused-group",
+            "a",
+            processor="postgres",
+            processor_options=mapping,
+            consumer={"max_fetch_log_groups": 1, "max_attempts": 3, "on_failure": "dead_letter"},
+        ).wait_ready()
+        end = pool.admin.cursor("refused", 0, "end")
+        wait_until(
+            lambda: (
+                pool.admin.checkpoints("refused", "refused-group").get(0, {}).get("checkpoint")
+                == end
+            ),
+            30,
+            daemon.log_tail,
+        )
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        pool.close()
+    assert counts(pg_dsn) == (250, 250)
+    (letter,) = daemon.dead_letter.glob("shard-0/*.json")
+    assert "seven" in letter.read_text()
+
+    # The fix: the column takes text now, and so does the mapping.
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE logs ALTER COLUMN n TYPE text")
+    daemon.config["processor"]["postgres"]["columns"]["n"] = "text"
+    daemon.config_path.write_text(dump_toml(daemon.config))
+
+    command = [sys.executable, "-m", "loghubd", "dead-letters", "replay"]
+
+    def replay() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, "-c", str(daemon.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **daemon.env},
+        )
+
+    first = replay()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert counts(pg_dsn) == (300, 300)
+    assert not list(daemon.dead_letter.glob("shard-0/*.json"))
+    with psycopg.connect(pg_dsn) as conn:
+        noted = conn.execute(
+            "SELECT rows_written, replayed_at IS NOT NULL FROM loghubd_positions_set_aside"
+        ).fetchall()
+    assert noted == [(50, True)]
+    # Nothing left to replay; and the table did not get the rows twice.
+    again = replay()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert counts(pg_dsn) == (300, 300)

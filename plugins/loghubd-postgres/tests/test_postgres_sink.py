@@ -1,7 +1,8 @@
 """The postgres processor against a real PostgreSQL server, driven directly (no daemon): the
 COPY encoding round-trips, the fence keeps two consumers of one shard from writing a range
 twice, the stored position wins when it is ahead, and a server restart mid-stream loses and
-doubles nothing. Bad configuration and bad rows fail with the key / the row and the reason."""
+doubles nothing. A refused batch is noted as set aside, and its dead letter replays once.
+Bad configuration and bad rows fail with the key / the row and the reason."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loghubd_postgres.factory import PostgresFactory
 from loghubd_postgres.rows import BadRow
-from loghubd_postgres.sink import PostgresProcessor
+from loghubd_postgres.sink import NotSetAside, PostgresProcessor
 from pg_server import PgServer
 
 from loghubd import Batch, BatchInterrupted, ProcessorContext
@@ -306,3 +307,81 @@ def test_a_stop_while_postgres_is_down_interrupts_the_batch(
     assert sample(f, "loghubd_postgres_unavailable_total") >= 1  # it was retrying
     (row,) = query(pg_dsn, "SELECT count(*), count(DISTINCT id) FROM logs")
     assert row == (8, 8)
+
+
+def replayer(dsn: str) -> PostgresFactory:
+    """The factory as `loghubd dead-letters replay` binds it, after the operator fixed the
+    mapping (`n` is text now: "twelve" fits)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE logs ALTER COLUMN n TYPE text")
+    f = factory(dsn, columns={"id": "text", "n": "text"})
+    f.bind(make_context(project="p", logstore="ls", group="g", consumer="c1", replay=True))
+    return f
+
+
+def replay(f: PostgresFactory, b: Batch) -> RecordingTracker:
+    tracker = RecordingTracker()
+
+    async def go() -> None:
+        p = f(SHARD)
+        await p.initialize(SHARD)
+        try:
+            assert await p.process(b, tracker) is None
+        finally:
+            await p.shutdown(RecordingTracker())
+
+    anyio.run(go)
+    return tracker
+
+
+BAD = [{"id": "b0", "n": "twelve"}, {"id": "b1", "n": "13"}]
+
+
+def test_a_refused_batch_is_noted_and_its_dead_letter_replays_once(pg_dsn: str) -> None:
+    f = factory(pg_dsn)
+    good, bad, after = ids_batch(0, range(2)), batch(1, [BAD]), ids_batch(2, range(10, 12))
+    assert run(f(SHARD), good) == [None]
+    with pytest.raises(BadRow):
+        run(f(SHARD), bad)
+    assert run(f(SHARD), after) == [None]  # the shard went on (the batch was dead-lettered)
+    (note,) = query(
+        pg_dsn,
+        "SELECT start_position, end_position, cursor, error, replayed_at"
+        " FROM loghubd_positions_set_aside",
+    )
+    assert note[:3] == (cursors.decode(bad.cursor), cursors.decode(bad.next_cursor), bad.cursor)
+    assert "twelve" in note[3] and note[4] is None
+
+    r = replayer(pg_dsn)
+    assert replay(r, bad).finished
+    assert replay(r, bad).finished  # again (an answer lost): done, nothing written twice
+    ids = sorted(row[0] for row in query(pg_dsn, "SELECT id FROM logs"))
+    assert ids == ["b0", "b1", "i0", "i1", "i10", "i11"], ids
+    batches = "loghubd_postgres_batches_total"
+    assert sample(r, batches, outcome="replayed") == 1
+    assert sample(r, batches, outcome="already_replayed") == 1
+    # The stored position is where the shard got to, not moved back by the replay.
+    (pos,) = query(pg_dsn, "SELECT cursor FROM loghubd_positions")
+    assert pos == (after.next_cursor,)
+
+    # A batch that was never set aside is not written by a replay.
+    with pytest.raises(NotSetAside, match="not noted as set aside"):
+        replay(r, good)
+    assert len(query(pg_dsn, "SELECT id FROM logs")) == 6
+
+
+def test_a_range_written_in_order_after_all_is_not_replayed(pg_dsn: str) -> None:
+    """Refused, then retried and written once the mapping was fixed (on_failure = "retry"):
+    the note is dropped with that write, so a dead letter of the range (another daemon's,
+    with on_failure = "dead_letter") is refused rather than written twice."""
+    bad = batch(0, [BAD])
+    with pytest.raises(BadRow):
+        run(factory(pg_dsn)(SHARD), bad)
+    assert len(query(pg_dsn, "SELECT * FROM loghubd_positions_set_aside")) == 1
+    r = replayer(pg_dsn)
+    fixed = factory(pg_dsn, columns={"id": "text", "n": "text"})
+    assert run(fixed(SHARD), bad) == [None]
+    assert query(pg_dsn, "SELECT * FROM loghubd_positions_set_aside") == []
+    with pytest.raises(NotSetAside):
+        replay(r, bad)
+    assert query(pg_dsn, "SELECT count(*), count(DISTINCT id) FROM logs") == [(2, 2)]
