@@ -85,12 +85,15 @@ class Statements:
             positions, key
         )
         self.read = sql.SQL("SELECT cursor, position FROM {} WHERE {}").format(positions, key)
-        self.advance = sql.SQL(
-            "UPDATE {} SET cursor = %s, position = %s, consumer = %s,"
-            " rows_written = rows_written + %s, updated_at = now() WHERE {}"
-        ).format(positions, key)
         aside = set_aside_name(options)
         at = sql.SQL(" AND start_position = %s")
+        # The new position, and the set-aside note of the range dropped (written in order
+        # after all): one statement, so the exactly-once transaction keeps its round trips.
+        self.advance = sql.SQL(
+            "WITH written_in_order AS (DELETE FROM {} WHERE {})"
+            " UPDATE {} SET cursor = %s, position = %s, consumer = %s,"
+            " rows_written = rows_written + %s, updated_at = now() WHERE {}"
+        ).format(aside, key + at, positions, key)
         # Rows the table refused: the range is noted (fenced on the stored position) before
         # the batch goes to the failure policy; written in order later, the note is dropped.
         self.set_aside = sql.SQL(
@@ -102,7 +105,6 @@ class Statements:
             " error = excluded.error, consumer = excluded.consumer, set_aside_at = now()"
             " WHERE {}.replayed_at IS NULL"
         ).format(aside, aside)
-        self.written_in_order = sql.SQL("DELETE FROM {} WHERE {}").format(aside, key + at)
         self.find_set_aside = sql.SQL(
             "SELECT end_position, replayed_at FROM {} WHERE {} FOR UPDATE"
         ).format(aside, key + at)
@@ -164,11 +166,8 @@ class PostgresProcessor:
                 if found is None:
                     await conn.execute(self.sql.ensure, self.key)
                 rows = await self._copy(conn, batch)
-                await conn.execute(
-                    self.sql.advance,
-                    (batch.next_cursor, end, self.context.consumer, rows, *self.key),
-                )
-                await conn.execute(self.sql.written_in_order, (*self.key, start))
+                moved = (batch.next_cursor, end, self.context.consumer, rows)
+                await conn.execute(self.sql.advance, (*self.key, start, *moved, *self.key))
             written = rows
             return None
 
