@@ -224,7 +224,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     logstore = args.logstore or (src.logstore if src else "")
     if not project or not logstore:
         raise UserError(USAGE, "--project and --logstore required, or -c CONFIG to take them")
-    check_endpoint(endpoint)
+    check_endpoint(endpoint, project=project)
     creds = env_credentials(os.environ)
     if src is not None and not creds.access_key_id:
         if src.credentials != "static":

@@ -73,7 +73,7 @@ def target(
         raise UserError(
             USAGE, f"{', '.join(missing)} required, or -c CONFIG to take them from a config file"
         )
-    check_endpoint(endpoint)
+    check_endpoint(endpoint, project=project)
     provider: CredentialsProvider
     if src is not None:
         provider = provider_for(src)

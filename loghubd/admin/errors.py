@@ -30,6 +30,7 @@ from loghubd.errors import leaves
 from loghubd.protocol import errors as E
 from loghubd.proxy import proxy_for
 from loghubd.sls import Unreachable
+from loghubd.sls.endpoint import client_proxy
 
 OK, FAILED, USAGE, NOT_FOUND, UNREACHABLE, REFUSED, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 
@@ -54,10 +55,14 @@ class Context:
 
 
 def check_endpoint(
-    text: str, flag: str = "--endpoint", environ: Mapping[str, str] | None = None
+    text: str,
+    flag: str = "--endpoint",
+    environ: Mapping[str, str] | None = None,
+    project: str = "",
 ) -> str:
-    """`text` if it is an http(s) URL with a host and the proxy the environment gives for it
-    (`loghubd.proxy`) can be used, else a UserError saying what is expected."""
+    """`text` if it is an http(s) URL with a host and the proxy the environment gives for the
+    requests of `project` there (`<project>.<host>` on SLS; `loghubd.proxy`) can be used, else
+    a UserError saying what is expected."""
     url = text if "://" in text else f"http://{text}"
     parts = urlsplit(url)
     host = parts.hostname or ""
@@ -72,8 +77,12 @@ def check_endpoint(
             f"{flag} {text!r} is not a service URL: use http://HOST:PORT for loghubd serve "
             "(e.g. http://127.0.0.1:7100) or https://REGION.log.aliyuncs.com for SLS",
         )
+    env = os.environ if environ is None else environ
     try:
-        proxy_for(url, os.environ if environ is None else environ)
+        if project:
+            client_proxy(url, project, env)
+        else:
+            proxy_for(url, env)
     except ValueError as exc:
         raise UserError(USAGE, str(exc)) from None
     return text

@@ -45,7 +45,7 @@ from loghubd.plugins.manager import Plugins
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
 from loghubd.sls import CredentialsProvider, SlsClient, provider_for
-from loghubd.sls.client import client_proxy
+from loghubd.sls.endpoint import client_proxy
 
 log = structlog.get_logger("loghubd.source")
 

@@ -16,14 +16,12 @@ credentials before it is raised, so a refreshing provider reloads at once
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
@@ -32,7 +30,8 @@ from loghubd.backoff import Backoff
 from loghubd.protocol import compress as codec
 from loghubd.protocol import errors as E
 from loghubd.protocol import signing
-from loghubd.proxy import Proxy, proxy_for
+from loghubd.proxy import proxy_for
+from loghubd.sls.endpoint import base_url
 from loghubd.sls.errors import Unreachable
 
 API_VERSION = "0.6.0"
@@ -56,24 +55,6 @@ class Pulled:
     # None when the server does not say (no query, or a server that omits them).
     raw_lines: int | None = None
     result_lines: int | None = None
-
-
-def base_url(endpoint: str, project: str) -> tuple[str, str]:
-    """(the URL requests for `project` go to, their Host header); ValueError without a host."""
-    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-    if not parts.hostname:
-        raise ValueError(f"endpoint {endpoint!r} has no host")
-    host, port = parts.hostname, parts.port
-    scheme = parts.scheme or "http"
-    netloc_port = f":{port}" if port else ""
-    if _is_local(host):
-        return f"{scheme}://{host}{netloc_port}", f"{project}.{host}"
-    return f"{scheme}://{project}.{host}{netloc_port}", f"{project}.{host}"
-
-
-def client_proxy(endpoint: str, project: str, environ: Mapping[str, str]) -> Proxy | None:
-    """The proxy an SlsClient for `project` at `endpoint` uses (`loghubd.proxy`)."""
-    return proxy_for(base_url(endpoint, project)[0], environ)
 
 
 class SlsClient:
@@ -432,16 +413,6 @@ class SlsClient:
             "GET", f"/logstores/{logstore}/consumergroups/{group}", {"type": "status"}
         )
         return result
-
-
-def _is_local(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _stale(error: E.SlsError, creds: signing.Credentials) -> bool:

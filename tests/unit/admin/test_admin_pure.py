@@ -88,6 +88,28 @@ def test_endpoints_refused(url: str) -> None:
     assert caught.value.code == errors.USAGE and "http://HOST:PORT" in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("no_proxy", "accepted"),
+    [
+        ("myproj.cn-hangzhou.log.aliyuncs.com", True),  # the project's host: never proxied
+        (".log.aliyuncs.com", True),
+        ("other.example", False),  # the unusable proxy would be used: refused, naming it
+    ],
+)
+def test_an_endpoints_proxy_is_checked_for_the_host_the_client_uses(
+    no_proxy: str, accepted: bool
+) -> None:
+    """SLS requests go to `<project>.<endpoint host>`: NO_PROXY is matched against that host,
+    as the client matches it, not against the endpoint's own host."""
+    env = {"HTTPS_PROXY": "socks5://proxy.example:1080", "NO_PROXY": no_proxy}
+    url = "https://cn-hangzhou.log.aliyuncs.com"
+    if accepted:
+        assert errors.check_endpoint(url, environ=env, project="myproj") == url
+    else:
+        with pytest.raises(errors.UserError, match="HTTPS_PROXY"):
+            errors.check_endpoint(url, environ=env, project="myproj")
+
+
 CTX = errors.Context("http://h.example:1", "proj", "store", "grp")
 
 

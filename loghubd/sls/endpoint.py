@@ -1,0 +1,42 @@
+"""Where an `SlsClient` for a project sends its requests (pure: no HTTP library imported, so
+the operator commands can check an endpoint and its proxy without loading aiohttp)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from loghubd.proxy import Proxy, proxy_for
+
+
+def base_url(endpoint: str, project: str) -> tuple[str, str]:
+    """(the URL requests for `project` go to, their Host header); ValueError without a host.
+
+    SLS names the project in the host (`<project>.<endpoint host>`); a local service (an IP
+    address, `localhost`: `loghubd serve`) is reached at its own address, with the project in
+    the Host header only."""
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    if not parts.hostname:
+        raise ValueError(f"endpoint {endpoint!r} has no host")
+    host, port = parts.hostname, parts.port
+    scheme = parts.scheme or "http"
+    netloc_port = f":{port}" if port else ""
+    if _is_local(host):
+        return f"{scheme}://{host}{netloc_port}", f"{project}.{host}"
+    return f"{scheme}://{project}.{host}{netloc_port}", f"{project}.{host}"
+
+
+def client_proxy(endpoint: str, project: str, environ: Mapping[str, str]) -> Proxy | None:
+    """The proxy an SlsClient for `project` at `endpoint` uses (`loghubd.proxy`)."""
+    return proxy_for(base_url(endpoint, project)[0], environ)
+
+
+def _is_local(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
