@@ -24,8 +24,9 @@ A broken connection (PostgreSQL down or restarting) is retried here, with backof
 as it takes: the outcome of a COMMIT that lost its connection is unknown, and the next
 attempt's check above settles it. When the shard stops meanwhile (`tracker.stopping`: the
 daemon's shutdown, a rebalance), the retrying ends at once with `BatchInterrupted`: the batch
-is left for the next owner, whose check settles it the same way. Anything else (a value
-the server refuses) propagates to the daemon's retry and failure policy.
+is left for the next owner, whose check settles it the same way. Rows the server refuses (a
+data or integrity error) are `RowsRefused`, a `BatchRejected`: the daemon's failure policy
+applies at once. Anything else propagates to the daemon's retry and failure policy.
 
 Rows the table refuses (`BadRow`, a data or integrity error from the server) set the batch
 aside: its range is noted in `<positions_table>_set_aside` (fenced by the same lock: only while
@@ -46,7 +47,15 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from loghubd import Backoff, Batch, BatchInterrupted, ProcessorContext, StopSignal, Tracker
+from loghubd import (
+    Backoff,
+    Batch,
+    BatchInterrupted,
+    BatchRejected,
+    ProcessorContext,
+    StopSignal,
+    Tracker,
+)
 from loghubd.protocol import cursor as cursors
 from loghubd_postgres.metrics import PostgresMetrics
 from loghubd_postgres.options import Options
@@ -58,6 +67,16 @@ log = structlog.get_logger("loghubd.postgres")
 CHUNK_ROWS = 250  # rows converted per worker-thread call, sent while the next is converted
 # The table refused the rows themselves: retrying the same rows cannot help.
 REFUSED = (BadRow, psycopg.errors.DataError, psycopg.errors.IntegrityError)
+
+
+class RowsRefused(BatchRejected):
+    """The server refused a batch's rows (a data or integrity error): retrying cannot help,
+    so the daemon's failure policy applies at once."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class NotSetAside(Exception):
@@ -179,7 +198,14 @@ class PostgresProcessor:
             rollback: str | None = await self._with_retry(attempt, tracker.stopping)
         except REFUSED as exc:
             await self._note_set_aside(batch, start, end, exc, tracker)
-            raise
+            if isinstance(exc, BadRow):
+                raise
+            # The server refused the rows themselves (a CHECK or NOT NULL constraint, a value
+            # out of its column's range): the same rows fail the same way every time.
+            raise RowsRefused(
+                f"PostgreSQL refused the rows of shard {self.shard} at cursor {batch.cursor}: "
+                f"{_first_line(exc)}"
+            ) from exc
         m = self.metrics
         m.seconds.observe(time.perf_counter() - began)
         outcome = (

@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loghubd_postgres.factory import PostgresFactory
 from loghubd_postgres.rows import BadRow
-from loghubd_postgres.sink import NotSetAside, PostgresProcessor
+from loghubd_postgres.sink import NotSetAside, PostgresProcessor, RowsRefused
 from pg_server import PgServer
 
-from loghubd import Batch, BatchInterrupted, ProcessorContext
+from loghubd import Batch, BatchInterrupted, BatchRejected, ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.testing import RecordingTracker, make_context
@@ -385,3 +385,19 @@ def test_a_range_written_in_order_after_all_is_not_replayed(pg_dsn: str) -> None
     with pytest.raises(NotSetAside):
         replay(r, bad)
     assert query(pg_dsn, "SELECT count(*), count(DISTINCT id) FROM logs") == [(2, 2)]
+
+
+def test_rows_the_server_refuses_are_rejected_at_once_and_noted(pg_dsn: str) -> None:
+    """A constraint of the table (here CHECK (n >= 0)) refuses a row: the same rows fail the
+    same way every time, so the batch is a `BatchRejected` (the failure policy at once, no
+    retries), nothing of it is in the table, and its range is noted for a replay."""
+    f = factory(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE logs ADD CONSTRAINT n_positive CHECK (n >= 0)")
+    bad = batch(0, [[{"id": "a", "n": "1"}, {"id": "b", "n": "-5"}]])
+    with pytest.raises(RowsRefused, match="n_positive") as info:
+        run(f(SHARD), bad)
+    assert isinstance(info.value, BatchRejected)
+    assert f"cursor {bad.cursor}" in str(info.value)
+    assert query(pg_dsn, "SELECT count(*) FROM logs") == [(0,)]
+    assert query(pg_dsn, "SELECT cursor FROM loghubd_positions_set_aside") == [(bad.cursor,)]
