@@ -129,6 +129,7 @@ class ShardTask:
         self.abandoned = False
         self._commit_lock = anyio.Lock()
         self._shutting_down = False  # `processor.shutdown` was called: no more hooks
+        self._starting: LoadedProcessor | None = None  # made; its `initialize` not through
         self._waiting: anyio.CancelScope | None = None
         self._bind = {"group": ctx.group, "consumer": ctx.consumer, "shard": shard}
 
@@ -259,7 +260,8 @@ class ShardTask:
                 bind=self._bind,
                 failing=self._processor_failing,
             )
-            if started is None:  # asked to stop while the processor could not start
+            if started is None:  # asked to stop while the processor could not (or did not) start
+                await self._shut_down_unstarted()
                 return
             if isinstance(started, ShardStopped):
                 self.status.state, self.status.reason = "failed", started.reason
@@ -278,8 +280,27 @@ class ShardTask:
 
     async def _make_processor(self) -> LoadedProcessor:
         processor = self.ctx.factory.processor(self.shard)
-        await processor.initialize(self.shard)
+        self._starting = processor
+        try:
+            await processor.initialize(self.shard)
+        except Exception:
+            self._starting = None  # a failed start: the next attempt makes a new one
+            raise
+        self._starting = None
         return processor
+
+    async def _shut_down_unstarted(self) -> None:
+        """A stop that cut `initialize` short (it waited on a sink that is down): the
+        processor may hold what its start opened (a connection, a registration with its
+        factory), so it is shut down, within a bound, like any other."""
+        processor, self._starting = self._starting, None
+        if processor is None or self.tracker is None:
+            return
+        try:
+            with anyio.fail_after(ABANDONED_CALL_S):
+                await processor.shutdown(self.tracker)
+        except Exception as exc:
+            log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
 
     async def _finish(self) -> None:
         if self.status.state != "failed":

@@ -295,3 +295,28 @@ def test_the_committed_hook_is_never_called_after_shutdown() -> None:
     # Before shutdown the start position (nothing committed yet), after it the deferred batch.
     assert client.commits(0) == [at(0), at(3)]
     assert processor.committed_at == [(at(0), False)]
+
+
+class HangingStart(Recorder):
+    """`initialize` waits on a sink that never answers (a database that is down)."""
+
+    async def initialize(self, shard: int) -> None:  # type: ignore[override]
+        self.events.append(f"initialize {shard}")
+        await anyio.sleep_forever()
+
+
+def test_a_stop_during_a_hanging_start_shuts_the_processor_down() -> None:
+    """The start is given up at once (nothing was processed) and the processor made for it
+    is shut down: what its start opened is not left behind."""
+    client, processor = ScriptedClient(shard_data={0: 3}), HangingStart()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.events == ["initialize 0"], "the start")
+        t.request_stop()
+
+    states, exited = anyio.run(run, task, body)
+    assert states == ["starting", "stopping"]
+    assert processor.events == ["initialize 0", "shutdown"]
+    assert processor.batches == [] and exited == [task]
+    assert client.commits(0) == []
