@@ -2,7 +2,9 @@
 `processor = "spark"`; outputs read back with Spark.
 
 - 200,000 logs over 4 shards through a SQL pipeline (filter + a new column): exactly the
-  expected rows, partitioned by date, while heartbeats stay on time (100,000-row writes);
+  expected rows, partitioned by date, while heartbeats stay on time (100,000-row writes); a
+  real Prometheus scraping the daemon answers every Grafana dashboard target on the spark
+  series;
 - `kill -9` of the daemon at every stage of a write and at random moments: no loss, no
   duplicate;
 - a Python-function pipeline into the JSON-lines sink, with a crash: the same;
@@ -24,6 +26,7 @@ import pytest
 from spark_harness import Source, SparkDaemon, produce, wait_until
 
 from loghubd.testing import ServerProcess
+from tests.integration.prometheus import Prometheus, expand, panel_queries, spark_query
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -60,6 +63,21 @@ def read_ids(spark: Any, path: Path, fmt: str = "parquet") -> Counter[int]:
     return Counter(int(r[0]) for r in df.selectExpr("CAST(contents['id'] AS BIGINT)").collect())
 
 
+def _check_spark_panels(prom: Prometheus, after: float) -> None:
+    """Every dashboard target on the spark plugin's series returns a series, once the daemon
+    was scraped twice after its writes (rate() needs two samples)."""
+    targets = [(title, expr) for title, expr in panel_queries() if spark_query(expr)]
+    assert len(targets) >= 3, targets  # output, latency, failures
+
+    def scraped_since() -> bool:
+        stamps = prom.query("timestamp(up)") if prom.ready() else []
+        return len(stamps) == 1 and float(stamps[0]["value"][1]) > after + 2.5
+
+    wait_until(scraped_since, 60, lambda: prom.log.read_text()[-3000:])
+    empty = [f"{title}: {expr}" for title, expr in targets if not prom.query(expand(expr))]
+    assert not empty, "spark panels without data:\n" + "\n".join(empty)
+
+
 def assert_exactly(ids: Counter[int], expected: set[int]) -> None:
     dups = sorted(i for i, n in ids.items() if n > 1)
     missing = sorted(expected - set(ids))
@@ -89,8 +107,12 @@ def test_200k_logs_through_a_sql_pipeline_exactly_and_on_time(
             "lower(contents['level']) AS level FROM {logs} WHERE contents['level'] <> 'ERROR'",
         },
     ).start()
+    prom: Prometheus | None = None
     try:
         daemon.wait_ready(120)
+        # The Grafana dashboard's spark targets, against this daemon (test_dashboard.py runs
+        # the others against a daemon without a JVM).
+        prom = Prometheus(tmp_path / "prometheus", {"loghubd": f"127.0.0.1:{daemon.port}"})
         _, err = producer.communicate(timeout=300)
         assert producer.returncode == 0, err.decode()[-2000:]
         source = Source(server.endpoint, "sparke2e", "app")
@@ -101,9 +123,12 @@ def test_200k_logs_through_a_sql_pipeline_exactly_and_on_time(
         )
         worst = daemon.metric("loghubd_heartbeat_delay_max_seconds")
         beats = daemon.metric("loghubd_heartbeat_duration_seconds_count")
+        _check_spark_panels(prom, time.time())
         assert daemon.stop() == 0, daemon.log_tail()
     finally:
         daemon.kill()
+        if prom is not None:
+            prom.stop()
     writes = list(daemon.events("spark_batch_written"))
     assert sum(w["rows"] for w in writes) == total  # rows into the pipeline
     assert max(w["rows"] for w in writes) >= 100_000  # writes of 100,000 rows (max_rows)
