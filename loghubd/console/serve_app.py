@@ -91,7 +91,9 @@ class ServeConsole:
         if rest[0] == "g" and len(rest) == 2:
             if not viewer.may(A.SEE_GROUP, project, name, rest[1]):
                 return _missing(f"No consumer group {rest[1]}.")
-            group = self.reader.group(ls, rest[1], now, page)
+            group = self.reader.group(
+                ls, rest[1], now, page, consumers_page=query.get("consumers_page")
+            )
             if group is None:
                 return _missing(f"No consumer group {rest[1]}.")
             return pages.group(FRAME, group, now)

@@ -90,6 +90,7 @@ class GroupView:
     consumers: tuple[ConsumerRow, ...]
     shards: tuple[GroupShardRow, ...]
     pages: Pages  # `shards` holds the rows of this page
+    consumer_pages: Pages  # `consumers` holds the rows of this page
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,9 +286,11 @@ class Reader:
         now: float,
         page: str | None = None,
         size: int = ROWS_PER_PAGE,
+        consumers_page: str | None = None,
     ) -> GroupView | None:
-        """The group, with the shards of page `page` (a `page=` value) of its shard table:
-        the live state of every shard is in memory, stored facts are read for the page only."""
+        """The group, with the shards of page `page` (a `page=` value) of its shard table and
+        the consumers of page `consumers_page` of its consumer table: the live state of every
+        shard is in memory, stored facts are read for the page only."""
         if name not in {g.name for g in self.service.storage.list_groups(ls.id)}:
             return None
         group = self.service.group_view(ls, name)
@@ -348,11 +351,15 @@ class Reader:
                     estimated,
                 )
             )
+        members = sorted(group.consumers.items())
+        consumer_pages = Pages.of(consumers_page, len(members), size)
         consumers = tuple(
-            ConsumerRow(c, max(0.0, now - t), held.get(c, 0))
-            for c, t in sorted(group.consumers.items())
+            ConsumerRow(c, max(0.0, now - t), held.get(c, 0))  # held: over every shard
+            for c, t in members[consumer_pages.first : consumer_pages.stop]
         )
-        return GroupView(ls, name, group.timeout, group.order, consumers, tuple(rows), pages)
+        return GroupView(
+            ls, name, group.timeout, group.order, consumers, tuple(rows), pages, consumer_pages
+        )
 
     def _lags(
         self, ls_id: int, positions: dict[int, int]

@@ -161,14 +161,21 @@ def _shards(view: LogstoreView, pager: H.Markup) -> H.Markup:
 
 
 def group(frame: H.Frame, view: GroupView, now: float) -> View:
-    """The group page; its shard table shows one page of rows (`view.pages`)."""
+    """The group page; its shard and consumer tables each show one page of rows
+    (`view.pages`, `view.consumer_pages`), and each pager keeps the other's page."""
     ls = view.logstore
-    pages = view.pages
+    pages, cpages = view.pages, view.consumer_pages
 
-    def here(page: int | None) -> str:
-        return _ls_url(frame, ls.project, ls.name, "g", view.name, page=page)
+    def here(page: int | None, consumers_page: int | None) -> str:
+        return _ls_url(
+            frame, ls.project, ls.name, "g", view.name, page=page, consumers_page=consumers_page
+        )
 
-    live = _group_live(view, H.pager(pages, here, "shards"))
+    live = _group_live(
+        view,
+        H.pager(pages, lambda n: here(n, cpages.query), "shards"),
+        H.pager(cpages, lambda n: here(pages.query, n), "consumers"),
+    )
 
     def body() -> H.Markup:
         settings = H.tag(
@@ -181,7 +188,7 @@ def group(frame: H.Frame, view: GroupView, now: float) -> View:
             ],
             class_="facts",
         )
-        return H.join([settings, H.live("group", live, here(pages.query), LIVE_MS)])
+        return H.join([settings, H.live("group", live, here(pages.query, cpages.query), LIVE_MS)])
 
     return View(
         f"Consumer group {view.name}",
@@ -191,7 +198,7 @@ def group(frame: H.Frame, view: GroupView, now: float) -> View:
     )
 
 
-def _group_live(view: GroupView, pager: H.Markup) -> H.Markup:
+def _group_live(view: GroupView, pager: H.Markup, consumer_pager: H.Markup) -> H.Markup:
     consumers = H.table(
         "Consumers",
         [C("Consumer"), C("Last heartbeat"), C("Shards held", True)],
@@ -226,7 +233,9 @@ def _group_live(view: GroupView, pager: H.Markup) -> H.Markup:
         rows,
         id="group-shards",
     )
-    return H.join([H.tag("h2", "Consumers"), consumers, H.tag("h2", "Shards"), pager, shards])
+    return H.join(
+        [H.tag("h2", "Consumers"), consumer_pager, consumers, H.tag("h2", "Shards"), pager, shards]
+    )
 
 
 def tail(

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from loghubd.console import html as H
 from loghubd.console import serve_data as D
+from loghubd.console import serve_pages
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.server import spl
@@ -273,3 +275,50 @@ def test_the_tail_keeps_a_bounded_number_of_logs(
         assert [log.record["id"] for log in view.logs][:3] == ["159", "158", "157"] or query
         assert reader._tail_cached <= 30 + 8  # one group over at most (the newest is kept)
         assert reader._tail_cached == sum(len(v[1]) for v in reader._tail_cache.values())
+
+
+def test_a_long_consumer_table_is_cut_into_pages_and_each_pager_keeps_the_other(
+    tmp_path: Path,
+) -> None:
+    """120 consumers in a group of 120 shards: the consumer table shows 50 at a time (by name),
+    each with the shards it holds over the whole group; the consumer pager's links keep the
+    shard page and the shard pager's links keep the consumer page."""
+    clock = Clock()
+    storage = Storage(tmp_path / "db.sqlite3")
+    service = LogService(storage, clock)
+    service.create_project("demo", "")
+    service.create_logstore("demo", "wide", 30, 120)
+    ls = service.logstore("demo", "wide")
+    service.create_group(ls, "readers", 60, False)
+    names = [f"c{n:03d}" for n in range(120)]
+    for _ in range(3):  # joins, then the grants settle one shard per consumer
+        for name in names:
+            service.heartbeat(ls, "readers", name, [])
+    reader = D.Reader(service, tmp_path / "db.sqlite3")
+    try:
+        view = reader.group(ls, "readers", clock.now, "2", consumers_page="2")
+        assert view is not None
+        pages = view.consumer_pages
+        assert (pages.number, pages.count, pages.total) == (2, 3, 120)
+        assert [c.name for c in view.consumers] == names[50:100]
+        # held: over the whole group, not the page (every page together: every owned shard)
+        every = [
+            c
+            for n in ("1", "2", "3")
+            for c in reader.group(ls, "readers", clock.now, None, consumers_page=n).consumers  # type: ignore[union-attr]
+        ]
+        owned = [e.owner for e in service.group_view(ls, "readers").shards.values() if e.owner]
+        assert [c.name for c in every] == names
+        assert {c.name: c.held for c in every} == {n: owned.count(n) for n in names}
+        assert sum(c.held for c in every) == len(owned) > 0
+        assert [r.shard for r in view.shards] == list(range(50, 100))
+        last = reader.group(ls, "readers", clock.now, None, consumers_page="9")
+        assert last is not None and [c.name for c in last.consumers] == names[100:]
+        html = serve_pages.group(H.Frame("/console", "loghubd serve"), view, clock.now).markup()
+        assert "consumers 51 to 100 of 120" in html and "shards 51 to 100 of 120" in html
+        assert "/g/readers?page=2&amp;consumers_page=3" in html  # the consumer pager's link
+        assert "/g/readers?page=3&amp;consumers_page=2" in html  # the shard pager's link
+        assert 'data-live="/console/p/demo/l/wide/g/readers?page=2&amp;consumers_page=2"' in html
+    finally:
+        reader.close()
+        storage.close()
