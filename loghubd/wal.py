@@ -22,6 +22,10 @@ entry records the intended renames, so that recovery can finish them.
 The Spark processor's output partition `batch=<batch>` belongs to its entry alone, so rewriting
 it with dynamic partition overwrite is idempotent.
 
+Committed entries wholly behind the checkpoint are collected (`gc`), except a dead-letter
+replay's (`Entry.replay`), which lie behind it from the start: they stay `REPLAY_KEEP_S`, so a
+replay run again after an interruption finds what it wrote.
+
 While a write is in progress its writer holds an exclusive `flock` on `<batch>.lock`; the kernel
 drops it when the process dies (even on `kill -9`), so "pending and unlocked" means "crashed".
 """
@@ -44,6 +48,11 @@ from loghubd.arrow import Span, position
 
 WAL_DIR = "_loghubd_wal"
 PENDING, COMMITTED = "pending", "committed"
+# A replay's entries (`Entry.replay`: dead letters written by `loghubd dead-letters replay`)
+# lie behind the checkpoint from the start, so the checkpoint cannot tell when they may go:
+# `gc` keeps them this long, so that a replay run again after an interruption finds its
+# earlier writes and writes nothing twice.
+REPLAY_KEEP_S = 30 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,7 @@ class Entry:
     created: float = field(default_factory=time.time)
     committed: float | None = None
     renames: list[tuple[str, str]] = field(default_factory=list)  # [temporary, final] paths
+    replay: bool = False  # written by a dead-letter replay: kept by `gc` for REPLAY_KEEP_S
 
     def shards(self) -> dict[int, dict[str, str]]:
         """Per shard: the first start and the last end cursor (ranges are in stream order)."""
@@ -84,6 +94,7 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **({"replay": True} if self.replay else {}),
             "version": 1,
             "batch": self.batch,
             "state": self.state,
@@ -115,6 +126,7 @@ class Entry:
             created=float(data.get("created", 0.0)),
             committed=data.get("committed"),
             renames=[(str(a), str(b)) for a, b in data.get("renames", [])],
+            replay=bool(data.get("replay", False)),
         )
 
 
@@ -224,6 +236,7 @@ class Wal:
         # Per loaded committed entry: the end of its ranges per shard (None: a range without
         # positions, never collected). What `gc` decides on, without reading the files again.
         self._ends: dict[str, dict[int, int] | None] = {}
+        self._replayed: dict[str, float] = {}  # loaded replay entries: when each was made
         self._coverage: dict[int, list[tuple[int, int]]] = {}
         self._pending: dict[str, Entry] = {}  # pending entries seen at the last refresh
         self._mtime_ns = -1
@@ -332,6 +345,7 @@ class Wal:
         for batch in self._loaded - seen:  # collected (by anyone): its coverage stays
             self._loaded.discard(batch)
             self._ends.pop(batch, None)
+            self._replayed.pop(batch, None)
         self._foreign &= seen
 
     def read(self, batch: str) -> Entry | None:
@@ -360,6 +374,8 @@ class Wal:
             self._coverage[shard] = merge([*self._coverage.get(shard, []), *intervals])
         self._loaded.add(entry.batch)
         self._ends[entry.batch] = ends
+        if entry.replay:
+            self._replayed[entry.batch] = entry.created
 
     def coverage(self, shard: int) -> list[tuple[int, int]]:
         return list(self._coverage.get(shard, []))
@@ -387,12 +403,15 @@ class Wal:
 
         Cheap enough to run after every checkpoint commit: it decides from what `refresh`
         already read (each entry file is read once), so its cost is one directory scan plus
-        the deletions. Their coverage stays in memory (a redelivery is still recognised)."""
+        the deletions. Their coverage stays in memory (a redelivery is still recognised).
+        A replay's entries stay `REPLAY_KEEP_S` whatever the checkpoints."""
         self.refresh(force=True)
+        young = time.time() - REPLAY_KEEP_S
         gone = [
             batch
             for batch, ends in self._ends.items()
             if ends is not None
+            and self._replayed.get(batch, 0.0) <= young
             and all(
                 shard in checkpoints and end <= checkpoints[shard] for shard, end in ends.items()
             )
@@ -404,6 +423,7 @@ class Wal:
                 self._lock_path(batch).unlink()
             self._loaded.discard(batch)
             del self._ends[batch]
+            self._replayed.pop(batch, None)
         if gone:
             fsync_dir(self.dir)
         return len(gone)

@@ -356,6 +356,9 @@ class ParquetProcessor:
             rows=table.num_rows,
             arrow_bytes=table.nbytes,
             renames=[(tmp, final) for tmp, final, _ in plan],
+            # Dead letters (behind the checkpoint): the entry must outlive the daemon's
+            # checkpoint-driven collection, or a replay run again would write them twice.
+            replay=self.factory.context is not None and self.factory.context.replay,
         )
         lease = self.wal.begin(entry)
         try:

@@ -5,6 +5,7 @@ the entry was pending (discarded), and re-delivered ranges (never written twice)
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from loghubd import Batch, ProcessorContext
+from loghubd import Batch, ProcessorContext, wal
 from loghubd.arrow import TIMESTAMP
 from loghubd.processors import parquet_files
 from loghubd.processors.parquet import ParquetFactory, ParquetProcessor
@@ -324,3 +325,39 @@ def test_committed_deletes_the_entries_behind_the_checkpoint_and_never_waits_for
     p.process(batch(4, 2), t)
     p.shutdown(t)
     assert ids(out) == expected((0, 6))
+
+
+def test_a_replay_run_again_after_the_daemon_collected_writes_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    """`loghubd dead-letters replay` writes a dead letter (a range behind the checkpoint) and
+    is interrupted before it removes the letter; meanwhile the daemon's commits collect the
+    write-ahead entries behind its checkpoint. The replay run again finds its earlier write
+    (replay entries outlive that collection) and writes nothing twice. Past REPLAY_KEEP_S the
+    entry goes like any other."""
+    out = tmp_path / "out"
+    letter = batch(10, 2)
+
+    def replay_once() -> RecordingTracker:
+        f = ParquetFactory({"path": str(out), "max_age_s": 3600.0})
+        f.bind(make_context(project="p", logstore="ls", group="g", consumer="c", replay=True))
+        p, t = processor(f), RecordingTracker()
+        p.process(letter, t)
+        p.shutdown(t)
+        return t
+
+    assert len(replay_once().acked) == 1
+    daemon = processor(factory(out))  # the running daemon, its checkpoint far past the letter
+    daemon.committed(cursors.from_seq(SHARD, 100))
+    wal_dir = out / "_loghubd_wal"
+    (entry_file,) = wal_dir.glob("*.json")
+    assert json.loads(entry_file.read_text())["replay"] is True
+    assert len(replay_once().acked) == 1  # done (the rows are there), not written again
+    assert ids(out) == expected((10, 12))
+
+    # A month later the entry is collected like the daemon's own.
+    data = json.loads(entry_file.read_text())
+    data["created"] = time.time() - wal.REPLAY_KEEP_S - 60
+    entry_file.write_text(json.dumps(data))
+    processor(factory(out)).committed(cursors.from_seq(SHARD, 100))
+    assert list(wal_dir.glob("*.json")) == []
