@@ -158,6 +158,7 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
                 "compression": "zstd, snappy, gzip, lz4, brotli or none (zstd)",
                 "compression_level": "the codec's level (its default)",
                 "statistics": 'min/max for "time" columns, "all", "none" or a list ("time")',
+                "dictionary_page_bytes": "a column's dictionary limit, then plain (65536)",
                 "max_rows": "rows buffered per shard before a write (1000000)",
                 "max_bytes": "Arrow bytes buffered per shard before a write (268435456)",
                 "max_age_s": "seconds the oldest buffered batch may wait (60.0)",

@@ -40,6 +40,12 @@ COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
 # level, ids from all over the range), and computing them is ~a quarter of the write's CPU
 # (docs/parquet.md, "Statistics").
 TIME_STATISTICS = ("__time__", "__time_ns__", "__shard__")
+# A column's dictionary stops growing at this size and the rest of its column chunk is written
+# plain. pyarrow's own limit (1 MiB) lets a column of unique values (ids, request ids, paths,
+# latencies) hash some 30,000-100,000 values per file before giving up; 64 KiB still holds the
+# dictionary of any column with a few thousand distinct values (levels, methods, hosts), and on
+# unique values the write costs 14-29 % less CPU, with files no larger (docs/parquet.md).
+DICTIONARY_PAGE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class ParquetOptions:
     compression: str
     compression_level: int | None
     statistics: bool | tuple[str, ...]  # pq.write_table's write_statistics
+    dictionary_page_bytes: int  # pq.write_table's dictionary_pagesize_limit
     max_rows: int
     max_bytes: int
     max_age_s: float
@@ -69,6 +76,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
             "compression": str,
             "compression_level": int,
             "statistics": (str, list),
+            "dictionary_page_bytes": int,
             "max_rows": int,
             "max_bytes": int,
             "max_age_s": (int, float),
@@ -91,6 +99,11 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
             + ", ".join(COMPRESSIONS)
         )
     statistics = parse_statistics(options.get("statistics", "time"))
+    dictionary = int(options.get("dictionary_page_bytes", DICTIONARY_PAGE_BYTES))
+    if dictionary < 1024:
+        raise ValueError(
+            f"processor.parquet.dictionary_page_bytes: must be >= 1024, got {dictionary}"
+        )
     sizes = {
         "max_rows": int(options.get("max_rows", 1_000_000)),
         "max_bytes": int(options.get("max_bytes", 256 * 1024 * 1024)),
@@ -110,6 +123,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         compression=compression,
         compression_level=options.get("compression_level"),
         statistics=statistics,
+        dictionary_page_bytes=dictionary,
         max_rows=sizes["max_rows"],
         max_bytes=sizes["max_bytes"],
         max_age_s=age,

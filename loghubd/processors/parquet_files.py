@@ -125,6 +125,8 @@ class WriteOptions(Protocol):
     def compression_level(self) -> int | None: ...
     @property
     def statistics(self) -> bool | tuple[str, ...]: ...
+    @property
+    def dictionary_page_bytes(self) -> int: ...
 
 
 def write_file(target: Target, path: str, table: pa.Table, options: WriteOptions) -> None:
@@ -134,6 +136,7 @@ def write_file(target: Target, path: str, table: pa.Table, options: WriteOptions
         "write_statistics": (
             options.statistics if isinstance(options.statistics, bool) else list(options.statistics)
         ),
+        "dictionary_pagesize_limit": options.dictionary_page_bytes,
     }
     if options.compression_level is not None:
         kwargs["compression_level"] = options.compression_level

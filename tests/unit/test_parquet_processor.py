@@ -17,7 +17,7 @@ import pytest
 
 from loghubd import Batch, ProcessorContext, wal
 from loghubd.arrow import TIMESTAMP
-from loghubd.processors import parquet_files
+from loghubd.processors import parquet, parquet_files
 from loghubd.processors.parquet import ParquetFactory, ParquetProcessor
 from loghubd.processors.parquet_layout import TIME_FORMATS, parse_template, partitions
 from loghubd.protocol import cursor as cursors
@@ -361,3 +361,33 @@ def test_a_replay_run_again_after_the_daemon_collected_writes_nothing_twice(
     entry_file.write_text(json.dumps(data))
     processor(factory(out)).committed(cursors.from_seq(SHARD, 100))
     assert list(wal_dir.glob("*.json")) == []
+
+
+@pytest.mark.parametrize(("limit", "bounded"), [(None, True), (4 << 20, False)])
+def test_a_column_of_unique_values_stops_its_dictionary_at_the_limit(
+    tmp_path: Path, limit: int | None, bounded: bool
+) -> None:
+    """`dictionary_page_bytes` (64 KiB by default) bounds the dictionary a column of unique
+    ids builds before the rest is written plain; a larger limit lets it grow."""
+    out = tmp_path / "out"
+    # uncompressed, so that the dictionary page's size on disk is its size
+    options: dict[str, Any] = {"compression": "none"}
+    if limit is not None:
+        options["dictionary_page_bytes"] = limit
+    p, t = processor(factory(out, **options)), RecordingTracker()
+    p.process(batch(0, 10_000), t)  # 30,000 rows, every id new: ~240 KB of distinct values
+    p.shutdown(t)
+    (path,) = out.rglob("*.parquet")
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    names = [meta.column(i).path_in_schema for i in range(meta.num_columns)]
+    ids_col, level = meta.column(names.index("id")), meta.column(names.index("level"))
+    dictionary_bytes = ids_col.data_page_offset - ids_col.dictionary_page_offset
+    assert ids_col.has_dictionary_page and level.has_dictionary_page
+    # The writer checks the limit after each batch of values it adds: it may overshoot a bit.
+    assert (dictionary_bytes < 2 * parquet.DICTIONARY_PAGE_BYTES) is bounded, dictionary_bytes
+    assert ids(out) == expected((0, 10_000))
+
+
+def test_dictionary_page_bytes_must_be_a_size(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"processor\.parquet\.dictionary_page_bytes: must be"):
+        factory(tmp_path / "out", dictionary_page_bytes=10)
