@@ -333,6 +333,9 @@ class Engine:
             sink=self.options.sink,
             rows=sum(it.rows for it in kept),
             arrow_bytes=sum(it.nbytes for it in kept),
+            # Dead letters (`loghubd dead-letters replay`): kept past the checkpoint-driven
+            # collection, so a replay run again finds this write (loghubd.wal.REPLAY_KEEP_S).
+            replay=self.context is not None and self.context.replay,
         )
         return PendingWrite(entry, kept)
 

@@ -448,3 +448,33 @@ def test_a_sink_given_as_a_uri_keeps_its_write_ahead_log_in_wal_dir(
     assert not partial.exists()
     assert ids_in(spark, out) == sorted(1000 * s + i for s in (0, 1) for i in range(20))
     assert [e["batch"] for e in entries(wal_dir)] == [entry["batch"]]
+
+
+def test_a_replay_run_again_after_the_checkpoint_collection_writes_nothing_twice(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    """Under `loghubd dead-letters replay` (context.replay) a write's entry is marked, and the
+    write-ahead log's checkpoint-driven collection keeps it: the same dead letter handed over
+    again (a replay interrupted before it removed the letter) is acked, not written again."""
+    # A real service (the engine asks it for the group's checkpoints after a write; it has
+    # no such group, which the engine shrugs off as it does any failed look-up).
+    context = make_context(
+        endpoint=loghubd_server.endpoint,
+        project="p",
+        logstore="ls",
+        group="g",
+        consumer="c",
+        replay=True,
+    )
+    letter = make_batch(0, 40, 2, 5, first_id=500)
+    first = engines(context=context)
+    first.add(letter, FakeAck())
+    first.flush("test")
+    [entry] = entries(tmp_path / "out")
+    assert entry["replay"] is True
+    assert first.wal.gc({0: 10_000}) == 0  # the daemon's checkpoint is far past it: kept
+    again, ack = engines(context=context), FakeAck()
+    again.add(letter, ack)
+    again.flush("test")
+    assert ack.calls == 1
+    assert ids_in(spark, tmp_path / "out") == list(range(500, 510))
