@@ -13,6 +13,11 @@ Rotation and compression happen between batches, before a batch is written: a fa
 fails the batch before any of it is written (the retry starts clean). Closed files are named
 `shard-<shard>.<UTC time of closing, %Y%m%dT%H%M%S.%fZ>.jsonl` (`.gz` / `.zst` appended once
 compressed), so that sorting the names sorts them in write order.
+
+Under `loghubd dead-letters replay` (`context.replay`) each dead letter gets a file of its own,
+`shard-<shard>.replay-<start>-<end>.jsonl` (the positions of its first and next log group in
+the shard), written whole under a temporary name and renamed: a replay run again replaces the
+file with the same lines instead of appending them a second time.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from prometheus_client import CollectorRegistry, Counter
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
 from loghubd.processors.options import check_options
+from loghubd.protocol import cursor as cursors
 
 log = structlog.get_logger("loghubd.processors.jsonl")
 
@@ -119,8 +125,11 @@ class JsonlProcessor:
         shard: int,
         options: JsonlOptions | None = None,
         metrics: JsonlMetrics | None = None,
+        *,
+        replay: bool = False,
     ) -> None:
         self.directory = directory
+        self.replay = replay  # dead letters: a file each, never the shard's live file
         self.shard = shard
         self.path = directory / f"shard-{shard}.jsonl"
         self.options = options or JsonlOptions()
@@ -133,6 +142,8 @@ class JsonlProcessor:
 
     def initialize(self, shard: int) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self.replay:
+            return
         self._compress_closed()
         self._open()
 
@@ -143,6 +154,10 @@ class JsonlProcessor:
         self._opened = time.time()
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
+        if self.replay:
+            self._write_replayed(batch)
+            tracker.save_checkpoint(persist=False)
+            return
         with self._lock:
             if self._torn:  # the retry of a failed batch: cut what it left first
                 os.ftruncate(self._fd, self._size)
@@ -161,6 +176,25 @@ class JsonlProcessor:
                 raise
         self.metrics.bytes.inc(written)
         tracker.save_checkpoint(persist=False)
+
+    def _write_replayed(self, batch: Batch) -> None:
+        """A dead letter into a file of its own, named by its range: whole or not at all."""
+        try:
+            start, end = cursors.decode(batch.cursor), cursors.decode(batch.next_cursor)
+        except cursors.InvalidCursorString as exc:
+            raise ValueError(f"jsonl: cannot name a file after cursor {batch.cursor!r}") from exc
+        final = self.directory / f"shard-{self.shard}.replay-{start}-{end}.jsonl"
+        part = final.with_name(final.name + ".part")
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            written = batch.write_jsonl(fd)
+            if self.options.fsync != "never":
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(part, final)
+        self._sync_directory()
+        self.metrics.bytes.inc(written)
 
     def _cut_back(self) -> None:
         """Remove a failed batch's partial write now (shrinking needs no free space); if even
@@ -265,9 +299,11 @@ class JsonlFactory:
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.directory, self.options = JsonlOptions.parse(options)
         self.metrics = JsonlMetrics(CollectorRegistry())  # bind() puts them on the daemon's
+        self.replay = False
 
     def bind(self, context: ProcessorContext) -> None:
         self.metrics = context.instruments(JsonlMetrics)
+        self.replay = context.replay
 
     def __call__(self, shard: int) -> JsonlProcessor:
-        return JsonlProcessor(self.directory, shard, self.options, self.metrics)
+        return JsonlProcessor(self.directory, shard, self.options, self.metrics, replay=self.replay)

@@ -19,7 +19,8 @@ def output_files(dirs: Iterable[Path]) -> list[Path]:
 
 
 def shard_of(path: Path) -> int:
-    return int(path.stem.split("-", 1)[1])
+    """`shard-<n>.jsonl`, and the replay's `shard-<n>.replay-<start>-<end>.jsonl`."""
+    return int(path.name.removeprefix("shard-").split(".", 1)[0])
 
 
 def read_records(dirs: Iterable[Path]) -> list[tuple[int, dict[str, Any]]]:

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from loghubd.files import write_all
 from loghubd.models import Batch
 from loghubd.processors.jsonl import JsonlFactory, JsonlOptions, JsonlProcessor
+from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.testing import RecordingTracker, make_context
 
@@ -233,3 +234,33 @@ def test_its_series_count_bytes_rotations_and_compress_failures(tmp_path: Path) 
     assert value("loghubd_jsonl_rotated_files_total") == 1
     assert value("loghubd_jsonl_compress_failures_total") == 2  # the stuck file, again
     assert stuck.exists()  # left as it is, nothing lost
+
+
+def test_a_replay_writes_each_dead_letter_to_a_file_of_its_own_once(tmp_path: Path) -> None:
+    """Under `loghubd dead-letters replay` each dead letter becomes
+    `shard-<n>.replay-<start>-<end>.jsonl`, written whole and renamed: a replay run again
+    (interrupted before it removed the letter) replaces the file, it does not add the lines a
+    second time; the shard's live file is not touched."""
+    live = JsonlProcessor(tmp_path, 0)
+    live.initialize(0)
+    live.process(batch(0, 3), RecordingTracker())
+    live.shutdown(RecordingTracker())
+    before = (tmp_path / "shard-0.jsonl").read_bytes()
+
+    raw = batch(100, 4).raw
+    letter = Batch(0, cursors.from_seq(0, 40), cursors.from_seq(0, 41), raw, 1)
+    for _ in range(2):
+        factory = JsonlFactory({"path": str(tmp_path)})
+        factory.bind(make_context(replay=True))
+        p, tracker = factory(0), RecordingTracker()
+        p.initialize(0)
+        p.process(letter, tracker)
+        p.shutdown(RecordingTracker())
+        assert tracker.finished
+    (replayed,) = tmp_path.glob("shard-0.replay-*.jsonl")
+    start, end = cursors.decode(letter.cursor), cursors.decode(letter.next_cursor)
+    assert replayed.name == f"shard-0.replay-{start}-{end}.jsonl"
+    assert replayed.read_bytes() == letter.jsonl()
+    assert ids(replayed) == [100, 101, 102, 103]
+    assert (tmp_path / "shard-0.jsonl").read_bytes() == before
+    assert not list(tmp_path.glob("*.part"))
