@@ -51,6 +51,22 @@ def world(tmp_path: Path) -> Iterator[tuple[LogService, D.Reader, Logstore, Cloc
     storage.close()
 
 
+@pytest.fixture
+def wide(tmp_path: Path) -> Iterator[tuple[LogService, D.Reader, Logstore, Clock]]:
+    """A logstore of 120 shards with an empty group `readers` (for the paged tables)."""
+    clock = Clock()
+    storage = Storage(tmp_path / "db.sqlite3")
+    service = LogService(storage, clock)
+    service.create_project("demo", "")
+    service.create_logstore("demo", "wide", 30, 120)
+    ls = service.logstore("demo", "wide")
+    service.create_group(ls, "readers", 60, False)
+    reader = D.Reader(service, tmp_path / "db.sqlite3")
+    yield service, reader, ls, clock
+    reader.close()
+    storage.close()
+
+
 def test_write_rate_buckets_cover_the_last_minutes(world: tuple) -> None:  # type: ignore[type-arg]
     service, reader, ls, clock = world
     key0 = "0" * 32
@@ -150,29 +166,22 @@ def test_tail_of_a_logstore_made_again_shows_the_new_logs(
     [(None, 1, 0, 50), ("1", 1, 0, 50), ("3", 3, 100, 120), ("9", 3, 100, 120), ("x", 1, 0, 50)],
 )
 def test_a_long_shard_table_is_cut_into_pages(
-    tmp_path: Path, wanted: str | None, number: int, first: int, stop: int
+    wide: tuple[LogService, D.Reader, Logstore, Clock],
+    wanted: str | None,
+    number: int,
+    first: int,
+    stop: int,
 ) -> None:
-    clock = Clock()
-    storage = Storage(tmp_path / "db.sqlite3")
-    service = LogService(storage, clock)
-    service.create_project("demo", "")
-    service.create_logstore("demo", "wide", 30, 120)
-    ls = service.logstore("demo", "wide")
-    service.create_group(ls, "readers", 60, False)
+    service, reader, ls, clock = wide
     assert len(service.heartbeat(ls, "readers", "c1", [])) == 120
-    reader = D.Reader(service, tmp_path / "db.sqlite3")
-    try:
-        view = reader.logstore(ls, clock.now, wanted)
-        assert (view.pages.number, view.pages.count, view.pages.total) == (number, 3, 120)
-        assert [r.shard.shard_id for r in view.shards] == list(range(first, stop))
-        group = reader.group(ls, "readers", clock.now, wanted)
-        assert group is not None and group.pages == view.pages
-        assert [r.shard for r in group.shards] == list(range(first, stop))
-        assert {r.owner for r in group.shards} == {"c1"}
-        assert group.consumers[0].held == 120  # counted over every shard, not the page
-    finally:
-        reader.close()
-        storage.close()
+    view = reader.logstore(ls, clock.now, wanted)
+    assert (view.pages.number, view.pages.count, view.pages.total) == (number, 3, 120)
+    assert [r.shard.shard_id for r in view.shards] == list(range(first, stop))
+    group = reader.group(ls, "readers", clock.now, wanted)
+    assert group is not None and group.pages == view.pages
+    assert [r.shard for r in group.shards] == list(range(first, stop))
+    assert {r.owner for r in group.shards} == {"c1"}
+    assert group.consumers[0].held == 120  # counted over every shard, not the page
 
 
 def _tail_by_reading_every_shard(
@@ -278,47 +287,36 @@ def test_the_tail_keeps_a_bounded_number_of_logs(
 
 
 def test_a_long_consumer_table_is_cut_into_pages_and_each_pager_keeps_the_other(
-    tmp_path: Path,
+    wide: tuple[LogService, D.Reader, Logstore, Clock],
 ) -> None:
     """120 consumers in a group of 120 shards: the consumer table shows 50 at a time (by name),
     each with the shards it holds over the whole group; the consumer pager's links keep the
     shard page and the shard pager's links keep the consumer page."""
-    clock = Clock()
-    storage = Storage(tmp_path / "db.sqlite3")
-    service = LogService(storage, clock)
-    service.create_project("demo", "")
-    service.create_logstore("demo", "wide", 30, 120)
-    ls = service.logstore("demo", "wide")
-    service.create_group(ls, "readers", 60, False)
+    service, reader, ls, clock = wide
     names = [f"c{n:03d}" for n in range(120)]
     for _ in range(3):  # joins, then the grants settle one shard per consumer
         for name in names:
             service.heartbeat(ls, "readers", name, [])
-    reader = D.Reader(service, tmp_path / "db.sqlite3")
-    try:
-        view = reader.group(ls, "readers", clock.now, "2", consumers_page="2")
-        assert view is not None
-        pages = view.consumer_pages
-        assert (pages.number, pages.count, pages.total) == (2, 3, 120)
-        assert [c.name for c in view.consumers] == names[50:100]
-        # held: over the whole group, not the page (every page together: every owned shard)
-        every = [
-            c
-            for n in ("1", "2", "3")
-            for c in reader.group(ls, "readers", clock.now, None, consumers_page=n).consumers  # type: ignore[union-attr]
-        ]
-        owned = [e.owner for e in service.group_view(ls, "readers").shards.values() if e.owner]
-        assert [c.name for c in every] == names
-        assert {c.name: c.held for c in every} == {n: owned.count(n) for n in names}
-        assert sum(c.held for c in every) == len(owned) > 0
-        assert [r.shard for r in view.shards] == list(range(50, 100))
-        last = reader.group(ls, "readers", clock.now, None, consumers_page="9")
-        assert last is not None and [c.name for c in last.consumers] == names[100:]
-        html = serve_pages.group(H.Frame("/console", "loghubd serve"), view, clock.now).markup()
-        assert "consumers 51 to 100 of 120" in html and "shards 51 to 100 of 120" in html
-        assert "/g/readers?page=2&amp;consumers_page=3" in html  # the consumer pager's link
-        assert "/g/readers?page=3&amp;consumers_page=2" in html  # the shard pager's link
-        assert 'data-live="/console/p/demo/l/wide/g/readers?page=2&amp;consumers_page=2"' in html
-    finally:
-        reader.close()
-        storage.close()
+    view = reader.group(ls, "readers", clock.now, "2", consumers_page="2")
+    assert view is not None
+    pages = view.consumer_pages
+    assert (pages.number, pages.count, pages.total) == (2, 3, 120)
+    assert [c.name for c in view.consumers] == names[50:100]
+    # held: over the whole group, not the page (every page together: every owned shard)
+    every = [
+        c
+        for n in ("1", "2", "3")
+        for c in reader.group(ls, "readers", clock.now, None, consumers_page=n).consumers  # type: ignore[union-attr]
+    ]
+    owned = [e.owner for e in service.group_view(ls, "readers").shards.values() if e.owner]
+    assert [c.name for c in every] == names
+    assert {c.name: c.held for c in every} == {n: owned.count(n) for n in names}
+    assert sum(c.held for c in every) == len(owned) > 0
+    assert [r.shard for r in view.shards] == list(range(50, 100))
+    last = reader.group(ls, "readers", clock.now, None, consumers_page="9")
+    assert last is not None and [c.name for c in last.consumers] == names[100:]
+    html = serve_pages.group(H.Frame("/console", "loghubd serve"), view, clock.now).markup()
+    assert "consumers 51 to 100 of 120" in html and "shards 51 to 100 of 120" in html
+    assert "/g/readers?page=2&amp;consumers_page=3" in html  # the consumer pager's link
+    assert "/g/readers?page=3&amp;consumers_page=2" in html  # the shard pager's link
+    assert 'data-live="/console/p/demo/l/wide/g/readers?page=2&amp;consumers_page=2"' in html
