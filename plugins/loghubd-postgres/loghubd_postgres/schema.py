@@ -90,7 +90,7 @@ def check(options: Options) -> None:
             options.dsn, autocommit=True, connect_timeout=max(1, int(options.connect_timeout_s))
         )
     except psycopg.Error as exc:
-        raise ValueError(f"{PREFIX}.dsn: cannot connect: {_first_line(exc)}") from None
+        raise ValueError(f"{PREFIX}.dsn: cannot connect: {first_line(exc)}") from None
     with conn:
         _create(conn, positions_ddl(options), "positions_table")
         _create(conn, set_aside_ddl(options), "positions_table")
@@ -145,11 +145,11 @@ def _create(conn: psycopg.Connection[Any], ddl: sql.Composed, key: str) -> None:
             # Something else (not a loghubd daemon) created it between our check and insert:
             # the next IF NOT EXISTS finds it.
             if attempt == 4:
-                raise ValueError(f"{PREFIX}.{key}: cannot create: {_first_line(exc)}") from None
+                raise ValueError(f"{PREFIX}.{key}: cannot create: {first_line(exc)}") from None
         except psycopg.Error as exc:
-            raise ValueError(f"{PREFIX}.{key}: cannot create: {_first_line(exc)}") from None
+            raise ValueError(f"{PREFIX}.{key}: cannot create: {first_line(exc)}") from None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

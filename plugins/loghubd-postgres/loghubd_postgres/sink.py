@@ -60,7 +60,7 @@ from loghubd.protocol import cursor as cursors
 from loghubd_postgres.metrics import PostgresMetrics
 from loghubd_postgres.options import Options
 from loghubd_postgres.rows import BadRow, RowEncoder
-from loghubd_postgres.schema import positions_name, set_aside_name, table_name
+from loghubd_postgres.schema import first_line, positions_name, set_aside_name, table_name
 
 log = structlog.get_logger("loghubd.postgres")
 
@@ -72,11 +72,6 @@ REFUSED = (BadRow, psycopg.errors.DataError, psycopg.errors.IntegrityError)
 class RowsRefused(BatchRejected):
     """The server refused a batch's rows (a data or integrity error): retrying cannot help,
     so the daemon's failure policy applies at once."""
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class NotSetAside(Exception):
@@ -204,7 +199,7 @@ class PostgresProcessor:
             # out of its column's range): the same rows fail the same way every time.
             raise RowsRefused(
                 f"PostgreSQL refused the rows of shard {self.shard} at cursor {batch.cursor}: "
-                f"{_first_line(exc)}"
+                f"{first_line(exc)}"
             ) from exc
         m = self.metrics
         m.seconds.observe(time.perf_counter() - began)
