@@ -125,6 +125,18 @@ class CheckpointTracker:
         """The shard task hands `token` to the processor: the batch `save_checkpoint` covers."""
         self._current = token
 
+    def left_unfinished(self, token: BatchToken) -> None:
+        """The processor will not finish `token` (the shard stops with it in hand: a stop cut
+        its retries short, the failure policy stopped the shard, or the shutdown grace ran
+        out). It stays pending, so `committable()` cannot pass it and the next owner reads it;
+        `save_checkpoint` no longer covers it. The current batch becomes the last one handed
+        over before it, so a processor that buffers batches and saves in its `shutdown` still
+        finishes those, and only those."""
+        if self._current is None or self._current.seq < token.seq:
+            return
+        earlier = [seq for seq in self._pending if seq < token.seq]
+        self._current = self._pending[earlier[-1]] if earlier else None
+
     @property
     def current(self) -> BatchToken | None:
         """The batch handed to the processor by the last `begin` (None after a rollback)."""

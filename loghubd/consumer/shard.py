@@ -404,21 +404,29 @@ class ShardTask:
             return None
         token = tracker.fetched(batch.cursor, batch.next_cursor)
         tracker.begin(token)
-        outcome = await process_with_retry(
-            self.processor,
-            batch,
-            tracker,
-            self.ctx.retry,
-            self.ctx.metrics,
-            mark_done=lambda: tracker.done(token),
-            bind=self._bind,
-            failing=self._processor_failing,
-        )
+        try:
+            outcome = await process_with_retry(
+                self.processor,
+                batch,
+                tracker,
+                self.ctx.retry,
+                self.ctx.metrics,
+                mark_done=lambda: tracker.done(token),
+                bind=self._bind,
+                failing=self._processor_failing,
+            )
+        except BaseException:  # cancelled: the shard abandoned at the end of the grace
+            tracker.left_unfinished(token)
+            raise
+        if isinstance(outcome, (ShardStopped, Interrupted)):
+            # The batch stays unfinished (the next owner reads it), even if the processor's
+            # `shutdown` saves a checkpoint the SDK way.
+            tracker.left_unfinished(token)
         if isinstance(outcome, ShardStopped):
             self.status.state, self.status.reason = "failed", outcome.reason
             self.request_stop()
             return None
-        if isinstance(outcome, Interrupted):  # stopping anyway; the batch stays unfinished
+        if isinstance(outcome, Interrupted):  # stopping anyway
             return None
         logs = batch.known_log_count  # almost always: the processor has read the logs
         if logs is None:  # decoding is never done on the event loop

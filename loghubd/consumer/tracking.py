@@ -148,6 +148,10 @@ class ShardTracker:
         with self._lock:
             self._t.rollback(cursor)
 
+    def left_unfinished(self, token: BatchToken) -> None:
+        with self._lock:
+            self._t.left_unfinished(token)
+
     def committable(self) -> str:
         with self._lock:
             return self._t.committable()

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from loghubd.consumer.checkpoint import BatchToken, CheckpointTracker
 
 # Op DSL for the table: ("fetch", start, next) | ("done", i) | ("begin", i) | ("save", persist)
-# | ("rollback", cursor) | ("committed", cursor); i indexes the tokens returned by "fetch".
+# | ("rollback", cursor) | ("committed", cursor) | ("unfinished", i); i indexes the tokens
+# returned by "fetch".
 Op = tuple[Any, ...]
 
 
@@ -33,6 +34,8 @@ def run(ops: list[Op], initial: str = "a") -> CheckpointTracker:
                 tracker.rollback(cursor)
             case ("committed", cursor):
                 tracker.set_committed(cursor)
+            case ("unfinished", i):
+                tracker.left_unfinished(tokens[i])
             case _:
                 raise AssertionError(op)
     return tracker
@@ -71,6 +74,48 @@ SCENARIOS: list[tuple[str, list[Op], str, str]] = [
         [AB, BC, ("rollback", "b"), ("fetch", "b", "x"), ("done", 0)],
         "b",
         "x",
+    ),
+    # a batch left unfinished (the shard stops with it in hand): a later save does not cover
+    # it, but still covers the batches handed over before it
+    (
+        "unfinished: save covers it no more",
+        [AB, ("begin", 0), ("unfinished", 0), ("save", True)],
+        "a",
+        "b",
+    ),
+    (
+        "unfinished: save covers the ones before",
+        [AB, BC, CD, ("begin", 0), ("begin", 1), ("unfinished", 1), ("save", True)],
+        "b",
+        "d",
+    ),
+    (
+        "unfinished: save covers the ones handed over before, done or not",
+        [
+            AB,
+            BC,
+            CD,
+            ("begin", 0),
+            ("begin", 1),
+            ("done", 1),
+            ("begin", 2),
+            ("unfinished", 2),
+            ("save", True),
+        ],
+        "c",
+        "d",
+    ),
+    (
+        "unfinished of an earlier batch than current",
+        [AB, BC, ("begin", 1), ("unfinished", 0), ("save", True)],
+        "a",
+        "c",
+    ),
+    (
+        "unfinished of a later batch: current stays",
+        [AB, BC, ("begin", 0), ("unfinished", 1), ("save", True)],
+        "b",
+        "c",
     ),
     ("stale done after rollback ignored", [AB, BC, ("rollback", "a"), ("done", 1)], "a", "a"),
     (
@@ -197,7 +242,7 @@ def test_random_interleavings(data: st.DataObject) -> None:
     for _ in range(data.draw(st.integers(0, 40), label="steps")):
         kinds = ["fetch", "rollback", "save"]
         if issued:
-            kinds += ["done", "done", "done", "begin"]
+            kinds += ["done", "done", "done", "begin", "unfinished"]
         kind = data.draw(st.sampled_from(kinds))
         rolled_back = False
         if kind == "fetch":
@@ -216,6 +261,12 @@ def test_random_interleavings(data: st.DataObject) -> None:
             if token in model.alive:
                 tracker.begin(token)
                 model.current = token
+        elif kind == "unfinished":
+            token = data.draw(st.sampled_from(issued))
+            tracker.left_unfinished(token)
+            if model.current is not None and model.current.seq >= token.seq:
+                earlier = [t for t in model.alive[model.folded() :] if t.seq < token.seq]
+                model.current = earlier[-1] if earlier else None
         elif kind == "save":
             persist = data.draw(st.booleans())
             tracker.save_checkpoint(persist)

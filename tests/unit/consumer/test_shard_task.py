@@ -53,12 +53,13 @@ def context(
     *,
     retry: RetryPolicy | None = None,
     on_finished: Callable[[], None] = lambda: None,
+    max_log_groups: int = 100,
 ) -> ShardContext:
     metrics = Metrics()
     return ShardContext(
         client=client,  # type: ignore[arg-type]
         settings=FetchSettings(
-            logstore="ls", max_log_groups=100, fetch_interval=0.01, backoff=QUICK
+            logstore="ls", max_log_groups=max_log_groups, fetch_interval=0.01, backoff=QUICK
         ),
         group="g",
         consumer="c",
@@ -320,3 +321,44 @@ def test_a_stop_during_a_hanging_start_shuts_the_processor_down() -> None:
     assert processor.events == ["initialize 0", "shutdown"]
     assert processor.batches == [] and exited == [task]
     assert client.commits(0) == []
+
+
+class SavesInShutdown(Recorder):
+    """The SDK's processor shape: `process` keeps the batches (to write them in bulk) without
+    saving; `shutdown` writes what it kept and saves, as the SDK samples do. Its sink fails
+    from the second batch on."""
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        if self.batches:
+            self.events.append("sink down")
+            raise RuntimeError("sink down")
+        self.batches.append((batch.cursor, batch.next_cursor))
+
+    def shutdown(self, tracker: Tracker) -> None:
+        self.events.append("shutdown")
+        tracker.save_checkpoint(persist=True)
+
+
+@pytest.mark.parametrize("policy", ["stopping", "stop"])
+def test_a_save_in_shutdown_does_not_cover_the_batch_left_unfinished(policy: str) -> None:
+    """The second batch fails, then the shard stops with it in hand: a stop during its
+    backoff ("stopping"), or the failure policy stopping the shard ("stop"). `shutdown`'s
+    save covers the first batch, which the processor kept, and not the second one, which
+    it never wrote: the checkpoint stops between them."""
+    client, processor = ScriptedClient(shard_data={0: 3}), SavesInShutdown()
+    if policy == "stopping":
+        retry = RetryPolicy(backoff=Backoff(initial=60.0, cap=60.0))
+    else:
+        retry = RetryPolicy(max_attempts=1, on_failure="stop", backoff=QUICK)
+    task = ShardTask(0, context(client, processor, retry=retry, max_log_groups=1))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: "sink down" in processor.events, "the second batch failing")
+        if policy == "stopping":
+            t.request_stop()
+        await until(lambda: "shutdown" in processor.events, "the shutdown")
+
+    anyio.run(run, task, body)
+    assert processor.batches == [(at(0), at(1))]
+    assert client.saved[0] == at(1), client.commits(0)
+    assert at(2) not in client.commits(0) and at(3) not in client.commits(0)
