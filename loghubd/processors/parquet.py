@@ -201,6 +201,7 @@ class ParquetProcessor:
         ctx = factory.context
         assert ctx is not None, "bind() first"
         self.project, self.logstore = ctx.project, ctx.logstore
+        self._replay = ctx.replay  # `loghubd dead-letters replay`: writing dead letters
         self.wal = Wal(
             factory.target.wal_root,
             ctx.project,
@@ -226,8 +227,12 @@ class ParquetProcessor:
     def process(self, batch: Batch, tracker: Tracker) -> None:
         if not self._granted:  # the first batch starts where the shard was granted
             self._granted = True
-            with files.shard_lock(self.wal, self.logstore, self.shard):
-                files.collect_garbage(self.wal, self.shard, batch.cursor)
+            # Not under a replay: a dead letter's cursor says nothing of the group's
+            # checkpoint, and the live daemon's entries ahead of that checkpoint are what
+            # keeps its next re-read from writing their ranges twice.
+            if not self._replay:
+                with files.shard_lock(self.wal, self.logstore, self.shard):
+                    files.collect_garbage(self.wal, self.shard, batch.cursor)
         rows = batch.arrow(self.factory.options.fields)
         with self.lock:
             if batch.cursor not in self.buffer:
@@ -372,7 +377,7 @@ class ParquetProcessor:
             renames=[(tmp, final) for tmp, final, _ in plan],
             # Dead letters (behind the checkpoint): the entry must outlive the daemon's
             # checkpoint-driven collection, or a replay run again would write them twice.
-            replay=self.factory.context is not None and self.factory.context.replay,
+            replay=self._replay,
         )
         lease = self.wal.begin(entry)
         try:

@@ -363,6 +363,36 @@ def test_a_replay_run_again_after_the_daemon_collected_writes_nothing_twice(
     assert list(wal_dir.glob("*.json")) == []
 
 
+def test_a_replay_leaves_the_live_daemons_entries_ahead_of_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """The daemon wrote [0,4) (its entries committed) and has not committed its checkpoint
+    yet (or died before it did) when a dead letter at [4,6) is replayed. The replay must not
+    collect the daemon's entries as if the letter's cursor were a checkpoint: the daemon's
+    re-read of [0,6) then writes nothing twice."""
+    out = tmp_path / "out"
+    live, t = processor(factory(out)), RecordingTracker()
+    live.process(batch(0, 2), t)
+    live.process(batch(2, 2), t)
+    live.write("max_age")
+    wal_dir = out / "_loghubd_wal"
+    assert len(list(wal_dir.glob("*.json"))) == 1
+
+    f = ParquetFactory({"path": str(out), "max_age_s": 3600.0})
+    f.bind(make_context(project="p", logstore="ls", group="g", consumer="c", replay=True))
+    replay, rt = processor(f), RecordingTracker()
+    replay.process(batch(4, 2), rt)
+    replay.shutdown(rt)
+    assert len(list(wal_dir.glob("*.json"))) == 2  # the daemon's, and the replay's own
+
+    again, t2 = processor(factory(out)), RecordingTracker()  # group checkpoint still at 0
+    again.process(batch(0, 2), t2)
+    again.process(batch(2, 2), t2)
+    again.process(batch(4, 2), t2)  # the letter's range too: the replay's entry covers it
+    again.shutdown(t2)
+    assert ids(out) == expected((0, 6))
+
+
 @pytest.mark.parametrize(("limit", "bounded"), [(None, True), (4 << 20, False)])
 def test_a_column_of_unique_values_stops_its_dictionary_at_the_limit(
     tmp_path: Path, limit: int | None, bounded: bool
