@@ -319,3 +319,40 @@ def test_log_count_uses_count_logs_once_and_upb_when_it_refuses(
     batch = batch_of_raw([numbered_group(0, n) for n in (2, 0, 5)])
     assert len(batch.log_group_list.LogGroups) == 3
     assert batch.log_count == 7 and len(calls) == 2
+
+
+@given(
+    st.lists(st.integers(0, 4), max_size=8).flatmap(
+        lambda sizes: st.tuples(st.just(sizes), st.integers(0, len(sizes)))
+    )
+)
+def test_head_is_the_first_log_groups(case: tuple[list[int], int]) -> None:
+    """`head(k)` holds exactly the logs of the first k groups (groups of any size, empty ones
+    included), from the same cursor, followed by the cursor given."""
+    sizes, k = case
+    groups = []
+    for g, size in enumerate(sizes):
+        group = pb.LogGroup(Topic=f"t{g}")
+        for i in range(size):
+            group.Logs.add(Time=1700000000).Contents.add(Key="id", Value=f"{g}-{i}")
+        groups.append(group)
+    whole = batch_of(*groups)
+    part = whole.head(k, "after")
+    assert (part.shard, part.cursor, part.next_cursor, part.group_count) == (3, "c0", "after", k)
+    expected = [r for r in whole.logs() if int(r["id"].split("-")[0]) < k]
+    assert list(part.logs()) == expected
+    assert part.log_count == sum(sizes[:k])
+
+
+@pytest.mark.parametrize("k", [-1, 3])
+def test_head_beyond_the_batch_is_refused(k: int) -> None:
+    whole = batch_of(pb.LogGroup(Topic="a"), pb.LogGroup(Topic="b"))
+    with pytest.raises(ValueError, match="log groups"):
+        whole.head(k, "x")
+
+
+def test_head_of_bytes_that_are_not_log_groups_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a log group record"):
+        Batch(0, "c0", "c1", b"\x12\x00", 1).head(1, "x")
+    with pytest.raises(ValueError, match="cut short"):
+        Batch(0, "c0", "c1", b"\x0a\x05ab", 1).head(1, "x")

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-OUTCOMES = ("written", "already_written", "table_ahead", "replayed", "already_replayed")
+OUTCOMES = (
+    "written",
+    "already_written",
+    "table_ahead",
+    "skipped_replayed",
+    "replayed",
+    "already_replayed",
+)
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -23,7 +30,8 @@ class PostgresMetrics:
         self.batches = Counter(
             "loghubd_postgres_batches_total",
             "Batches by outcome: written; already_written (the stored position is its end);"
-            " table_ahead (the shard re-reads from the stored position); replayed and"
+            " table_ahead (the shard re-reads from the stored position); skipped_replayed"
+            " (a replayed dead letter's rows skipped, the rest written); replayed and"
             " already_replayed (dead letters handed back by `loghubd dead-letters replay`)",
             ["outcome"],
             registry=r,

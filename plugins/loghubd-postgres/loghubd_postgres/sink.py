@@ -31,10 +31,14 @@ applies at once. Anything else propagates to the daemon's retry and failure poli
 Rows the table refuses (`BadRow`, a data or integrity error from the server) set the batch
 aside: its range is noted in `<positions_table>_set_aside` (fenced by the same lock: only while
 the stored position is not past it) before the refusal goes to the failure policy, and a
-later in-order write of the range drops the note. Under `loghubd dead-letters replay`
+later in-order write overlapping the range drops the note. Under `loghubd dead-letters replay`
 (`context.replay`) a batch is written only if its range is noted and not yet replayed, in one
-transaction that marks it replayed: a dead letter lands once, however often it is replayed,
-and never if the range was written in order meanwhile. The stored position is not touched.
+transaction that marks it replayed (and holds the position row lock, as in-order writes do):
+a dead letter lands once, however often it is replayed, and never if the range was written in
+order meanwhile. The stored position is not touched. A range read in order again after its
+dead letter was replayed (the daemon died before its checkpoint passed it) is skipped: the
+in-order write copies only the log groups before the replayed range and moves the stored
+position past it.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ from loghubd_postgres.schema import first_line, positions_name, set_aside_name, 
 
 log = structlog.get_logger("loghubd.postgres")
 
+# How long a call in flight when the shard begins to stop may still take (a batch's
+# transaction takes milliseconds): after that it is taken for stuck and given up.
+STOP_PATIENCE_S = 5.0
 CHUNK_ROWS = 250  # rows converted per worker-thread call, sent while the next is converted
 # The table refused the rows themselves: retrying the same rows cannot help.
 REFUSED = (BadRow, psycopg.errors.DataError, psycopg.errors.IntegrityError)
@@ -101,13 +108,33 @@ class Statements:
         self.read = sql.SQL("SELECT cursor, position FROM {} WHERE {}").format(positions, key)
         aside = set_aside_name(options)
         at = sql.SQL(" AND start_position = %s")
-        # The new position, and the set-aside note of the range dropped (written in order
-        # after all): one statement, so the exactly-once transaction keeps its round trips.
+        # [start, end) of the batch overlaps the note's range
+        overlaps = sql.SQL(" AND start_position < %s AND end_position > %s")
+        # The position row locked, with the first dead letter replayed into the range of the
+        # batch about to be written in order, if any (its rows are in the table already):
+        # one statement, so the exactly-once transaction keeps its round trips.
+        self.lock_in_order = sql.SQL(
+            "SELECT p.cursor, p.position, r.start_position, r.end_position, r.next_cursor"
+            " FROM {} AS p LEFT JOIN LATERAL (SELECT start_position, end_position, next_cursor"
+            " FROM {} AS a WHERE a.project = p.project AND a.consumer_group = p.consumer_group"
+            " AND a.logstore = p.logstore AND a.shard = p.shard"
+            " AND a.replayed_at IS NOT NULL{} ORDER BY a.start_position LIMIT 1) AS r ON true"
+            " WHERE {} FOR UPDATE OF p"
+        ).format(
+            positions,
+            aside,
+            sql.SQL(" AND a.start_position < %s AND a.end_position > %s"),
+            sql.SQL(
+                "p.project = %s AND p.consumer_group = %s AND p.logstore = %s AND p.shard = %s"
+            ),
+        )
+        # The new position, and the set-aside notes of the range dropped (written in order
+        # after all; notes that were replayed stay): one statement, as above.
         self.advance = sql.SQL(
-            "WITH written_in_order AS (DELETE FROM {} WHERE {})"
+            "WITH written_in_order AS (DELETE FROM {} WHERE {} AND replayed_at IS NULL)"
             " UPDATE {} SET cursor = %s, position = %s, consumer = %s,"
             " rows_written = rows_written + %s, updated_at = now() WHERE {}"
-        ).format(aside, key + at, positions, key)
+        ).format(aside, key + overlaps, positions, key)
         # Rows the table refused: the range is noted (fenced on the stored position) before
         # the batch goes to the failure policy; written in order later, the note is dropped.
         self.set_aside = sql.SQL(
@@ -165,25 +192,34 @@ class PostgresProcessor:
             return None
         start, end = position(batch.cursor), position(batch.next_cursor)
         written: int | None = None  # rows of the attempt that committed them
+        skipped = False  # a replayed dead letter's range was skipped
 
         async def attempt(conn: psycopg.AsyncConnection[Any]) -> str | None:
-            nonlocal written
-            written = None
+            nonlocal written, skipped
+            written, skipped = None, False
             async with conn.transaction():
-                cur = await conn.execute(self.sql.lock, self.key)
-                found = await cur.fetchone()
-                stored_cursor, stored = (found[0], found[1]) if found else (None, None)
+                stored_cursor, stored, replayed = await self._lock_in_order(conn, start, end)
                 if stored is not None and stored == end:
                     return None  # written already (an unknown COMMIT outcome, or a peer)
                 if stored is not None and stored > start:
                     return str(stored_cursor)  # the table is ahead: re-read from there
-                if found is None:
-                    await conn.execute(self.sql.ensure, self.key)
-                rows = await self._copy(conn, batch)
-                moved = (batch.next_cursor, end, self.context.consumer, rows)
-                await conn.execute(self.sql.advance, (*self.key, start, *moved, *self.key))
-            written = rows
-            return None
+                reread: str | None = None
+                if replayed is None:
+                    rows = await self._copy(conn, batch)
+                    moved_cursor, moved = batch.next_cursor, end
+                else:
+                    # A dead letter overlapping this range was replayed: its rows are in the
+                    # table. Write what comes before it, then move past it.
+                    r_start, moved, moved_cursor = replayed
+                    rows = 0
+                    if r_start > start:
+                        rows = await self._copy(conn, self._head(batch, start, r_start))
+                    if moved != end:
+                        reread = moved_cursor  # the rest of the batch, or past its end
+                advance = (moved, start, moved_cursor, moved, self.context.consumer, rows)
+                await conn.execute(self.sql.advance, (*self.key, *advance, *self.key))
+            written, skipped = rows, replayed is not None
+            return reread
 
         if self.context.replay:
             await self._replay(batch, tracker, start, end)
@@ -203,20 +239,58 @@ class PostgresProcessor:
             ) from exc
         m = self.metrics
         m.seconds.observe(time.perf_counter() - began)
-        outcome = (
-            "table_ahead"
-            if rollback is not None
-            else "already_written"
-            if written is None
-            else "written"
-        )
+        if skipped:
+            outcome = "skipped_replayed"
+        elif rollback is not None:
+            outcome = "table_ahead"
+        else:
+            outcome = "already_written" if written is None else "written"
         m.batches.labels(outcome).inc()
         m.rows.inc(written or 0)
-        if rollback is not None:
+        if skipped:
+            log.warning(
+                "postgres_skipped_replayed",
+                **self._bind,
+                cursor=batch.cursor,
+                rows_written=written,
+                next=rollback or batch.next_cursor,
+                detail="part of this range was written by `loghubd dead-letters replay`: "
+                "those rows are not written again",
+            )
+        elif rollback is not None:
             log.info("postgres_table_ahead", **self._bind, cursor=batch.cursor, stored=rollback)
+        if rollback is not None:
             return rollback
         tracker.save_checkpoint(persist=False)
         return None
+
+    async def _lock_in_order(
+        self, conn: psycopg.AsyncConnection[Any], start: int, end: int
+    ) -> tuple[str | None, int | None, tuple[int, int, str] | None]:
+        """Lock the shard's position row (made if missing) and read it: (cursor, position,
+        the first replayed dead letter overlapping [start, end) as (start, end, the cursor
+        after it), or None)."""
+        for _ in range(2):
+            cur = await conn.execute(self.sql.lock_in_order, (end, start, *self.key))
+            found = await cur.fetchone()
+            if found is not None:
+                replayed = None if found[2] is None else (found[2], found[3], str(found[4]))
+                return found[0], found[1], replayed
+            await conn.execute(self.sql.ensure, self.key)
+        raise RuntimeError(f"the position row of shard {self.shard} cannot be made")
+
+    def _head(self, batch: Batch, start: int, stop: int) -> Batch:
+        """The log groups of `batch` (read from position `start`) before position `stop`."""
+        if batch.group_count != position(batch.next_cursor) - start:
+            # The source's SPL query dropped whole log groups: which rows lie before `stop`
+            # cannot be told, and writing them all would write the replayed ones twice.
+            raise BatchRejected(
+                f"shard {self.shard}, cursor {batch.cursor}: a replayed dead letter begins "
+                f"inside this batch (at position {stop}), and its log groups cannot be placed "
+                "(the source's query filtered some out). Nothing is written; the failure "
+                "policy decides, and the rows before the replayed range need loading by hand"
+            )
+        return batch.head(stop - start, cursors.encode(stop))
 
     async def _note_set_aside(
         self, batch: Batch, start: int, end: int, exc: BaseException, tracker: Tracker
@@ -246,6 +320,8 @@ class PostgresProcessor:
 
         try:
             await self._with_retry(note, tracker.stopping)
+        except BatchInterrupted:
+            raise  # the shard stops: the next owner is refused the rows too, and notes them
         except Exception as error:
             log.warning(
                 "postgres_set_aside_not_noted",
@@ -264,6 +340,10 @@ class PostgresProcessor:
         async def attempt(conn: psycopg.AsyncConnection[Any]) -> None:
             nonlocal outcome, written
             async with conn.transaction():
+                # The position row first, as an in-order write locks it: a replay and an
+                # in-order write of the same range never interleave.
+                await conn.execute(self.sql.ensure, self.key)
+                await conn.execute(self.sql.lock, self.key)
                 cur = await conn.execute(self.sql.find_set_aside, (*self.key, start))
                 found = await cur.fetchone()
                 if found is None or found[0] != end:
@@ -329,8 +409,9 @@ class PostgresProcessor:
         attempt = 0
         while True:
             try:
-                conn = await self._connect()
-                return await fn(conn)
+                if stopping is None:
+                    return await fn(await self._connect())
+                return await self._cut_when_stuck(fn, stopping)
             except psycopg.OperationalError as exc:
                 attempt += 1
                 self.metrics.unavailable.inc()
@@ -359,3 +440,39 @@ class PostgresProcessor:
                         f"PostgreSQL unavailable when the shard began to stop, after {attempt} "
                         f"attempts: {str(exc).strip()[:300]}"
                     ) from None
+
+    async def _cut_when_stuck(self, fn: Any, stopping: StopSignal) -> Any:
+        """`fn(conn)`, given up if it has not returned `STOP_PATIENCE_S` after the shard began
+        to stop (a black-holed network, a lock held by a stuck peer): `BatchInterrupted`, the
+        connection closed, the transaction rolled back by the server or, if its COMMIT was
+        under way, settled by the next owner's position check. A healthy attempt finishes."""
+        outcome: list[Any] = []
+        failure: list[BaseException] = []
+
+        async def run() -> None:
+            try:
+                outcome.append(await fn(await self._connect()))
+            except Exception as exc:
+                failure.append(exc)
+            tg.cancel_scope.cancel()
+
+        async def cut() -> None:
+            await stopping.wait()
+            await anyio.sleep(STOP_PATIENCE_S)
+            tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            tg.start_soon(cut)
+        if failure:
+            raise failure[0]
+        if outcome:
+            return outcome[0]
+        if self.conn is not None:
+            await self.conn.close()
+            self.conn = None
+        raise BatchInterrupted(
+            f"shard {self.shard}: a PostgreSQL call had not returned {STOP_PATIENCE_S:g} s "
+            "after the shard began to stop; given up (nothing of it is committed twice: the "
+            "next owner's position check settles it)"
+        )

@@ -401,3 +401,162 @@ def test_rows_the_server_refuses_are_rejected_at_once_and_noted(pg_dsn: str) -> 
     assert f"cursor {bad.cursor}" in str(info.value)
     assert query(pg_dsn, "SELECT count(*) FROM logs") == [(0,)]
     assert query(pg_dsn, "SELECT cursor FROM loghubd_positions_set_aside") == [(bad.cursor,)]
+
+
+BAD2 = [{"id": "c0", "n": "fourteen"}, {"id": "c1", "n": "15"}]
+
+
+def refuse(f: PostgresFactory, *bad: Batch) -> None:
+    """Each batch refused (a `BadRow`) and noted, as the live daemon meets them."""
+    for b in bad:
+        with pytest.raises(BadRow):
+            run(f(SHARD), b)
+
+
+def notes(dsn: str) -> list[tuple[Any, ...]]:
+    return query(
+        dsn,
+        "SELECT start_position - 4000000000000000, end_position - 4000000000000000,"
+        " replayed_at IS NOT NULL FROM loghubd_positions_set_aside ORDER BY start_position",
+    )
+
+
+def exact(dsn: str, expected: int) -> None:
+    assert query(dsn, "SELECT count(*), count(DISTINCT id) FROM logs") == [(expected, expected)]
+
+
+def test_a_replayed_range_read_again_in_order_is_not_written_again(pg_dsn: str) -> None:
+    """The daemon dead-letters [1,2) and dies before its checkpoint passes it; the operator
+    fixes the mapping and replays the letter; the daemon, restarted with the fix, reads [1,2)
+    again: its rows are in the table already, so it moves past them and writes what follows."""
+    f = factory(pg_dsn)
+    good, bad, after = ids_batch(0, range(2)), batch(1, [BAD]), ids_batch(2, range(10, 12))
+    run(f(SHARD), good)
+    refuse(f, bad)
+    r = replayer(pg_dsn)
+    assert replay(r, bad).finished
+    fixed = factory(pg_dsn, columns={"id": "text", "n": "text"})
+    assert run(fixed(SHARD), bad, after) == [None, None]
+    exact(pg_dsn, 6)
+    assert query(pg_dsn, "SELECT cursor FROM loghubd_positions") == [(after.next_cursor,)]
+    assert sample(fixed, "loghubd_postgres_batches_total", outcome="skipped_replayed") == 1
+    assert notes(pg_dsn) == [(1, 2, True)]  # kept: replaying the letter again writes nothing
+    assert replay(r, bad).finished
+    exact(pg_dsn, 6)
+
+
+@pytest.mark.parametrize(
+    ("replayed", "batches", "answers"),
+    [
+        # [1,2) replayed: the batch [1,3) skips it and is read again from 2
+        ("first", [(1, [BAD, BAD2]), (2, [BAD2])], [cursors.from_seq(SHARD, 2), None]),
+        # [2,3) replayed: the batch [1,3) writes [1,2) only
+        ("second", [(1, [BAD, BAD2])], [None]),
+        # both replayed: [1,2) skipped, then [2,3) skipped
+        ("both", [(1, [BAD, BAD2]), (2, [BAD2])], [cursors.from_seq(SHARD, 2), None]),
+    ],
+)
+def test_a_batch_overlapping_replayed_ranges_writes_only_the_rest(
+    pg_dsn: str,
+    replayed: str,
+    batches: list[tuple[int, list[list[dict[str, str]]]]],
+    answers: list[str | None],
+) -> None:
+    """Two ranges noted, [1,2) and [2,3), some replayed; then the daemon reads [1,3) in ONE
+    batch (pull sizes differ after a restart): each row lands once."""
+    f = factory(pg_dsn)
+    run(f(SHARD), ids_batch(0, range(2)))
+    first, second = batch(1, [BAD]), batch(2, [BAD2])
+    refuse(f, first, second)
+    r = replayer(pg_dsn)
+    for b in {"first": [first], "second": [second], "both": [first, second]}[replayed]:
+        assert replay(r, b).finished
+    fixed = factory(pg_dsn, columns={"id": "text", "n": "text"})
+    assert run(fixed(SHARD), *(batch(at, groups) for at, groups in batches)) == answers
+    exact(pg_dsn, 6)
+    assert query(pg_dsn, "SELECT cursor FROM loghubd_positions") == [(second.next_cursor,)]
+    # the ranges written in order lose their notes; the replayed ones keep theirs
+    kept = [(1, 2, True)] if replayed in ("first", "both") else []
+    kept += [(2, 3, True)] if replayed in ("second", "both") else []
+    assert notes(pg_dsn) == kept
+
+
+def test_an_in_order_write_drops_every_note_it_covers(pg_dsn: str) -> None:
+    """Notes at [1,2) and [2,3); the fixed daemon writes [1,3) as one batch: both notes go,
+    so neither dead letter can be replayed into rows that are there already."""
+    f = factory(pg_dsn)
+    first, second = batch(1, [BAD]), batch(2, [BAD2])
+    refuse(f, first, second)
+    assert notes(pg_dsn) == [(1, 2, False), (2, 3, False)]
+    r = replayer(pg_dsn)  # the mapping fixed
+    fixed = factory(pg_dsn, columns={"id": "text", "n": "text"})
+    assert run(fixed(SHARD), batch(1, [BAD, BAD2])) == [None]
+    assert notes(pg_dsn) == []
+    for b in (first, second):
+        with pytest.raises(NotSetAside):
+            replay(r, b)
+    exact(pg_dsn, 4)
+
+
+def test_a_replayed_range_inside_a_batch_whose_groups_cannot_be_placed_is_rejected(
+    pg_dsn: str,
+) -> None:
+    """A source with an SPL query can drop whole log groups, so a batch's groups no longer
+    map to positions: with a replayed range beginning inside it, nothing is written and the
+    failure policy decides, with the reason."""
+    f = factory(pg_dsn)
+    run(f(SHARD), ids_batch(0, range(2)))
+    second = batch(2, [BAD2])
+    refuse(f, batch(1, [BAD]), second)
+    assert replay(replayer(pg_dsn), second).finished
+    fixed = factory(pg_dsn, columns={"id": "text", "n": "text"})
+    spanning = batch(1, [BAD])  # [1,3) read, one group left by the query
+    filtered = Batch(SHARD, spanning.cursor, second.next_cursor, spanning.raw, 1)
+    with pytest.raises(BatchRejected, match="cannot be placed"):
+        run(fixed(SHARD), filtered)
+    exact(pg_dsn, 4)
+
+
+def test_a_call_stuck_when_the_shard_stops_is_given_up(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The position row is locked by another session that never lets go (a stuck peer; the
+    same for a black-holed network): once the shard stops, the write is given up after
+    `STOP_PATIENCE_S` rather than holding the daemon until its grace ends. Nothing of it is
+    committed; written later, it lands once."""
+    from loghubd_postgres import sink
+
+    monkeypatch.setattr(sink, "STOP_PATIENCE_S", 0.5)
+    f = factory(pg_dsn)
+    run(f(SHARD), ids_batch(0, range(2)))
+    tracker = RecordingTracker()
+    held = psycopg.connect(pg_dsn)
+    try:
+        held.execute("SELECT * FROM loghubd_positions FOR UPDATE")
+
+        async def go() -> float:
+            p = f(SHARD)
+            await p.initialize(SHARD)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lambda: _stop_after(tracker, 0.5))
+                    began = anyio.current_time()
+                    with anyio.fail_after(20), pytest.raises(BatchInterrupted, match="stop"):
+                        await p.process(ids_batch(1, range(2, 4)), tracker)
+                    return anyio.current_time() - began
+            finally:
+                await p.shutdown(RecordingTracker())
+
+        took = anyio.run(go)
+    finally:
+        held.close()
+    assert 0.9 <= took < 10, took  # the stop at 0.5 s, then the patience of 0.5 s
+    assert not tracker.finished
+    exact(pg_dsn, 2)
+    assert run(f(SHARD), ids_batch(1, range(2, 4))) == [None]
+    exact(pg_dsn, 4)
+
+
+async def _stop_after(tracker: RecordingTracker, seconds: float) -> None:
+    await anyio.sleep(seconds)
+    tracker.stopping.set()
