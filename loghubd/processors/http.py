@@ -303,10 +303,19 @@ class HttpProcessor:
         )
         acked = self._acked.setdefault(batch.cursor, set())
         limit = anyio.Semaphore(o.concurrency)
+        interrupted: list[BatchInterrupted] = []
 
         async def send(index: int, body: bytes, logs: int) -> None:
             async with limit:
-                await self._post(batch, index, len(parts), body, tracker.stopping)
+                if interrupted:  # the batch is left to the next owner: start nothing more
+                    return
+                try:
+                    await self._post(batch, index, len(parts), body, tracker.stopping)
+                except BatchInterrupted as exc:
+                    # Not raised here: that would cancel the other parts' first attempts,
+                    # which a stop never cuts short (their endpoint may have the body).
+                    interrupted.append(exc)
+                    return
             acked.add(index)
             self.factory.metrics.logs.inc(logs)
 
@@ -318,6 +327,8 @@ class HttpProcessor:
         except ExceptionGroup as group:
             # One refused request fails the batch; report the first reason, not a group.
             raise leaves(group)[0] from None
+        if interrupted:
+            raise interrupted[0]
         del self._acked[batch.cursor]
         tracker.save_checkpoint(persist=False)
 

@@ -25,10 +25,15 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
 
-from loghubd.processors.http import parse
+from loghubd import BatchInterrupted
+from loghubd.processors.http import HttpFactory, parse
 from loghubd.protocol import cursor as cursors
+from loghubd.testing import RecordingTracker, free_port, make_batch, make_context
 from tests.integration.daemon_harness import Pool, short, wait_until
 from tests.integration.http_receiver import STALL, Receiver
 
@@ -359,3 +364,67 @@ def test_a_stop_during_an_outage_ends_the_retries_and_loses_nothing(daemon_pool:
         receiver.stop()
     delivered = Counter(i for r in receiver.received if r.status == 200 for i in r.ids)
     assert set(delivered) == {f"o{n}" for n in range(300)} and set(delivered.values()) == {1}
+
+
+def test_a_stop_lets_the_other_parts_first_attempts_finish() -> None:
+    """A batch of two requests: part 0 is answered 503 and being retried, part 1's first
+    attempt is in flight (the endpoint has its body and answers slowly) when the shard
+    stops. Part 0's retrying ends at once; part 1 is not cut short: it is acknowledged
+    (a graceful stop cuts no request that was going well), and the batch is left to the
+    next owner (`BatchInterrupted`)."""
+    registry = CollectorRegistry()
+
+    answered: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        part = request.headers["X-Loghubd-Part"]
+        await request.read()
+        if part.startswith("0/"):
+            return web.Response(status=503)
+        await anyio.sleep(1.5)
+        answered.append(part)
+        return web.Response(status=200)
+
+    async def main() -> tuple[float, RecordingTracker]:
+        app = web.Application()
+        app.router.add_post("/", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        f = HttpFactory(
+            {
+                "url": f"http://127.0.0.1:{port}/",
+                "batch_size": 2,
+                "concurrency": 4,
+                "retry_initial_backoff_s": 0.1,
+                "retry_max_backoff_s": 0.2,
+            }
+        )
+        f.bind(make_context(metrics_registry=registry))
+        await f.start()
+        tracker = RecordingTracker()
+        try:
+            p = f(0)
+
+            async def stop_soon() -> None:
+                await anyio.sleep(0.5)
+                tracker.stopping.set()
+
+            began = anyio.current_time()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_soon)
+                with pytest.raises(BatchInterrupted, match="stopping"):
+                    await p.process(make_batch([{"a": str(i)} for i in range(4)]), tracker)
+            took = anyio.current_time() - began
+        finally:
+            await f.close()
+            await runner.cleanup()
+        return took, tracker
+
+    took, tracker = anyio.run(main)
+    assert answered == ["1/2"]  # the healthy first attempt ran to its answer
+    # and was counted as acknowledged
+    assert registry.get_sample_value("loghubd_http_delivered_logs_total") == 2
+    assert 1.4 <= took < 10, took
+    assert not tracker.finished
