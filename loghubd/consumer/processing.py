@@ -129,7 +129,7 @@ async def process_with_retry(
             wait = policy.backoff.wait(attempt)
             metrics.processor_retries.labels(str(batch.shard)).inc()
             log.info("process_retry_scheduled", **bind, attempt=attempt, wait_s=round(wait, 3))
-            if await _stopped_within(wait, tracker.stopping):
+            if await stopped_within(wait, tracker.stopping):
                 return _interrupted(batch, attempt, error, bind)
             continue
         if attempt > 1:
@@ -138,7 +138,7 @@ async def process_with_retry(
         return Processed(result if isinstance(result, str) and result else None)
 
 
-async def _stopped_within(seconds: float, stopping: StopSignal) -> bool:
+async def stopped_within(seconds: float, stopping: StopSignal) -> bool:
     """Wait `seconds`, or less if `stopping` is set meanwhile (then True)."""
     if not stopping.is_set():
         with anyio.move_on_after(seconds):
@@ -179,6 +179,8 @@ async def start_with_retry(
     attempt = 0
     while True:
         attempt += 1
+        if stop.is_set():  # the shard was revoked before its processor was made
+            return None
         try:
             started, processor = await until_stopping(stop, make)
             if not started:
@@ -196,7 +198,7 @@ async def start_with_retry(
             wait = policy.backoff.wait(attempt)
             metrics.processor_retries.labels(str(shard)).inc()
             log.info("processor_start_retry_scheduled", **bind, attempt=attempt, wait_s=wait)
-            if await _stopped_within(wait, stop):
+            if await stopped_within(wait, stop):
                 return None
             continue
         if attempt > 1:

@@ -43,6 +43,7 @@ from loghubd.consumer.processing import (
     ShardStopped,
     process_with_retry,
     start_with_retry,
+    stopped_within,
 )
 from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot
 from loghubd.consumer.tracking import ShardTracker, StopFlag
@@ -228,7 +229,9 @@ class ShardTask:
             return saved, saved
         return await self._start_position(), None
 
-    async def _initial_with_retry(self) -> tuple[str, str | None]:
+    async def _initial_with_retry(self) -> tuple[str, str | None] | None:
+        """The start position, retried while the service fails; None if the shard is asked
+        to stop meanwhile (revoked while the service is down: nothing to hand over)."""
         attempt = 0
         while True:
             try:
@@ -244,12 +247,16 @@ class ShardTask:
                     error=str(exc)[:300],
                     retry_in_s=round(wait, 2),
                 )
-                await anyio.sleep(wait)
+                if await stopped_within(wait, self.stop_requested):
+                    return None
 
     async def run(self, on_exit: Callable[[ShardTask], Awaitable[None]]) -> None:
         c = self.ctx
         try:
-            start, committed = await self._initial_with_retry()
+            initial = await self._initial_with_retry()
+            if initial is None:
+                return
+            start, committed = initial
             self.tracker = ShardTracker(start, committed=committed, stopping=self.stop_requested)
             started = await start_with_retry(
                 self._make_processor,
@@ -284,15 +291,19 @@ class ShardTask:
         try:
             await processor.initialize(self.shard)
         except Exception:
-            self._starting = None  # a failed start: the next attempt makes a new one
+            # A failed start: what it opened is released (a connection made before the
+            # failure), and the next attempt makes a new processor.
+            await self._shut_down_unstarted(failed=True)
             raise
         self._starting = None
         return processor
 
-    async def _shut_down_unstarted(self) -> None:
-        """A stop that cut `initialize` short (it waited on a sink that is down): the
-        processor may hold what its start opened (a connection, a registration with its
-        factory), so it is shut down, within a bound, like any other."""
+    async def _shut_down_unstarted(self, *, failed: bool = False) -> None:
+        """A processor whose `initialize` did not finish: cut short by a stop (it waited on
+        a sink that is down), or `failed`. It may hold what its start opened (a connection,
+        a registration with its factory), so it is shut down, within a bound, like any
+        other. After a failed start, a shutdown that fails too is only noted: the start's
+        own error is the one that matters."""
         processor, self._starting = self._starting, None
         if processor is None or self.tracker is None:
             return
@@ -300,7 +311,12 @@ class ShardTask:
             with anyio.fail_after(ABANDONED_CALL_S):
                 await processor.shutdown(self.tracker)
         except Exception as exc:
-            log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
+            if failed:
+                log.info(
+                    "processor_shutdown_after_failed_start", **self._bind, error=repr(exc)[:300]
+                )
+            else:
+                log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
 
     async def _finish(self) -> None:
         if self.status.state != "failed":

@@ -90,7 +90,9 @@ class Processor(Protocol):
     """One instance per shard."""
 
     def initialize(self, shard: int) -> Awaitable[None] | None:
-        """Called once before the first batch of this shard."""
+        """Called once before the first batch of this shard. Raising retries the start with
+        a new processor, after ``shutdown`` of this one (to release what it opened before
+        failing); ``shutdown`` is called too when a stop cuts a waiting start short."""
 
     def process(self, batch: Batch, tracker: Tracker) -> str | Awaitable[str | None] | None:
         """Handle one batch; call ``tracker.save_checkpoint`` when it is safely done.

@@ -40,7 +40,8 @@ class ScriptedClient:
     """Shard data: `shard_data[shard]` is the number of log groups stored (all are served in
     one pull from a position; the shard is read-only when `readonly`). Heartbeats answer
     `heartbeats` in order (an Exception is raised); once it is empty, `on_exhausted` is
-    called and the last list answer repeats. Commits raise the next of `commit_errors`."""
+    called and the last list answer repeats. Commits raise the next of `commit_errors`,
+    checkpoint lookups the next of `checkpoint_errors`."""
 
     def __init__(
         self,
@@ -50,6 +51,7 @@ class ScriptedClient:
         readonly: bool = False,
         heartbeats: Iterable[Answer] = (),
         commit_errors: Iterable[Exception | None] = (),
+        checkpoint_errors: Iterable[Exception] = (),
         on_exhausted: Callable[[], None] = lambda: None,
     ) -> None:
         self.shard_data = dict(shard_data or {})
@@ -57,6 +59,7 @@ class ScriptedClient:
         self.readonly = readonly
         self.heartbeats: deque[Answer] = deque(heartbeats)
         self.commit_errors: deque[Exception | None] = deque(commit_errors)
+        self.checkpoint_errors: deque[Exception] = deque(checkpoint_errors)
         self.on_exhausted = on_exhausted
         self.last_answer: list[int] = []
         self.calls: list[tuple[str, Any]] = []
@@ -65,6 +68,8 @@ class ScriptedClient:
 
     async def checkpoints(self, logstore: str, group: str, shard: int | None = None) -> Any:
         self.calls.append(("checkpoints", shard))
+        if self.checkpoint_errors:
+            raise self.checkpoint_errors.popleft()
         return [{"shard": s, "checkpoint": c} for s, c in self.saved.items() if s == shard]
 
     async def get_cursor(self, logstore: str, shard: int, where: str) -> str:

@@ -54,12 +54,13 @@ def context(
     retry: RetryPolicy | None = None,
     on_finished: Callable[[], None] = lambda: None,
     max_log_groups: int = 100,
+    backoff: Backoff = QUICK,
 ) -> ShardContext:
     metrics = Metrics()
     return ShardContext(
         client=client,  # type: ignore[arg-type]
         settings=FetchSettings(
-            logstore="ls", max_log_groups=max_log_groups, fetch_interval=0.01, backoff=QUICK
+            logstore="ls", max_log_groups=max_log_groups, fetch_interval=0.01, backoff=backoff
         ),
         group="g",
         consumer="c",
@@ -362,3 +363,55 @@ def test_a_save_in_shutdown_does_not_cover_the_batch_left_unfinished(policy: str
     assert processor.batches == [(at(0), at(1))]
     assert client.saved[0] == at(1), client.commits(0)
     assert at(2) not in client.commits(0) and at(3) not in client.commits(0)
+
+
+class FailsToStart(Recorder):
+    """`initialize` opens something, then fails, the first `failures` times."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.start_failures = failures
+
+    def initialize(self, shard: int) -> None:
+        self.events.append(f"initialize {shard}")
+        if self.start_failures:
+            self.start_failures -= 1
+            raise ConnectionRefusedError("sink down")
+
+
+def test_a_failed_start_shuts_its_processor_down_before_the_next_attempt() -> None:
+    """What a failed `initialize` opened before failing is released: each failed attempt's
+    processor is shut down, then a new one starts."""
+    client, processor = ScriptedClient(shard_data={0: 3}), FailsToStart(failures=2)
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: t.status.state == "consuming", "the start")
+        await until(lambda: client.saved.get(0) == at(3), "the batch committed")
+        t.request_stop()
+
+    anyio.run(run, task, body)
+    assert processor.events == [
+        "initialize 0",
+        "shutdown",
+        "initialize 0",
+        "shutdown",
+        "initialize 0",
+        "shutdown",  # the stop
+    ]
+
+
+def test_a_revoke_while_the_service_fails_ends_the_start_at_once() -> None:
+    """The checkpoint lookup fails (the service is down) and is retried with backoff; the
+    shard revoked meanwhile stops without waiting out the backoff, and no processor is made."""
+    client = ScriptedClient(shard_data={0: 3}, checkpoint_errors=[E.SlsError("down")] * 50)
+    processor = Recorder()
+    task = ShardTask(0, context(client, processor, backoff=Backoff(initial=60.0, cap=60.0)))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: ("checkpoints", 0) in client.calls, "the lookup")
+        t.request_stop()
+
+    _, exited = anyio.run(run, task, body)  # run() fails after 20 s: the backoff is 60
+    assert processor.events == [] and exited == [task]
+    assert client.commits(0) == []

@@ -97,3 +97,21 @@ def test_a_stop_gives_up_a_start_that_hangs() -> None:
 async def _set_soon(event: anyio.Event) -> None:
     await anyio.sleep(0.05)
     event.set()
+
+
+def test_a_stop_before_the_start_makes_no_processor() -> None:
+    """Revoked before its processor was made (during the checkpoint lookup): none is made,
+    so none is initialized halfway and shut down."""
+    stop = anyio.Event()
+    stop.set()
+    made = 0
+
+    async def make() -> Any:
+        nonlocal made
+        made += 1
+        return "processor"
+
+    async def go() -> Any:
+        return await start_with_retry(make, 3, RetryPolicy(), Metrics(), stop, bind={})
+
+    assert anyio.run(go) is None and made == 0
