@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -184,15 +185,20 @@ class JsonlProcessor:
         except cursors.InvalidCursorString as exc:
             raise ValueError(f"jsonl: cannot name a file after cursor {batch.cursor!r}") from exc
         final = self.directory / f"shard-{self.shard}.replay-{start}-{end}.jsonl"
-        part = final.with_name(final.name + ".part")
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # A name of its own: two replays of the same letter at once never share a file.
+        part = final.with_name(f"{final.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            written = batch.write_jsonl(fd)
-            if self.options.fsync != "never":
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(part, final)
+            try:
+                written = batch.write_jsonl(fd)
+                if self.options.fsync != "never":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(part, final)
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
         self._sync_directory()
         self.metrics.bytes.inc(written)
 

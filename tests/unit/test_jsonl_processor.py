@@ -264,3 +264,47 @@ def test_a_replay_writes_each_dead_letter_to_a_file_of_its_own_once(tmp_path: Pa
     assert ids(replayed) == [100, 101, 102, 103]
     assert (tmp_path / "shard-0.jsonl").read_bytes() == before
     assert not list(tmp_path.glob("*.part"))
+
+
+def test_two_replays_of_one_letter_at_once_each_write_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `dead-letters replay` runs over the same letter at once (two operators, or a
+    replay started again while the first still runs): each writes its own temporary file, so
+    neither truncates nor renames the other's, and the file ends whole. A write that fails
+    leaves no temporary file and the file of an earlier replay as it was."""
+    raw = batch(100, 4).raw
+    letter = Batch(0, cursors.from_seq(0, 40), cursors.from_seq(0, 41), raw, 1)
+
+    def replayer() -> JsonlProcessor:
+        factory = JsonlFactory({"path": str(tmp_path)})
+        factory.bind(make_context(replay=True))
+        p = factory(0)
+        p.initialize(0)
+        return p
+
+    nested: list[bool] = []
+
+    def interleaved(self: Batch, fd: int, max_bytes: int = 1 << 20) -> int:
+        data = self.jsonl()
+        os.write(fd, data[: len(data) // 2])
+        if not nested:  # the other replay runs in between, from start to end
+            nested.append(True)
+            replayer().process(letter, RecordingTracker())
+        os.write(fd, data[len(data) // 2 :])
+        return len(data)
+
+    monkeypatch.setattr(Batch, "write_jsonl", interleaved)
+    replayer().process(letter, RecordingTracker())
+    (replayed,) = tmp_path.glob("shard-0.replay-*.jsonl")
+    assert replayed.read_bytes() == letter.jsonl()
+
+    def failing(self: Batch, fd: int, max_bytes: int = 1 << 20) -> int:
+        os.write(fd, b'{"half": ')
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Batch, "write_jsonl", failing)
+    with pytest.raises(OSError, match="No space"):
+        replayer().process(letter, RecordingTracker())
+    assert replayed.read_bytes() == letter.jsonl()
+    assert not list(tmp_path.glob("*.part"))
