@@ -150,7 +150,11 @@ class Daemon:
                 tg.cancel_scope.cancel()
         failed = [r for r in self.runners if r.state == "failed"]
         if failed and len(failed) == len(self.runners):
-            raise StartupError("; ".join(_named(r, len(self.runners)) for r in failed))
+            codes = {r.exit_code for r in failed}
+            raise StartupError(
+                "; ".join(_named(r, len(self.runners)) for r in failed),
+                codes.pop() if len(codes) == 1 else 1,
+            )
         unclean = [r.name for r in self.runners if not r.clean]
         if unclean:
             log.error("daemon_stopped", unclean_sources=unclean)

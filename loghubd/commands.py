@@ -178,12 +178,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         matched, rest = group.split(StartupError)
         if matched is None or rest is not None:
             raise
+        codes = set()
         for err in matched.exceptions:
             print(f"loghubd run: cannot start: {err}", file=sys.stderr)
-        return 1
+            codes.add(err.exit_code if isinstance(err, StartupError) else 1)
+        return codes.pop() if len(codes) == 1 else 1
     except StartupError as exc:
         print(f"loghubd run: cannot start: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
         shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
     return code

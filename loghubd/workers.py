@@ -34,7 +34,9 @@ from loghubd.ops.systemd import SystemdNotifier
 
 log = structlog.get_logger("loghubd.workers")
 
-CONFIG_ERROR = 2  # `loghubd run`'s exit code for a configuration it refuses
+# `loghubd run`'s exit codes that a restart cannot help: a configuration it (or the service)
+# refuses, and a project, logstore or group that does not exist.
+PERMANENT = (2, 3)
 
 
 def _child_argv(argv: list[str], name: str) -> list[str]:
@@ -169,10 +171,11 @@ def _supervise(
             if stopping:
                 worst = max(worst, code)
                 continue
-            if code == CONFIG_ERROR:
-                # The child refused its configuration (e.g. a processor's options): restarting
-                # cannot help. Stop the others, and exit 2 so systemd does not restart us
-                # either (RestartPreventExitStatus=2).
+            if code in PERMANENT:
+                # The child refused its configuration (e.g. a processor's options), or what it
+                # consumes does not exist: restarting cannot help. Stop the others, and exit
+                # with its code so systemd does not restart us either
+                # (RestartPreventExitStatus=2 3).
                 log.error("worker_refused_config", name=name, exit_code=code)
                 forward(signal.SIGTERM, None)
                 worst = code

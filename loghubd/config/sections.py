@@ -17,7 +17,14 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from loghubd.config.redact import MASK, redact_text, redact_value
-from loghubd.config.values import ConfigError, _parse_end, _parse_shards, _parse_start, _validate
+from loghubd.config.values import (
+    ConfigError,
+    _parse_end,
+    _parse_seconds,
+    _parse_shards,
+    _parse_start,
+    _validate,
+)
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _SECRET = MappingProxyType({"secret": True})
@@ -144,8 +151,11 @@ class ConsumerConfig:
     retry_initial_backoff: float = 0.5  # the first wait before retrying a failed batch
     processor_retry_max_backoff: float = 30.0  # the longest wait between a batch's attempts
     pull_retry_max_backoff: float = 30.0  # the longest wait between failed pulls of a shard
-    # Deprecated: sets both maxima above (the loader does it, with a warning); unused itself.
-    retry_max_backoff: float = 30.0
+    # Deprecated: sets both maxima above (the loader does it, with a warning); unused itself,
+    # checked only when given, and not shown by `check-config`.
+    retry_max_backoff: float | None = field(
+        default=None, metadata={"parse": _parse_seconds, "deprecated": True}
+    )
     request_timeout: float = 5.0  # below timeout, so a slow call cannot cost us the shards
     query: str = ""  # SPL query applied by the server when pulling; "" = none
     # A bounded run: read each shard up to the cursor of this time (unix seconds), commit
@@ -176,7 +186,8 @@ class ConsumerConfig:
             (policy != "dead_letter" or bool(self.dead_letter_dir), "dead_letter_dir",
              "required when consumer.on_failure is 'dead_letter'"),
             (self.retry_initial_backoff > 0, "retry_initial_backoff", "must be > 0"),
-            (self.retry_max_backoff >= self.retry_initial_backoff, "retry_max_backoff",
+            (self.retry_max_backoff is None
+             or self.retry_max_backoff >= self.retry_initial_backoff, "retry_max_backoff",
              f"must be >= consumer.retry_initial_backoff ({self.retry_initial_backoff})"),
             (self.processor_retry_max_backoff >= self.retry_initial_backoff,
              "processor_retry_max_backoff",
@@ -286,6 +297,8 @@ def _section_table(obj: Any) -> dict[str, Any]:
     passwords and secret `name=value` pairs within other strings)."""
     table: dict[str, Any] = {}
     for f in fields(obj):
+        if f.metadata.get("deprecated"):
+            continue
         value = getattr(obj, f.name)
         if f.name == "options":
             table.update(_thaw(value, redact=True))

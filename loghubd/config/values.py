@@ -84,6 +84,11 @@ def _parse_end(value: object) -> float | None:
     return parsed
 
 
+def _parse_seconds(value: object) -> float:
+    """A duration in seconds, for a field whose default is None (None: not given)."""
+    return float(_coerce(float, value, isinstance(value, str)))
+
+
 def _parse_shards(value: object) -> tuple[int, ...] | None:
     """`consumer.shards`: a list of shard ids, or a string of ids and inclusive ranges such
     as "0-3,8" ("" = every shard)."""

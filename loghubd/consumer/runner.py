@@ -71,6 +71,7 @@ class SourceRunner:
         self.window_waker = Waker()  # a shard finished its window: check the group sooner
         self.state = "starting"
         self.error = ""
+        self.exit_code = 1  # of a start-up the service refused (StartupError.exit_code)
         self.clean = True
         self.started_at = time.monotonic()
         self.client: SlsClient | None = None
@@ -236,6 +237,7 @@ class SourceRunner:
                             await self.factory.start()
                     except StartupError as exc:
                         self.state, self.error, self.clean = "failed", str(exc), False
+                        self.exit_code = exc.exit_code
                         log.error("source_cannot_start", **bind, error=self.error)
                         tg.cancel_scope.cancel()
                         return

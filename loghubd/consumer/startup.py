@@ -20,7 +20,25 @@ STARTUP_BACKOFF = Backoff(initial=1.0, cap=30.0)
 
 class StartupError(Exception):
     """A source cannot start: a permanent error (bad credentials, missing logstore, a
-    request the service refuses). Retrying would not help; the message says what to fix."""
+    request the service refuses). Retrying would not help; the message says what to fix.
+
+    `exit_code` follows the commands' table (README, "Exit codes"): 3 when the project,
+    logstore or group does not exist, 2 when the service refuses a name or a parameter of
+    the configuration, 1 otherwise (credentials refused: keys can be fixed or rotated
+    without touching the configuration, so a supervisor may well try again)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def exit_code_of(exc: E.SlsError) -> int:
+    """The exit code of a start-up that the service refused with `exc`."""
+    if isinstance(exc, E.ProjectNotExist | E.LogStoreNotExist | E.ConsumerGroupNotExist):
+        return 3
+    if isinstance(exc, E.ParameterInvalid | E.JsonInfoInvalid | E.LogStoreInfoInvalid):
+        return 2
+    return 1
 
 
 async def ensure_group(client: SlsClient, logstore: str, c: ConsumerConfig) -> None:
@@ -63,7 +81,7 @@ async def retry_until_ok(
             return
         except E.SlsError as exc:
             if not exc.retryable:
-                raise StartupError(f"{what}: {exc}") from exc
+                raise StartupError(f"{what}: {exc}", exit_code_of(exc)) from exc
             attempt += 1
             wait = STARTUP_BACKOFF.wait(attempt)
             reason = f"{what}: {exc} (retrying)"

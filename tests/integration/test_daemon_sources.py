@@ -180,13 +180,22 @@ def test_every_source_failing_to_start_exits_at_once(daemon_pool: Pool) -> None:
             source_entry("y", daemon_pool.endpoint, "nope-y", consumer={"group": "grp"}),
         ],
     )
-    assert daemon.wait(20) == 1
+    assert daemon.wait(20) == 3  # not found (README, "Exit codes"): systemd does not restart it
     text = daemon.log_path.read_text()
     # operator words, naming the group, where, and the service's answer (no internal names)
     want_x = "cannot start: source x: finding or creating consumer group grp on daemontest/nope-x"
     assert want_x in text, text[-2000:]
     assert "LogStoreNotExist" in text and "ensure_group" not in text
     assert "source y: finding or creating consumer group grp on daemontest/nope-y" in text
+
+
+def test_a_group_name_the_service_refuses_is_a_configuration_error(daemon_pool: Pool) -> None:
+    """A name the service refuses (too short) is the configuration's fault: exit 2, which
+    the shipped systemd unit does not restart, rather than 1 and a restart every 2 s."""
+    daemon_pool.admin.create_logstore("named", 1)
+    daemon = daemon_pool.daemon("named", "g", "badname")
+    assert daemon.wait(20) == 2, daemon.log_tail()
+    assert "invalid consumer group name 'g'" in daemon.log_path.read_text()
 
 
 def test_admin_sees_both_groups(

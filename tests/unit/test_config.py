@@ -64,7 +64,7 @@ VALID: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
             "consumer.on_failure": "retry",
             "consumer.dead_letter_dir": "dead-letter",
             "consumer.retry_initial_backoff": 0.5,
-            "consumer.retry_max_backoff": 30.0,
+            "consumer.retry_max_backoff": None,  # deprecated; not given
             "consumer.request_timeout": 5.0,
             "consumer.query": "",
             "consumer.end": None,

@@ -91,3 +91,12 @@ def test_shared_alias_warns_once_and_an_entry_alias_names_the_entry() -> None:
 def test_bad_values_name_their_key(extra: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"consumer.{key}: must be"):
         loads(BASE + extra, {})
+
+
+def test_a_long_initial_backoff_is_not_checked_against_the_unset_alias() -> None:
+    """The deprecated key, not given, neither fails the check against a long initial wait
+    nor shows up in what `check-config` prints."""
+    cfg = loads(BASE + "retry_initial_backoff = 40\nprocessor_retry_max_backoff = 60", {})
+    assert cfg.consumer.retry_max_backoff is None
+    assert "retry_max_backoff" not in cfg.redacted()["consumer"]
+    assert cfg.redacted()["consumer"]["processor_retry_max_backoff"] == 60.0
