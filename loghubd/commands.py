@@ -82,8 +82,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"loghubd serve: --access-keys: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"loghubd serve: cannot listen on {opts.host}:{opts.port}: {exc}", file=sys.stderr)
-        return 1
+        print(
+            f"loghubd serve: cannot listen on {opts.host}:{opts.port}: "
+            f"{exc.strerror or exc}; pick another --port, or stop what holds it",
+            file=sys.stderr,
+        )
+        return UNREACHABLE  # README, "Exit codes": a local port is taken
     return 0
 
 
@@ -98,6 +102,14 @@ def tempfile_in(directory: Path) -> Iterator[None]:
 
 def _serve_limits_problem(opts: ServeOptions) -> str:
     """What is wrong with the request limits of `loghubd serve`, naming the flag ("" none)."""
+    if not 0 <= opts.port <= 65535:
+        return f"--port must be between 0 and 65535, not {opts.port}"
+    for flag, count in (
+        ("--max-body-bytes", opts.max_body_bytes),
+        ("--max-groups", opts.max_groups_per_logstore),
+    ):
+        if count < 1:
+            return f"{flag} must be at least 1, not {count}"
     wire_cap = opts.max_body_bytes + 1024 * 1024  # a compressed body may exceed the raw cap
     if opts.max_inflight_body_bytes < wire_cap:
         return (
@@ -147,6 +159,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     # A --log-level/--log-format flag wins over the config's [log].
     loghubd_logging.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format)
+    if args.workers < 1:
+        print(f"loghubd run: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return USAGE
     if args.workers > 1:  # this process supervises N daemon processes
         from loghubd.workers import run_workers
 
@@ -172,6 +187,20 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(
                 f"loghubd run: ops.listen {cfg.ops.listen} is already in use (another loghubd "
                 "run?): stop that process, or set ops.listen (LOGHUBD_OPS__LISTEN)",
+                file=sys.stderr,
+            )
+            return UNREACHABLE
+        from loghubd.errors import leaves
+        from loghubd.ops.server import ListenError
+
+        listen, _ = group.split(ListenError)
+        if listen is not None:
+            reason = leaves(listen)[0]
+            why = reason.strerror if isinstance(reason, OSError) else str(reason)
+            print(
+                f"loghubd run: ops.listen {cfg.ops.listen} cannot be listened on: "
+                f"{why}; give an address of this host "
+                "(LOGHUBD_OPS__LISTEN)",
                 file=sys.stderr,
             )
             return UNREACHABLE

@@ -77,6 +77,11 @@ def make_app(
     return app
 
 
+class ListenError(OSError):
+    """`ops.listen` cannot be listened on (taken, not this host's address, not resolvable);
+    the errno and reason are the socket's."""
+
+
 async def serve_ops(
     app: web.Application, listen: str, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
 ) -> None:
@@ -85,7 +90,10 @@ async def serve_ops(
     await runner.setup()
     try:
         site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port), reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ListenError(exc.errno, exc.strerror or str(exc)) from exc
         task_status.started(runner.addresses[0][1])
         await anyio.sleep_forever()
     finally:
