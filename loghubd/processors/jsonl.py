@@ -304,6 +304,7 @@ class JsonlProcessor:
 class JsonlFactory:
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.directory, self.options = JsonlOptions.parse(options)
+        _probe(self.directory)
         self.metrics = JsonlMetrics(CollectorRegistry())  # bind() puts them on the daemon's
         self.replay = False
 
@@ -313,3 +314,20 @@ class JsonlFactory:
 
     def __call__(self, shard: int) -> JsonlProcessor:
         return JsonlProcessor(self.directory, shard, self.options, self.metrics, replay=self.replay)
+
+
+def _probe(directory: Path) -> None:
+    """Make the output directory and prove a file can be made there, so that a path that
+    cannot be used fails `check-config` and the daemon's start (exit 2, naming the key)
+    rather than every shard's start, again and again."""
+    probe = directory / f".loghubd-probe-{os.getpid()}"
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"processor.jsonl.path: {directory} is a file, not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(
+            f"processor.jsonl.path: cannot write to {directory}: {exc.strerror or exc}"
+        ) from None

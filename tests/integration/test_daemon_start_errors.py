@@ -1,7 +1,11 @@
 """What goes wrong at start is said where an operator looks (/readyz, /status, the log), in
 their words, and counted: a processor that cannot start on a shard (an output path it cannot
 create) follows the failure policy with the path in the message, and the exit code says so;
-an unreachable service at start is named as such."""
+an unreachable service at start is named as such.
+
+The processor that cannot start is the example plugin's `grep` (it makes its directory in
+`initialize`, per shard): the built-in `jsonl` proves its path when the daemon starts, and
+refuses a bad one with exit 2 (test_a_jsonl_path_that_cannot_be_used_is_refused_at_start)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,9 @@ def reasons(daemon: Daemon) -> list[str]:
     return [] if code == 200 else list(body.get("reasons", []))
 
 
+GREP_ALL = {"field": "msg", "pattern": "synthetic"}  # every produced log matches
+
+
 def blocked_output(tmp_path: Path) -> tuple[Path, Path]:
     """An output directory that cannot be created: its parent is a regular file."""
     blocker = tmp_path / "not-a-dir"
@@ -36,7 +43,7 @@ def test_a_processor_that_cannot_start_is_retried_then_starts(
     blocker, out = blocked_output(tmp_path)
     daemon = Daemon(
         tmp_path / "d", loghubd_server.endpoint, LOGSTORE, GROUP, "retrying",
-        processor_options={"path": str(out)},
+        processor="grep", processor_options={"path": str(out), **GREP_ALL},
         consumer={"retry_initial_backoff": 0.2},  # on_failure = "retry", unlimited attempts
     ).start()  # fmt: skip
     try:
@@ -72,7 +79,7 @@ def test_a_processor_that_cannot_start_stops_the_shard_and_the_exit_code_says_so
     _, out = blocked_output(tmp_path)
     daemon = Daemon(
         tmp_path / "d", loghubd_server.endpoint, LOGSTORE, GROUP, "stopping",
-        processor_options={"path": str(out)},
+        processor="grep", processor_options={"path": str(out), **GREP_ALL},
         consumer={"max_attempts": 2, "on_failure": "stop", "retry_initial_backoff": 0.1},
     ).start()  # fmt: skip
     try:
@@ -117,3 +124,33 @@ def test_an_unreachable_service_at_start_is_named(tmp_path: Path) -> None:
     finally:
         daemon.signal(signal.SIGTERM)
         daemon.wait(30)
+
+
+def test_a_jsonl_path_that_cannot_be_used_is_refused_at_start(tmp_path: Path) -> None:
+    """`jsonl` proves its directory when the daemon (and `check-config`) reads the
+    configuration: a path that cannot be used (its parent a file, a file itself) is a
+    configuration error, exit 2 naming the key, rather than every shard failing its start
+    for ever while the group cannot give those shards to anyone else."""
+    import subprocess
+    import sys
+
+    blocker, out = blocked_output(tmp_path)
+    for path in (out, blocker):
+        config = tmp_path / "c.toml"
+        config.write_text(
+            f'[source]\nendpoint = "http://127.0.0.1:{free_port()}"\nproject = "proj"\n'
+            f'logstore = "store"\n[consumer]\ngroup = "grp"\n'
+            f'[processor]\nname = "jsonl"\n[processor.jsonl]\npath = "{path}"\n'
+        )
+        for command in ("check-config", "run"):
+            done = subprocess.run(
+                [sys.executable, "-m", "loghubd", command, "-c", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 2, (command, done.stderr)
+            assert f"processor.jsonl.path: {path}" in done.stderr or (
+                f"processor.jsonl.path: cannot write to {path}" in done.stderr
+            ), done.stderr
+            assert "Traceback" not in done.stderr
