@@ -30,7 +30,8 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
     """The command line of the core's commands, and its subparsers (to add plugins')."""
     parser = argparse.ArgumentParser(
         prog="loghubd",
-        description=__doc__,
+        description="Consume LogHub (Alibaba Cloud SLS) logstores through consumer groups "
+        "(run), serve a local LogHub (serve), and look after groups and what they left aside.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -289,6 +289,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
     from loghubd.plugins.manager import PluginError, Plugins
 
+    if args.file and args.config_file and args.file != args.config_file:
+        raise UserError(
+            USAGE, f"two config files ({args.file} and -c {args.config_file}): give one"
+        )
     args.file = args.file or args.config_file
     if not args.file:
         raise UserError(USAGE, "which config file? loghubd check-config FILE (or -c FILE)")

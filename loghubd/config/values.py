@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import math
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -248,5 +249,9 @@ def _construct(cls: type[Any], kwargs: dict[str, Any], problems: list[str], rena
     except ConfigError as exc:  # range checks: gather every section's before raising
         for problem in exc.problems:
             section, dot, rest = problem.partition(".")
-            problems.append(f"{rename}.{rest}" if dot and rename != section else problem)
+            if dot and rename != section:
+                # the keys the message names too (`... when source.access_key_id is set`)
+                rest = re.sub(rf"(?<![\w.]){re.escape(section)}\.", f"{rename}.", rest)
+                problem = f"{rename}.{rest}"
+            problems.append(problem)
     return None

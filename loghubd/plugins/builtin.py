@@ -115,7 +115,13 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
             "jsonl",
             JsonlFactory,
             "JSON lines, one file per shard, fsynced",
-            {"path": "directory of the output, shard-<n>.jsonl each (required)"},
+            {
+                "path": "directory of the output, shard-<n>.jsonl each (required)",
+                "fsync": "interval | batch | never: when the file is fsynced (interval)",
+                "rotate_bytes": "close the file once it holds this many bytes (0: never)",
+                "rotate_seconds": "close the file this long after it was opened (0: never)",
+                "compress": "none | gzip | zstd: compress each closed file (none)",
+            },
         ),
         ProcessorSpec("stdout", _stdout, "JSON lines on standard output"),
         ProcessorSpec(

@@ -73,3 +73,9 @@ def test_serve_on_a_port_that_is_taken(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         done = cli("serve", "--data-dir", str(tmp_path / "d"), "--port", str(port))
     one_line(done, 4, f"cannot listen on 127.0.0.1:{port}", "--port")
+
+
+def test_check_config_given_two_files(tmp_path: Path) -> None:
+    first = config(tmp_path, f"127.0.0.1:{free_port()}")
+    done = cli("check-config", first, "-c", str(tmp_path / "other.toml"))
+    one_line(done, 2, "two config files", "give one")

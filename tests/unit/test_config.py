@@ -1048,7 +1048,7 @@ MULTI_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
         "range problems name the source",
         ONE_SOURCE + "timeout = 1",
         {},
-        ["sources.app.consumer.timeout: must be > consumer.heartbeat_interval"],
+        ["sources.app.consumer.timeout: must be > sources.app.consumer.heartbeat_interval"],
     ),
     (
         "typed problems name the source",
@@ -1286,7 +1286,7 @@ def test_credentials_per_source() -> None:
         (
             'credentials = "file"\n',
             {},
-            'sources.app.credentials_file: required when source.credentials is "file"',
+            'sources.app.credentials_file: required when sources.app.credentials is "file"',
         ),
         (
             'credentials = "env"\naccess_key_id = "AK"\n',
@@ -1296,7 +1296,12 @@ def test_credentials_per_source() -> None:
         (
             "",
             {"LOGHUBD_SOURCES_APP__CREDENTIALS": "command"},
-            'sources.app.credentials_command: required when source.credentials is "command"',
+            'sources.app.credentials_command: required when sources.app.credentials is "command"',
+        ),
+        (
+            'access_key_id = "AK"\n',
+            {},
+            "sources.app.access_key_secret: required when sources.app.access_key_id is set",
         ),
     ],
 )
