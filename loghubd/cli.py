@@ -297,6 +297,9 @@ def prefer_jemalloc(environ: MutableMapping[str, str], platform: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     prefer_jemalloc(os.environ, sys.platform)
     argv = sys.argv[1:] if argv is None else argv
+    from loghubd.admin.commands import join_dash_values
+
+    argv = join_dash_values(argv)
     args = build_parser(_plugin_commands(argv)).parse_args(argv)
     logs_are_output = args.func in (commands.cmd_run, commands.cmd_serve) or getattr(
         args, "logs_are_output", False

@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -22,6 +23,31 @@ from loghubd.admin.helpfmt import DefaultsFormatter
 from loghubd.config import Config
 
 Fmt = DefaultsFormatter
+
+# argparse takes a word that starts with "-" and is not a plain number for an option, so the
+# documented `--shift-by -1h` failed with "expected one argument"; `join_dash_values` joins
+# such a value to its flag ("--shift-by=-1h"), the form argparse reads as a value.
+DASH_VALUE_FLAGS = ("--shift-by",)
+_DASH_VALUE = re.compile(r"-[\d.]")
+
+
+def join_dash_values(argv: Sequence[str]) -> list[str]:
+    """`argv` with `--shift-by -1h` written as `--shift-by=-1h` (a value that looks like a
+    negative duration; not `--shift-by --execute`, which stays a missing value)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":  # the rest are positional arguments
+            return out + list(argv[i:])
+        following = argv[i + 1] if i + 1 < len(argv) else ""
+        if word in DASH_VALUE_FLAGS and _DASH_VALUE.match(following):
+            out.append(f"{word}={following}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def _where(p: argparse.ArgumentParser) -> None:
@@ -84,7 +110,12 @@ def add_parsers(sub: Any, load: Callable[[str | None], Config | None]) -> None:
     p.add_argument("group", nargs="?", help="the group (default: consumer.group of -c)")
     p.add_argument("--to", help="begin, end, or a time (unix seconds, ISO-8601; UTC if no zone)")
     p.add_argument("--to-cursor", help="a cursor (one shard at a time makes most sense)")
-    p.add_argument("--shift-by", help="move the current checkpoint by a duration: -1h, +30m, -90s")
+    p.add_argument(
+        "--shift-by",
+        metavar="DURATION",
+        help="move the current checkpoint by a duration: -1h, +30m, -90s (--shift-by -1h and "
+        "--shift-by=-1h both work)",
+    )
     p.add_argument("--shards", help="only these shards: ids and ranges, 0,2,5-7 (default: all)")
     p.add_argument("--execute", action="store_true", help="apply the plan (default: dry run)")
     p.add_argument("--force", action="store_true", help="even while consumers are live")
