@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from loghubd.admin.errors import USAGE, Context, UserError, check_endpoint
+from loghubd.admin.errors import ENV_KEYS, USAGE, Context, UserError, check_endpoint
 from loghubd.config import Config
 from loghubd.protocol.signing import Credentials
 from loghubd.sls.credentials import CredentialsProvider, StaticCredentials, provider_for
@@ -47,10 +47,30 @@ class Target:
     auth_version: str = "v1"
     region: str = ""
     timeout: float = 10.0
+    credentials: str = ""  # where the keys come from (`credentials_origin`)
 
     @property
     def context(self) -> Context:
-        return Context(self.endpoint, self.project, self.logstore, self.group)
+        return Context(self.endpoint, self.project, self.logstore, self.group, self.credentials)
+
+
+def credentials_origin(cfg: Config | None, path: str | None) -> str:
+    """Where a command's keys come from, for the fix of a refused request: the environment
+    without -c; with -c, the source's section of that file (or what its provider reads)."""
+    if cfg is None or not path:
+        return ""  # Context's default: the LOGHUBD_SOURCE__* variables
+    spec = cfg.sources[0]
+    section = f"[[sources]] {spec.name!r}" if cfg.multi else "[source]"
+    kind = spec.source.credentials
+    if kind == "env":
+        return (
+            "ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET "
+            f'(credentials = "env" in the {section} of {path})'
+        )
+    if kind in ("file", "command"):
+        return f'what credentials = "{kind}" in the {section} of {path} gives'
+    env = "" if cfg.multi else f", or {ENV_KEYS}, which override it"
+    return f"the {section} of {path}{env}"
 
 
 def target(
@@ -88,6 +108,7 @@ def target(
         auth_version=src.auth_version if src else "v1",
         region=src.region if src else "",
         timeout=float(getattr(args, "timeout", 10.0) or 10.0),
+        credentials=credentials_origin(cfg, getattr(args, "config", None)),
     )
 
 

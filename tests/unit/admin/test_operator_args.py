@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from loghubd import cli
+from loghubd.admin import connect, errors
 from loghubd.admin.commands import join_dash_values
+from loghubd.config import Config, loads
+from loghubd.protocol import errors as E
 
 # Nothing listens on port 1: a command that got past its checks would fail with exit 4.
 WHERE = ["--endpoint", "http://127.0.0.1:1", "--project", "proj", "--logstore", "store"]
@@ -40,3 +43,48 @@ def test_the_documented_shift_by_form_reaches_the_command(
     reaches the duration check, which names it."""
     code, err = run(capsys, "group", "reset", "g", *WHERE, "--shift-by", "-1w")
     assert code == 2 and "'-1w'" in err and "expected one argument" not in err, err
+
+
+# --- where the keys come from, in the fix of a refusal --------------------------------------
+
+CTX = errors.Context("http://h.example:1", "proj", "store", "grp")
+
+
+def config(text: str) -> Config:
+    env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "id", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "secret"}
+    return loads(text, env)
+
+
+SOURCE = (
+    '[consumer]\ngroup = "g"\n[source]\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\n'
+    'logstore = "store"\n'
+)
+
+
+def test_a_refused_signature_names_the_variables_that_are_read() -> None:
+    got = errors.explain(E.SignatureNotMatch("x"), CTX)
+    assert got is not None and got[0] == errors.FAILED
+    assert "refused the credentials (SignatureNotMatch)" in got[1]
+    assert "LOGHUBD_SOURCE__ACCESS_KEY_ID and LOGHUBD_SOURCE__ACCESS_KEY_SECRET" in got[1]
+    assert "LOGHUBD_ACCESS_KEY_ID" not in got[1]  # the outdated name
+
+
+def test_with_dash_c_a_refused_signature_names_the_file() -> None:
+    origin = connect.credentials_origin(config(SOURCE), "/etc/qs.toml")
+    ctx = errors.Context("http://h.example:1", "proj", "store", "grp", origin)
+    got = errors.explain(E.InvalidAccessKeyId("x"), ctx)
+    assert got is not None and "check the [source] of /etc/qs.toml" in got[1], got
+    env = config(SOURCE + 'credentials = "env"\n')
+    assert "ALIBABA_CLOUD_ACCESS_KEY_ID" in connect.credentials_origin(env, "qs.toml")
+    assert connect.credentials_origin(None, None) == ""
+
+
+def test_a_permission_denial_shows_the_services_reason() -> None:
+    denied = E.Unauthorized(
+        "access key 'ro' may not perform log:ConsumerGroupUpdateCheckPoint on acs:log:...",
+        status=403,
+    )
+    got = errors.explain(denied, CTX)
+    assert got is not None and got[0] == errors.FAILED
+    assert "may not perform log:ConsumerGroupUpdateCheckPoint" in got[1], got
+    assert "refused the credentials" not in got[1]
