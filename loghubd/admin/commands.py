@@ -60,7 +60,10 @@ def _where(p: argparse.ArgumentParser) -> None:
     p.add_argument("--project", help="(default: source.project of -c)")
     p.add_argument("--logstore", help="(default: source.logstore of -c)")
     p.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds for each call, retries included"
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds for each call, retries included (above 0)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -77,7 +80,7 @@ def add_parsers(sub: Any, load: Callable[[str | None], Config | None]) -> None:
     _where(status)
     status.add_argument("--group", help="(default: consumer.group of -c)")
     _describe_flags(status)
-    status.set_defaults(func=lambda a: _run_describe(a, load(a.config)))
+    status.set_defaults(func=lambda a: _run_describe(a, load(a.config)), group_label="--group")
 
     group = sub.add_parser(
         "group",

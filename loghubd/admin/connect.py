@@ -10,6 +10,7 @@ One credentials convention for every command: the config file's `[source]`, over
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -73,6 +74,14 @@ def credentials_origin(cfg: Config | None, path: str | None) -> str:
     return f"the {section} of {path}{env}"
 
 
+def positive_seconds(flag: str, value: float) -> float:
+    """`value` if it is a usable number of seconds (finite, > 0), else a UserError naming
+    `flag`: a timeout of 0 or less would fail every call as if the service were down."""
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(USAGE, f"{flag} {value:g}: must be a number of seconds above 0")
+    return value
+
+
 def target(
     args: argparse.Namespace,
     cfg: Config | None,
@@ -85,13 +94,17 @@ def target(
     project = getattr(args, "project", None) or (src.project if src else "")
     logstore = getattr(args, "logstore", None) or (src.logstore if src else "")
     group = getattr(args, "group", None) or (cfg.consumer.group if cfg else "")
+    timeout = positive_seconds("--timeout", float(getattr(args, "timeout", 10.0)))
     wanted = [("--endpoint", endpoint), ("--project", project), ("--logstore", logstore)]
     if need_group:
-        wanted.append(("GROUP (or --group)", group))
+        # `status` takes the group as --group, the `group` subcommands as an argument.
+        wanted.append((getattr(args, "group_label", "GROUP"), group))
     missing = [name for name, value in wanted if not value]
     if missing:
+        them = "them" if len(missing) > 1 else "it"
         raise UserError(
-            USAGE, f"{', '.join(missing)} required, or -c CONFIG to take them from a config file"
+            USAGE,
+            f"{', '.join(missing)} required, or -c CONFIG to take {them} from a config file",
         )
     check_endpoint(endpoint, project=project)
     provider: CredentialsProvider
@@ -107,7 +120,7 @@ def target(
         provider=provider,
         auth_version=src.auth_version if src else "v1",
         region=src.region if src else "",
-        timeout=float(getattr(args, "timeout", 10.0) or 10.0),
+        timeout=timeout,
         credentials=credentials_origin(cfg, getattr(args, "config", None)),
     )
 

@@ -88,3 +88,29 @@ def test_a_permission_denial_shows_the_services_reason() -> None:
     assert got is not None and got[0] == errors.FAILED
     assert "may not perform log:ConsumerGroupUpdateCheckPoint" in got[1], got
     assert "refused the credentials" not in got[1]
+
+
+# --- values refused before any call: one line naming the option, exit 2 ---------------------
+
+
+@pytest.mark.parametrize("command", [["status", "--group", "g"], ["group", "list"],
+                                     ["group", "describe", "g"], ["group", "delete", "g"],
+                                     ["group", "reset", "g", "--to", "begin"]])  # fmt: skip
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan"])
+def test_a_timeout_of_zero_or_less_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], command: list[str], timeout: str
+) -> None:
+    code, err = run(capsys, *command, *WHERE, "--timeout", timeout)
+    assert code == 2 and "--timeout" in err and "above 0" in err, err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "missing"),
+    [(["status"], "--group required"), (["group", "describe"], "GROUP required")],
+)
+def test_a_missing_group_is_named_as_the_command_takes_it(
+    capsys: pytest.CaptureFixture[str], command: list[str], missing: str
+) -> None:
+    code, err = run(capsys, *command, *WHERE)
+    assert code == 2 and missing in err and "(or --group)" not in err, err
