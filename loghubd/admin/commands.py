@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from loghubd.admin import inspect, reset, view
-from loghubd.admin.connect import Target, client_for, target
+from loghubd.admin.connect import Target, client_for, positive_seconds, target
 from loghubd.admin.errors import NOT_FOUND, OK, REFUSED, USAGE, UserError
 from loghubd.admin.helpfmt import DefaultsFormatter
 from loghubd.config import Config
@@ -111,7 +111,10 @@ def add_parsers(sub: Any, load: Callable[[str | None], Config | None]) -> None:
     )
     _where(p)
     p.add_argument("group", nargs="?", help="the group (default: consumer.group of -c)")
-    p.add_argument("--to", help="begin, end, or a time (unix seconds, ISO-8601; UTC if no zone)")
+    p.add_argument(
+        "--to",
+        help="begin, end, or a time (unix seconds, ISO-8601; UTC if no zone; 1970 to 9999)",
+    )
     p.add_argument("--to-cursor", help="a cursor (one shard at a time makes most sense)")
     p.add_argument(
         "--shift-by",
@@ -134,7 +137,9 @@ def add_parsers(sub: Any, load: Callable[[str | None], Config | None]) -> None:
 
 def _describe_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between --watch refreshes")
+    p.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between --watch refreshes (above 0)"
+    )
     p.add_argument(
         "--no-count",
         action="store_true",
@@ -170,6 +175,7 @@ def _run_list(args: argparse.Namespace, cfg: Config | None) -> int:
 
 
 def _run_describe(args: argparse.Namespace, cfg: Config | None) -> int:
+    positive_seconds("--interval", args.interval)
     t = _target(args, cfg)
     args.context = t.context
 
@@ -214,12 +220,13 @@ def _run_describe(args: argparse.Namespace, cfg: Config | None) -> int:
 
 
 def _run_reset(args: argparse.Namespace, cfg: Config | None) -> int:
-    t = _target(args, cfg)
-    args.context = t.context
+    # The target first: a bad --to or --shift-by is named without a config or a service.
     try:
         target_ = reset.parse_target(args.to, args.to_cursor, args.shift_by)
     except reset.TargetError as exc:
         raise UserError(USAGE, str(exc)) from None
+    t = _target(args, cfg)
+    args.context = t.context
 
     async def go() -> int:
         async with client_for(t) as client:

@@ -9,9 +9,10 @@ current checkpoint by a duration (`-1h`, `+30m`, `-90s`, `-2d`). `parse_target` 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from loghubd.admin.view import iso
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 
 _DURATION = re.compile(r"^([+-]?)(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# The last second a time can be given as (and printed as ISO-8601): 9999-12-31T23:59:59Z.
+LATEST = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp())
 
 # What a live loghubd daemon (or the SDK's consumer library) does with a checkpoint moved
 # under it; printed with --force.
@@ -58,7 +61,7 @@ def parse_duration(text: str) -> float:
     m = _DURATION.match(text.strip())
     if not m:
         raise TargetError(
-            f"duration {text!r} is not understood: use a number with s, m, h or d, "
+            f"--shift-by {text!r}: not a duration: use a number with s, m, h or d, "
             "with - to go back (e.g. -1h, +30m, -90s)"
         )
     sign = -1.0 if m.group(1) == "-" else 1.0
@@ -66,23 +69,34 @@ def parse_duration(text: str) -> float:
 
 
 def parse_time(text: str) -> int:
+    """Unix seconds or ISO-8601 (UTC without a zone) → unix seconds, between 1970 and the
+    end of year 9999 (what a checkpoint's time can be, and what a date can show)."""
     text = text.strip()
     try:
-        return int(float(text))
+        number: float | None = float(text)
     except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        number = None
+    if number is not None:
+        if not math.isfinite(number):
+            raise TargetError(f"--to {text!r}: not a time: use unix seconds or ISO-8601")
+        when = int(number)
+    else:
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise TargetError(
+                f"--to {text!r}: not a time: use begin, end, unix seconds or ISO-8601 "
+                "(2026-11-25T17:00:00Z; without a zone it is UTC)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        when = int(moment.timestamp())
+    if not 0 <= when <= LATEST:
         raise TargetError(
-            f"time {text!r} is not understood: use unix seconds or ISO-8601 "
-            "(2026-11-25T17:00:00Z; without a zone it is UTC)"
-        ) from None
-    if when.tzinfo is None:
-        from datetime import UTC
-
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp())
+            f"--to {text!r}: out of range: a time from 1970-01-01T00:00:00Z (unix 0) to "
+            f"9999-12-31T23:59:59Z (unix {LATEST}) in unix seconds or ISO-8601"
+        )
+    return when
 
 
 def parse_target(to: str | None, to_cursor: str | None, shift_by: str | None) -> Target:
@@ -166,7 +180,8 @@ async def plan(
                 base = await client.cursor_time(
                     logstore, sid, await client.get_cursor(logstore, sid, "begin")
                 )
-            new = await client.get_cursor(logstore, sid, str(max(0, int(base + target.shift))))
+            shifted = min(LATEST, max(0, int(base + target.shift)))
+            new = await client.get_cursor(logstore, sid, str(shifted))
         # GetCursorTime also proves a given cursor belongs to this shard.
         new_time = await client.cursor_time(logstore, sid, new)
         moves.append(Move(sid, old, old_time, new, new_time))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from loghubd import cli
-from loghubd.admin import connect, errors
+from loghubd.admin import connect, errors, reset
 from loghubd.admin.commands import join_dash_values
 from loghubd.config import Config, loads
 from loghubd.protocol import errors as E
@@ -114,3 +114,41 @@ def test_a_missing_group_is_named_as_the_command_takes_it(
 ) -> None:
     code, err = run(capsys, *command, *WHERE)
     assert code == 2 and missing in err and "(or --group)" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("to", "words"),
+    [
+        ("99999999999999", "out of range"),  # was "year 3170843 is out of range", exit 1
+        ("-5", "out of range"),  # was sent to the service, refused there, exit 1
+        ("1969-12-31T23:59:59Z", "out of range"),
+        ("inf", "not a time"),
+        ("yesterday", "not a time"),
+    ],
+)
+def test_a_reset_time_out_of_range_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], to: str, words: str
+) -> None:
+    code, err = run(capsys, "group", "reset", "g", *WHERE, "--to", to)
+    assert code == 2 and f"--to {to!r}" in err and words in err, err
+    assert len(err.splitlines()) == 1
+
+
+def test_the_last_and_first_representable_times_are_accepted() -> None:
+    assert reset.parse_time("0") == 0
+    assert reset.parse_time("9999-12-31T23:59:59Z") == reset.LATEST
+    assert (
+        reset.parse_target(str(reset.LATEST), None, None)
+        .describe()
+        .endswith("9999-12-31T23:59:59Z")
+    )
+
+
+@pytest.mark.parametrize("interval", ["-1", "0"])
+def test_a_watch_interval_of_zero_or_less_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], interval: str
+) -> None:
+    """`--interval -1` used to show the group once and end in "unexpected error" (anyio
+    refuses a negative sleep), exit 1."""
+    code, err = run(capsys, "status", "--group", "g", *WHERE, "--watch", "--interval", interval)
+    assert code == 2 and f"--interval {interval}" in err and "above 0" in err, err
