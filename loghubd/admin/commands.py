@@ -122,7 +122,9 @@ def add_parsers(sub: Any, load: Callable[[str | None], Config | None]) -> None:
         help="move the current checkpoint by a duration: -1h, +30m, -90s (--shift-by -1h and "
         "--shift-by=-1h both work)",
     )
-    p.add_argument("--shards", help="only these shards: ids and ranges, 0,2,5-7 (default: all)")
+    p.add_argument(
+        "--shards", help="only these shards: ids and LOW-HIGH ranges, 0,2,5-7 (default: all)"
+    )
     p.add_argument("--execute", action="store_true", help="apply the plan (default: dry run)")
     p.add_argument("--force", action="store_true", help="even while consumers are live")
     p.set_defaults(func=lambda a: _run_reset(a, load(a.config)))
@@ -220,9 +222,10 @@ def _run_describe(args: argparse.Namespace, cfg: Config | None) -> int:
 
 
 def _run_reset(args: argparse.Namespace, cfg: Config | None) -> int:
-    # The target first: a bad --to or --shift-by is named without a config or a service.
+    # A bad --to, --shift-by or --shards is named before connecting to the service.
     try:
         target_ = reset.parse_target(args.to, args.to_cursor, args.shift_by)
+        reset.parse_shard_ids(args.shards)
     except reset.TargetError as exc:
         raise UserError(USAGE, str(exc)) from None
     t = _target(args, cfg)

@@ -13,6 +13,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from loghubd.admin.view import iso
@@ -115,25 +116,60 @@ def parse_target(to: str | None, to_cursor: str | None, shift_by: str | None) ->
     return Target("time", time=parse_time(to))
 
 
+_SHARD_PART = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def parse_shard_ids(text: str | None) -> list[tuple[int, int]] | None:
+    """`0,2,5-7` → [(0, 0), (2, 2), (5, 7)]; None or "" → None (every shard). A range must be
+    `LOW-HIGH` with LOW ≤ HIGH, as `consumer.shards` in the config."""
+    if not text:
+        return None
+    ranges = []
+    for part in (p.strip() for p in text.split(",")):
+        m = _SHARD_PART.fullmatch(part)
+        if not m:
+            raise TargetError(
+                f"--shards {text!r}: {part!r} is not a shard id or a range: use ids and "
+                "ranges like 0,2,5-7"
+            )
+        low, high = int(m.group(1)), int(m.group(2) or m.group(1))
+        if low > high:
+            raise TargetError(
+                f"--shards {text!r}: the range {part} is empty: write it low to high ({high}-{low})"
+            )
+        ranges.append((low, high))
+    return ranges
+
+
 def parse_shards(text: str | None, known: list[int]) -> list[int]:
     """`0,2,5-7` → those shards (each must exist); None → every shard."""
-    if not text:
+    ranges = parse_shard_ids(text)
+    if ranges is None:
         return sorted(known)
-    chosen: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
-        try:
-            a, b = int(lo), int(hi or lo)
-        except ValueError:
-            raise TargetError(f"--shards {text!r}: use ids and ranges like 0,2,5-7") from None
-        chosen.update(range(a, b + 1))
-    unknown = sorted(chosen - set(known))
-    if unknown:
+    chosen = sorted({k for k in known if any(lo <= k <= hi for lo, hi in ranges)})
+    # Counted, not listed one by one: a range may be wide (0-99999).
+    missing = sum(hi - lo + 1 for lo, hi in _merged(ranges)) - len(chosen)
+    if missing:
+        have = set(known)
+        gaps = (i for lo, hi in _merged(ranges) for i in range(lo, hi + 1) if i not in have)
+        absent = [str(i) for i in islice(gaps, 10)]
+        more = f" and {missing - len(absent)} more" if missing > len(absent) else ""
         raise TargetError(
-            f"--shards: no shard {', '.join(map(str, unknown))} in this logstore "
+            f"--shards: no shard {', '.join(absent)}{more} in this logstore "
             f"(it has {', '.join(map(str, sorted(known)))})"
         )
-    return sorted(chosen)
+    return chosen
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or adjacent ranges joined, so no id is counted twice."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 @dataclass(slots=True)

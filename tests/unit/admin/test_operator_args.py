@@ -152,3 +152,25 @@ def test_a_watch_interval_of_zero_or_less_is_a_usage_error(
     refuses a negative sleep), exit 1."""
     code, err = run(capsys, "status", "--group", "g", *WHERE, "--watch", "--interval", interval)
     assert code == 2 and f"--interval {interval}" in err and "above 0" in err, err
+
+
+@pytest.mark.parametrize(
+    ("shards", "words"),
+    [
+        ("1-0", "the range 1-0 is empty"),  # was an empty plan, exit 0
+        ("0-", "'0-' is not a shard id or a range"),  # was read as shard 0
+        ("-1", "not a shard id"),
+        ("0,,2", "'' is not a shard id"),
+    ],
+)
+def test_a_bad_shard_list_is_a_usage_error_before_any_call(
+    capsys: pytest.CaptureFixture[str], shards: str, words: str
+) -> None:
+    code, err = run(capsys, "group", "reset", "g", *WHERE, "--to", "begin", "--shards", shards)
+    assert code == 2 and f"--shards {shards!r}" in err and words in err, err
+
+
+def test_shards_that_do_not_exist_are_counted_even_in_a_wide_range() -> None:
+    assert reset.parse_shards("0,5-7,6", [0, 1, 5, 6, 7]) == [0, 5, 6, 7]
+    with pytest.raises(reset.TargetError, match=r"no shard 2, .* and \d+ more"):
+        reset.parse_shards("0-99999999", [0, 1])
