@@ -155,7 +155,8 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
         help="write synthetic logs (unique ids), optionally keyed and rate-limited",
         description="Credentials, if the service checks them, come from "
         "LOGHUBD_SOURCE__ACCESS_KEY_ID and LOGHUBD_SOURCE__ACCESS_KEY_SECRET (the names "
-        "`loghubd run` reads). Ctrl-C stops it and still prints the summary.",
+        "`loghubd run` reads). Ctrl-C stops it and still prints the summary. A negative "
+        "number (or --group-size 0) is refused, exit 2.",
     )
     produce.add_argument(
         "-c",

@@ -174,3 +174,17 @@ def test_shards_that_do_not_exist_are_counted_even_in_a_wide_range() -> None:
     assert reset.parse_shards("0,5-7,6", [0, 1, 5, 6, 7]) == [0, 5, 6, 7]
     with pytest.raises(reset.TargetError, match=r"no shard 2, .* and \d+ more"):
         reset.parse_shards("0-99999999", [0, 1])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--count", "-1"), ("--rate", "-5"), ("--keys", "-1"), ("--group-size", "0"),
+     ("--create-shards", "-2"), ("--progress", "-1"), ("--rate", "nan")],
+)  # fmt: skip
+def test_produce_refuses_values_it_cannot_use(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    """`--count -1` wrote nothing and exited 0; `--group-size 0` never ended. Refused before
+    any call (nothing listens at WHERE's endpoint: a call would be exit 4)."""
+    code, err = run(capsys, "produce", *WHERE, flag, value)
+    assert code == 2 and f"{flag} {value}: must be" in err, err
