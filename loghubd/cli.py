@@ -156,7 +156,8 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
         help="write synthetic logs (unique ids), optionally keyed and rate-limited",
         description="Credentials, if the service checks them, come from "
         "LOGHUBD_SOURCE__ACCESS_KEY_ID and LOGHUBD_SOURCE__ACCESS_KEY_SECRET (the names "
-        "`loghubd run` reads). Ctrl-C stops it and still prints the summary.",
+        "`loghubd run` reads). Ctrl-C stops it and still prints the summary. A negative "
+        "number (or --group-size 0) is refused, exit 2.",
     )
     produce.add_argument(
         "-c",
@@ -298,6 +299,9 @@ def prefer_jemalloc(environ: MutableMapping[str, str], platform: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     prefer_jemalloc(os.environ, sys.platform)
     argv = sys.argv[1:] if argv is None else argv
+    from loghubd.admin.commands import join_dash_values
+
+    argv = join_dash_values(argv)
     args = build_parser(_plugin_commands(argv)).parse_args(argv)
     logs_are_output = args.func in (commands.cmd_run, commands.cmd_serve) or getattr(
         args, "logs_are_output", False

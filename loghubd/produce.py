@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import signal
 import sys
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import aiohttp
 import anyio
 
+from loghubd.admin.errors import USAGE, UserError
 from loghubd.protocol import errors as E
 from loghubd.protocol import pb
 from loghubd.protocol.signing import Credentials
@@ -138,10 +140,28 @@ async def _write(opts: ProduceOptions, count: Callable[[int], None]) -> None:
                     await anyio.sleep(ahead)
 
 
+def check(opts: ProduceOptions, progress_every: float = 0.0) -> None:
+    """A UserError (exit 2) naming the flag of the first value `produce` cannot use: a
+    negative count wrote nothing and said so with exit 0, a group size of 0 never ended."""
+    numbers: list[tuple[str, float, float]] = [  # flag, value, lowest accepted
+        ("--count", opts.count, 0),
+        ("--rate", opts.rate, 0),
+        ("--group-size", opts.group_size, 1),
+        ("--keys", opts.keys, 0),
+        ("--create-shards", opts.create_shards, 0),
+        ("--progress", progress_every, 0),
+    ]
+    for flag, value, lowest in numbers:
+        if not (math.isfinite(value) and value >= lowest):
+            what = "a positive number" if lowest else "0 or more"
+            raise UserError(USAGE, f"{flag} {value:g}: must be {what}")
+
+
 def run(opts: ProduceOptions, progress_every: float = 0.0) -> int:
     """Print the summary as one JSON line; exit 130 when interrupted. With `progress_every`,
     a JSON line `{"written": N, "rate": R}` goes to stderr every that many seconds. Errors (an
     unreachable service, a refusal) propagate to the CLI, which names them in one line."""
+    check(opts, progress_every)
     last = [time.monotonic(), 0]
 
     def progress(written: int) -> None:

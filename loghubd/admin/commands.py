@@ -7,21 +7,47 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 
 from loghubd.admin import inspect, reset, view
-from loghubd.admin.connect import Target, client_for, target
+from loghubd.admin.connect import Target, client_for, positive_seconds, target
 from loghubd.admin.errors import NOT_FOUND, OK, REFUSED, USAGE, UserError
 from loghubd.admin.helpfmt import DefaultsFormatter
 from loghubd.config import Config
 
 Fmt = DefaultsFormatter
+
+# argparse takes a word that starts with "-" and is not a plain number for an option, so the
+# documented `--shift-by -1h` failed with "expected one argument"; `join_dash_values` joins
+# such a value to its flag ("--shift-by=-1h"), the form argparse reads as a value.
+DASH_VALUE_FLAGS = ("--shift-by",)
+_DASH_VALUE = re.compile(r"-[\d.]")
+
+
+def join_dash_values(argv: Sequence[str]) -> list[str]:
+    """`argv` with `--shift-by -1h` written as `--shift-by=-1h` (a value that looks like a
+    negative duration; not `--shift-by --execute`, which stays a missing value)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":  # the rest are positional arguments
+            return out + list(argv[i:])
+        following = argv[i + 1] if i + 1 < len(argv) else ""
+        if word in DASH_VALUE_FLAGS and _DASH_VALUE.match(following):
+            out.append(f"{word}={following}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def _where(p: argparse.ArgumentParser) -> None:
@@ -34,7 +60,10 @@ def _where(p: argparse.ArgumentParser) -> None:
     p.add_argument("--project", help="(default: source.project of -c)")
     p.add_argument("--logstore", help="(default: source.logstore of -c)")
     p.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds for each call, retries included"
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds for each call, retries included (above 0)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -51,7 +80,7 @@ def add_parsers(sub: Any, load: Callable[[str | None], Config | None]) -> None:
     _where(status)
     status.add_argument("--group", help="(default: consumer.group of -c)")
     _describe_flags(status)
-    status.set_defaults(func=lambda a: _run_describe(a, load(a.config)))
+    status.set_defaults(func=lambda a: _run_describe(a, load(a.config)), group_label="--group")
 
     group = sub.add_parser(
         "group",
@@ -82,10 +111,20 @@ def add_parsers(sub: Any, load: Callable[[str | None], Config | None]) -> None:
     )
     _where(p)
     p.add_argument("group", nargs="?", help="the group (default: consumer.group of -c)")
-    p.add_argument("--to", help="begin, end, or a time (unix seconds, ISO-8601; UTC if no zone)")
+    p.add_argument(
+        "--to",
+        help="begin, end, or a time (unix seconds, ISO-8601; UTC if no zone; 1970 to 9999)",
+    )
     p.add_argument("--to-cursor", help="a cursor (one shard at a time makes most sense)")
-    p.add_argument("--shift-by", help="move the current checkpoint by a duration: -1h, +30m, -90s")
-    p.add_argument("--shards", help="only these shards: ids and ranges, 0,2,5-7 (default: all)")
+    p.add_argument(
+        "--shift-by",
+        metavar="DURATION",
+        help="move the current checkpoint by a duration: -1h, +30m, -90s (--shift-by -1h and "
+        "--shift-by=-1h both work)",
+    )
+    p.add_argument(
+        "--shards", help="only these shards: ids and LOW-HIGH ranges, 0,2,5-7 (default: all)"
+    )
     p.add_argument("--execute", action="store_true", help="apply the plan (default: dry run)")
     p.add_argument("--force", action="store_true", help="even while consumers are live")
     p.set_defaults(func=lambda a: _run_reset(a, load(a.config)))
@@ -100,7 +139,9 @@ def add_parsers(sub: Any, load: Callable[[str | None], Config | None]) -> None:
 
 def _describe_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between --watch refreshes")
+    p.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between --watch refreshes (above 0)"
+    )
     p.add_argument(
         "--no-count",
         action="store_true",
@@ -136,6 +177,7 @@ def _run_list(args: argparse.Namespace, cfg: Config | None) -> int:
 
 
 def _run_describe(args: argparse.Namespace, cfg: Config | None) -> int:
+    positive_seconds("--interval", args.interval)
     t = _target(args, cfg)
     args.context = t.context
 
@@ -180,12 +222,14 @@ def _run_describe(args: argparse.Namespace, cfg: Config | None) -> int:
 
 
 def _run_reset(args: argparse.Namespace, cfg: Config | None) -> int:
-    t = _target(args, cfg)
-    args.context = t.context
+    # A bad --to, --shift-by or --shards is named before connecting to the service.
     try:
         target_ = reset.parse_target(args.to, args.to_cursor, args.shift_by)
+        reset.parse_shard_ids(args.shards)
     except reset.TargetError as exc:
         raise UserError(USAGE, str(exc)) from None
+    t = _target(args, cfg)
+    args.context = t.context
 
     async def go() -> int:
         async with client_for(t) as client:

@@ -10,6 +10,7 @@ One credentials convention for every command: the config file's `[source]`, over
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from loghubd.admin.errors import USAGE, Context, UserError, check_endpoint
+from loghubd.admin.errors import ENV_KEYS, USAGE, Context, UserError, check_endpoint
 from loghubd.config import Config
 from loghubd.protocol.signing import Credentials
 from loghubd.sls.credentials import CredentialsProvider, StaticCredentials, provider_for
@@ -47,10 +48,38 @@ class Target:
     auth_version: str = "v1"
     region: str = ""
     timeout: float = 10.0
+    credentials: str = ""  # where the keys come from (`credentials_origin`)
 
     @property
     def context(self) -> Context:
-        return Context(self.endpoint, self.project, self.logstore, self.group)
+        return Context(self.endpoint, self.project, self.logstore, self.group, self.credentials)
+
+
+def credentials_origin(cfg: Config | None, path: str | None) -> str:
+    """Where a command's keys come from, for the fix of a refused request: the environment
+    without -c; with -c, the source's section of that file (or what its provider reads)."""
+    if cfg is None or not path:
+        return ""  # Context's default: the LOGHUBD_SOURCE__* variables
+    spec = cfg.sources[0]
+    section = f"[[sources]] {spec.name!r}" if cfg.multi else "[source]"
+    kind = spec.source.credentials
+    if kind == "env":
+        return (
+            "ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET "
+            f'(credentials = "env" in the {section} of {path})'
+        )
+    if kind in ("file", "command"):
+        return f'what credentials = "{kind}" in the {section} of {path} gives'
+    env = "" if cfg.multi else f", or {ENV_KEYS}, which override it"
+    return f"the {section} of {path}{env}"
+
+
+def positive_seconds(flag: str, value: float) -> float:
+    """`value` if it is a usable number of seconds (finite, > 0), else a UserError naming
+    `flag`: a timeout of 0 or less would fail every call as if the service were down."""
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(USAGE, f"{flag} {value:g}: must be a number of seconds above 0")
+    return value
 
 
 def target(
@@ -65,13 +94,17 @@ def target(
     project = getattr(args, "project", None) or (src.project if src else "")
     logstore = getattr(args, "logstore", None) or (src.logstore if src else "")
     group = getattr(args, "group", None) or (cfg.consumer.group if cfg else "")
+    timeout = positive_seconds("--timeout", float(getattr(args, "timeout", 10.0)))
     wanted = [("--endpoint", endpoint), ("--project", project), ("--logstore", logstore)]
     if need_group:
-        wanted.append(("GROUP (or --group)", group))
+        # `status` takes the group as --group, the `group` subcommands as an argument.
+        wanted.append((getattr(args, "group_label", "GROUP"), group))
     missing = [name for name, value in wanted if not value]
     if missing:
+        them = "them" if len(missing) > 1 else "it"
         raise UserError(
-            USAGE, f"{', '.join(missing)} required, or -c CONFIG to take them from a config file"
+            USAGE,
+            f"{', '.join(missing)} required, or -c CONFIG to take {them} from a config file",
         )
     check_endpoint(endpoint, project=project)
     provider: CredentialsProvider
@@ -87,7 +120,8 @@ def target(
         provider=provider,
         auth_version=src.auth_version if src else "v1",
         region=src.region if src else "",
-        timeout=float(getattr(args, "timeout", 10.0) or 10.0),
+        timeout=timeout,
+        credentials=credentials_origin(cfg, getattr(args, "config", None)),
     )
 
 

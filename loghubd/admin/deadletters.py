@@ -9,6 +9,11 @@ returned without raising and the processor marked it done (`save_checkpoint` or 
 ack) by the time the shard's processor was flushed and shut down. A factory with `bind` gets
 the source's `ProcessorContext` first, as in the daemon (with the config's credentials
 provider running), so processors that need it (parquet, postgres, spark) can replay.
+
+A note that cannot be read is not skipped: `list` names it as unreadable, `print` and
+`replay` count it as not done (exit 1), and it stays. A relative `consumer.dead_letter_dir`
+is read from the current directory, as the daemon reads it from its own working directory;
+a configured directory that does not exist yet holds no dead letters (exit 0).
 """
 
 from __future__ import annotations
@@ -53,12 +58,40 @@ class DeadLetter:
         self.note.unlink(missing_ok=True)
 
 
-def find(directory: Path) -> list[DeadLetter]:
-    """The dead letters under `directory`, oldest first (their names start with the time)."""
-    found = []
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A note (`.json`) that does not say what its dead letter is: the letter cannot be
+    replayed, and is counted and named rather than skipped (it stays until someone looks)."""
+
+    note: Path
+    reason: str
+
+    def line(self) -> str:
+        return (
+            f"{self.note}: the note cannot be read ({self.reason}): repair it, or remove it "
+            "and its .pb"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    letters: list[DeadLetter]
+    unreadable: list[Unreadable]
+
+    @property
+    def total(self) -> int:
+        return len(self.letters) + len(self.unreadable)
+
+
+def scan(directory: Path) -> Found:
+    """The dead letters under `directory`, oldest first (their names start with the time),
+    and the notes that cannot be read."""
+    found, unreadable = [], []
     for note in sorted(directory.glob("shard-*/*.json"), key=lambda p: p.name):
         try:
             meta = json.loads(note.read_text())
+            if not isinstance(meta, dict):
+                raise TypeError(f"a JSON {type(meta).__name__}, not an object")
             found.append(
                 DeadLetter(
                     note=note,
@@ -70,9 +103,17 @@ def find(directory: Path) -> list[DeadLetter]:
                     error=str(meta.get("error", "")),
                 )
             )
-        except (ValueError, KeyError, TypeError) as exc:
-            print(f"skipping {note}: not a dead-letter note ({exc})", file=sys.stderr)
-    return found
+        except KeyError as exc:
+            unreadable.append(Unreadable(note, f"no {exc} key"))
+        except (OSError, ValueError, TypeError) as exc:
+            unreadable.append(Unreadable(note, str(exc) or type(exc).__name__))
+    return Found(found, unreadable)
+
+
+def find(directory: Path) -> list[DeadLetter]:
+    """The readable dead letters under `directory`, oldest first (`scan` also names the
+    unreadable ones)."""
+    return scan(directory).letters
 
 
 @dataclass(slots=True)
@@ -176,10 +217,18 @@ def declined(letter: DeadLetter, reread: str) -> str:
     )
 
 
-def print_logs(letters: list[DeadLetter]) -> None:
+def print_logs(letters: list[DeadLetter]) -> list[str]:
+    """Print each letter's logs as JSON lines; the letters that could not be read, as lines."""
+    failures = []
     for letter in letters:
-        for record in letter.batch().logs():
+        try:
+            batch = letter.batch()
+        except OSError as exc:
+            failures.append(f"{letter.note}: its data {letter.data} cannot be read ({exc})")
+            continue
+        for record in batch.logs():
             print(json.dumps(dict(record), default=str))
+    return failures
 
 
 def add_parser(sub: Any, load: Callable[[str | None], Config | None]) -> None:
@@ -192,7 +241,11 @@ def add_parser(sub: Any, load: Callable[[str | None], Config | None]) -> None:
     )
     p.add_argument("action", choices=["list", "print", "replay"])
     p.add_argument("-c", "--config", required=True, help="the daemon's TOML config file")
-    p.add_argument("--dir", help="the dead-letter directory (default: consumer.dead_letter_dir)")
+    p.add_argument(
+        "--dir",
+        help="the dead-letter directory, which must exist (default: consumer.dead_letter_dir; "
+        "relative to the current directory, as the daemon reads it from its working directory)",
+    )
     p.add_argument("--source", help="with several [sources.*]: which one")
     p.set_defaults(func=lambda a: _run(a, load(a.config)))
 
@@ -209,24 +262,62 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
         names = ", ".join(s.name for s in specs)
         raise UserError(USAGE, f"the config has several sources ({names}): pick one with --source")
     spec = specs[0]
-    directory = Path(args.dir) if args.dir else Path(spec.consumer.dead_letter_dir)
-    if not directory.is_dir():
-        raise UserError(USAGE, f"no dead-letter directory {directory} (consumer.dead_letter_dir)")
-    letters = find(directory)
+    directory = _directory(args.dir, spec.consumer.dead_letter_dir)
+    found = scan(directory) if directory.is_dir() else Found([], [])
     if args.action == "list":
-        for d in letters:
+        for d in found.letters:
             print(f"{d.note}  shard {d.shard}  {d.log_groups} log groups  {d.error[:120]}")
-        print(f"{len(letters)} dead letter(s) in {directory}")
+        for u in found.unreadable:
+            print(f"{u.note}  unreadable: {u.reason}")
+        bad = f" ({len(found.unreadable)} unreadable)" if found.unreadable else ""
+        if not directory.exists():
+            bad = " (it does not exist yet: the daemon makes it for the first dead letter)"
+        print(f"{found.total} dead letter(s) in {directory}{bad}")
         return OK
     if args.action == "print":
-        print_logs(letters)
-        return OK
-    from loghubd.plugins.manager import Plugins
+        failures = [u.line() for u in found.unreadable] + print_logs(found.letters)
+        for line in failures:
+            print(f"not printed: {line}", file=sys.stderr)
+        return FAILED if failures else OK
+    replayed, failures = 0, [u.line() for u in found.unreadable]
+    if found.letters:  # no processor is made (a database connected to) for nothing
+        from loghubd.plugins.manager import Plugins
 
-    factory = Plugins().create(spec.processor.name, spec.processor.selected_options)
-    consumer = f"{cfg.consumer.name or socket.gethostname()}-replay"
-    replayed, failures = anyio.run(replay_source, factory, letters, spec, consumer)
+        factory = Plugins().create(spec.processor.name, spec.processor.selected_options)
+        consumer = f"{cfg.consumer.name or socket.gethostname()}-replay"
+        replayed, failed = anyio.run(replay_source, factory, found.letters, spec, consumer)
+        failures += failed
     for line in failures:
         print(f"not replayed: {line}", file=sys.stderr)
-    print(f"replayed {replayed} of {len(letters)} dead letter(s) through {spec.processor.name}")
+    print(
+        f"replayed {replayed} of {found.total} dead letter(s) in {directory} "
+        f"through {spec.processor.name}"
+    )
     return FAILED if failures else OK
+
+
+def _directory(given: str | None, configured: str) -> Path:
+    """The dead-letter directory as an absolute path. A relative `consumer.dead_letter_dir`
+    is resolved as the daemon resolves it: against the working directory (the daemon's is
+    its unit's WorkingDirectory=, /var/lib/loghubd in config/loghubd.service and the image).
+    The configured one may not exist yet: the daemon makes it when it first sets a batch
+    aside, so none means none set aside. One given with --dir must exist."""
+    if given:
+        directory = Path(given).absolute()
+        if not directory.is_dir():
+            why = "is not a directory" if directory.exists() else "does not exist"
+            raise UserError(USAGE, f"--dir {directory} {why}")
+        return directory
+    directory = Path(configured).absolute()
+    if directory.exists() and not directory.is_dir():
+        raise UserError(
+            USAGE, f"consumer.dead_letter_dir {directory} is not a directory: fix the key"
+        )
+    if not directory.exists() and not Path(configured).is_absolute():
+        print(
+            f"note: consumer.dead_letter_dir {configured!r} is relative: read as {directory} "
+            "(from the current directory, as the daemon reads it from its own working "
+            "directory): run this where the daemon runs, or give --dir",
+            file=sys.stderr,
+        )
+    return directory

@@ -52,6 +52,13 @@ class Context:
     project: str = ""
     logstore: str = ""
     group: str = ""
+    # Where the command's keys come from, as the fix of a refusal says it
+    # (`connect.credentials_origin`); "" is the environment, without -c.
+    credentials: str = ""
+
+
+ENV_KEYS = "LOGHUBD_SOURCE__ACCESS_KEY_ID and LOGHUBD_SOURCE__ACCESS_KEY_SECRET"
+NO_CONFIG_KEYS = f"{ENV_KEYS}, or -c a config whose [source] has them"
 
 
 def check_endpoint(
@@ -128,13 +135,18 @@ def _one(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
             f"cannot reach {where}: is the service running and the URL right? (--endpoint, "
             "source.endpoint)"
         )
-    if isinstance(
-        exc, E.Unauthorized | E.SignatureNotMatch | E.InvalidAccessKeyId | E.SecurityTokenExpired
-    ):
+    keys = ctx.credentials or NO_CONFIG_KEYS
+    if isinstance(exc, E.Unauthorized):
+        # Also a permission denial (RAM policy; serve's --access-keys policies): the keys
+        # were accepted, and only the service's message says which action was refused.
         return FAILED, (
-            f"{where} refused the credentials ({exc.error_code}): set LOGHUBD_ACCESS_KEY_ID "
-            "and LOGHUBD_ACCESS_KEY_SECRET, or -c a config whose [source] has them"
+            f"{where} refused the request (Unauthorized): {exc.message or 'no reason given'}; "
+            f"use keys allowed to do it: {keys}"
         )
+    if isinstance(
+        exc, E.SignatureNotMatch | E.InvalidAccessKeyId | E.SecurityTokenExpired | E.MissAccessKeyId
+    ):
+        return FAILED, f"{where} refused the credentials ({exc.error_code}): check {keys}"
     from loghubd.sls import CredentialsError, CredentialsUnavailable
 
     if isinstance(exc, CredentialsUnavailable | CredentialsError):

@@ -9,9 +9,11 @@ current checkpoint by a duration (`-1h`, `+30m`, `-90s`, `-2d`). `parse_target` 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from loghubd.admin.view import iso
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
 
 _DURATION = re.compile(r"^([+-]?)(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# The last second a time can be given as (and printed as ISO-8601): 9999-12-31T23:59:59Z.
+LATEST = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp())
 
 # What a live loghubd daemon (or the SDK's consumer library) does with a checkpoint moved
 # under it; printed with --force.
@@ -58,7 +62,7 @@ def parse_duration(text: str) -> float:
     m = _DURATION.match(text.strip())
     if not m:
         raise TargetError(
-            f"duration {text!r} is not understood: use a number with s, m, h or d, "
+            f"--shift-by {text!r}: not a duration: use a number with s, m, h or d, "
             "with - to go back (e.g. -1h, +30m, -90s)"
         )
     sign = -1.0 if m.group(1) == "-" else 1.0
@@ -66,23 +70,34 @@ def parse_duration(text: str) -> float:
 
 
 def parse_time(text: str) -> int:
+    """Unix seconds or ISO-8601 (UTC without a zone) → unix seconds, between 1970 and the
+    end of year 9999 (what a checkpoint's time can be, and what a date can show)."""
     text = text.strip()
     try:
-        return int(float(text))
+        number: float | None = float(text)
     except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        number = None
+    if number is not None:
+        if not math.isfinite(number):
+            raise TargetError(f"--to {text!r}: not a time: use unix seconds or ISO-8601")
+        when = int(number)
+    else:
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise TargetError(
+                f"--to {text!r}: not a time: use begin, end, unix seconds or ISO-8601 "
+                "(2026-11-25T17:00:00Z; without a zone it is UTC)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        when = int(moment.timestamp())
+    if not 0 <= when <= LATEST:
         raise TargetError(
-            f"time {text!r} is not understood: use unix seconds or ISO-8601 "
-            "(2026-11-25T17:00:00Z; without a zone it is UTC)"
-        ) from None
-    if when.tzinfo is None:
-        from datetime import UTC
-
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp())
+            f"--to {text!r}: out of range: a time from 1970-01-01T00:00:00Z (unix 0) to "
+            f"9999-12-31T23:59:59Z (unix {LATEST}) in unix seconds or ISO-8601"
+        )
+    return when
 
 
 def parse_target(to: str | None, to_cursor: str | None, shift_by: str | None) -> Target:
@@ -101,25 +116,60 @@ def parse_target(to: str | None, to_cursor: str | None, shift_by: str | None) ->
     return Target("time", time=parse_time(to))
 
 
+_SHARD_PART = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def parse_shard_ids(text: str | None) -> list[tuple[int, int]] | None:
+    """`0,2,5-7` → [(0, 0), (2, 2), (5, 7)]; None or "" → None (every shard). A range must be
+    `LOW-HIGH` with LOW ≤ HIGH, as `consumer.shards` in the config."""
+    if not text:
+        return None
+    ranges = []
+    for part in (p.strip() for p in text.split(",")):
+        m = _SHARD_PART.fullmatch(part)
+        if not m:
+            raise TargetError(
+                f"--shards {text!r}: {part!r} is not a shard id or a range: use ids and "
+                "ranges like 0,2,5-7"
+            )
+        low, high = int(m.group(1)), int(m.group(2) or m.group(1))
+        if low > high:
+            raise TargetError(
+                f"--shards {text!r}: the range {part} is empty: write it low to high ({high}-{low})"
+            )
+        ranges.append((low, high))
+    return ranges
+
+
 def parse_shards(text: str | None, known: list[int]) -> list[int]:
     """`0,2,5-7` → those shards (each must exist); None → every shard."""
-    if not text:
+    ranges = parse_shard_ids(text)
+    if ranges is None:
         return sorted(known)
-    chosen: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
-        try:
-            a, b = int(lo), int(hi or lo)
-        except ValueError:
-            raise TargetError(f"--shards {text!r}: use ids and ranges like 0,2,5-7") from None
-        chosen.update(range(a, b + 1))
-    unknown = sorted(chosen - set(known))
-    if unknown:
+    chosen = sorted({k for k in known if any(lo <= k <= hi for lo, hi in ranges)})
+    # Counted, not listed one by one: a range may be wide (0-99999).
+    missing = sum(hi - lo + 1 for lo, hi in _merged(ranges)) - len(chosen)
+    if missing:
+        have = set(known)
+        gaps = (i for lo, hi in _merged(ranges) for i in range(lo, hi + 1) if i not in have)
+        absent = [str(i) for i in islice(gaps, 10)]
+        more = f" and {missing - len(absent)} more" if missing > len(absent) else ""
         raise TargetError(
-            f"--shards: no shard {', '.join(map(str, unknown))} in this logstore "
+            f"--shards: no shard {', '.join(absent)}{more} in this logstore "
             f"(it has {', '.join(map(str, sorted(known)))})"
         )
-    return sorted(chosen)
+    return chosen
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or adjacent ranges joined, so no id is counted twice."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 @dataclass(slots=True)
@@ -166,7 +216,8 @@ async def plan(
                 base = await client.cursor_time(
                     logstore, sid, await client.get_cursor(logstore, sid, "begin")
                 )
-            new = await client.get_cursor(logstore, sid, str(max(0, int(base + target.shift))))
+            shifted = min(LATEST, max(0, int(base + target.shift)))
+            new = await client.get_cursor(logstore, sid, str(shifted))
         # GetCursorTime also proves a given cursor belongs to this shard.
         new_time = await client.cursor_time(logstore, sid, new)
         moves.append(Move(sid, old, old_time, new, new_time))

@@ -4,16 +4,21 @@ docs/operations.md); `--debug` gives the traceback."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import aiohttp
+import anyio
 import pytest
 
+from loghubd.protocol.signing import Credentials
+from loghubd.sls import SlsClient
 from loghubd.testing.process import ServerProcess, free_port
 from tests.integration.daemon_harness import PROJECT, Admin, Producer, dump_toml
 
@@ -30,12 +35,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "loghubd", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -217,3 +225,44 @@ def test_log_format_flag_wins_over_the_config(server: ServerProcess, tmp_path: P
     assert logged and logged[0].startswith("{"), as_json.stdout
     logged = [line for line in as_console.stdout.splitlines() if "source_cannot_start" in line]
     assert logged and not logged[0].startswith("{"), as_console.stdout
+
+
+def test_refusals_name_where_the_keys_come_from_and_what_was_denied(
+    loghubd_server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """A wrong secret names the -c file (not outdated variable names); a key whose policy
+    denies the action gets the service's reason, naming the action, not "credentials"."""
+    keys = tmp_path / "keys.toml"
+    keys.write_text(
+        '[[keys]]\nid = "admin"\nsecret = "admin-secret"\n\n'
+        '[[keys]]\nid = "ro"\nsecret = "ro-secret"\npolicy = "reader"\n\n'
+        '[policies.reader]\nstatements = [{ effect = "Allow", '
+        'actions = ["log:Get*", "log:List*"], resources = ["*"] }]\n'
+    )
+    server = loghubd_server_factory("acl", extra_args=["--access-keys", str(keys)])
+
+    async def set_up() -> None:
+        async with aiohttp.ClientSession() as session:
+            admin = Credentials("admin", "admin-secret")
+            c = SlsClient(session, server.endpoint, PROJECT, lambda: admin)
+            await c.create_project("cli errors")
+            await c.create_logstore(LOGSTORE, 1)
+            await c.create_group(LOGSTORE, GROUP, 10, False)
+
+    anyio.run(set_up)
+    config = tmp_path / "c.toml"
+    source = {"endpoint": server.endpoint, "project": PROJECT, "logstore": LOGSTORE}
+    config.write_text(
+        dump_toml(
+            {
+                "source": {**source, "access_key_id": "admin", "access_key_secret": "wrong"},
+                "consumer": {"group": GROUP},
+            }
+        )
+    )
+    wrong = cli("group", "list", "-c", str(config))
+    one_line(wrong, 1, "refused the credentials (SignatureNotMatch)", f"the [source] of {config}")
+    ro = {"LOGHUBD_SOURCE__ACCESS_KEY_ID": "ro", "LOGHUBD_SOURCE__ACCESS_KEY_SECRET": "ro-secret"}
+    done = cli("group", "reset", GROUP, *where(server), "--to", "begin", "--execute", env=ro)
+    line = one_line(done, 1, "may not perform log:ConsumerGroupUpdateCheckPoint")
+    assert "refused the credentials" not in line

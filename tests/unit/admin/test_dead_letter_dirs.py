@@ -1,0 +1,104 @@
+"""`loghubd dead-letters` on the directories an operator meets: a note that cannot be read is
+counted and named (not skipped), a relative `consumer.dead_letter_dir` is read from the
+working directory as the daemon reads it (and messages give the absolute path), and a
+directory the daemon has not made yet holds no dead letters (exit 0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loghubd import cli
+from loghubd.admin.deadletters import scan
+from tests.unit.admin.test_replay_declined import dead_letter
+
+
+def write_config(path: Path, dead_letter_dir: str, output: Path) -> Path:
+    path.write_text(
+        '[source]\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\nlogstore = "store"\n'
+        f'[consumer]\ngroup = "g"\non_failure = "dead_letter"\nmax_attempts = 3\n'
+        f'dead_letter_dir = "{dead_letter_dir}"\n'
+        f'[processor]\nname = "jsonl"\n[processor.jsonl]\npath = "{output}"\n'
+    )
+    return path
+
+
+def corrupt(directory: Path) -> Path:
+    folder = directory / "shard-0"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "20261126T000001-x.pb").write_bytes(b"\x00")
+    note = folder / "20261126T000001-x.json"
+    note.write_text("{not json")
+    return note
+
+
+def dead_letters(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["dead-letters", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_corrupt_note_is_counted_named_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    letters = tmp_path / "dl"
+    dead_letter(letters, 1, 10)
+    note = corrupt(letters)
+    config = write_config(tmp_path / "c.toml", str(letters), tmp_path / "out")
+    found = scan(letters)
+    assert len(found.letters) == 1 and [u.note for u in found.unreadable] == [note]
+
+    code, out, err = dead_letters(capsys, "list", "-c", str(config))
+    assert code == 0 and f"{note}  unreadable" in out, out
+    assert f"2 dead letter(s) in {letters} (1 unreadable)" in out, out
+
+    code, out, err = dead_letters(capsys, "print", "-c", str(config))
+    assert code == 1 and f"not printed: {note}: the note cannot be read" in err, err
+
+    code, out, err = dead_letters(capsys, "replay", "-c", str(config))
+    assert code == 1 and "replayed 1 of 2 dead letter(s)" in out, out + err
+    assert f"not replayed: {note}: the note cannot be read" in err, err
+    assert note.exists() and note.with_suffix(".pb").exists(), "an unreadable letter stays"
+    assert scan(letters).letters == [], "the readable one went through and was removed"
+
+    code, out, err = dead_letters(capsys, "replay", "-c", str(config))
+    assert code == 1 and "replayed 0 of 1" in out, out  # only the unreadable one is left
+
+
+def test_a_relative_dead_letter_dir_is_read_from_the_working_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the daemon, which writes `dead-letter` under its working directory: run from
+    there, the command finds the letters; run from elsewhere, it says where it looked."""
+    daemon_dir = tmp_path / "var-lib-loghubd"
+    dead_letter(daemon_dir / "dead-letter", 0, 10)
+    config = write_config(tmp_path / "etc.toml", "dead-letter", tmp_path / "out")
+
+    monkeypatch.chdir(daemon_dir)
+    code, out, err = dead_letters(capsys, "list", "-c", str(config))
+    assert code == 0 and f"1 dead letter(s) in {daemon_dir / 'dead-letter'}" in out, out + err
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = dead_letters(capsys, "list", "-c", str(config))
+    assert code == 0 and f"0 dead letter(s) in {elsewhere / 'dead-letter'}" in out, out + err
+    assert "is relative" in err and str(elsewhere / "dead-letter") in err, err
+
+
+def test_a_dead_letter_dir_not_made_yet_holds_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A healthy daemon never set a batch aside, so it never made the directory: that is
+    "0 dead letters", exit 0 (was "no dead-letter directory", exit 2)."""
+    missing = tmp_path / "never-made"
+    config = write_config(tmp_path / "c.toml", str(missing), tmp_path / "out")
+    for action in ("list", "print", "replay"):
+        code, out, err = dead_letters(capsys, action, "-c", str(config))
+        assert code == 0, (action, out, err)
+    code, out, err = dead_letters(capsys, "list", "-c", str(config))
+    assert f"0 dead letter(s) in {missing}" in out and "does not exist yet" in out, out
+    # An explicit --dir that does not exist is a mistake, named.
+    code, out, err = dead_letters(capsys, "list", "-c", str(config), "--dir", str(missing))
+    assert code == 2 and f"--dir {missing} does not exist" in err, err
