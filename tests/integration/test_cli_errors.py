@@ -218,8 +218,8 @@ def test_log_format_flag_wins_over_the_config(server: ServerProcess, tmp_path: P
     )
     as_json = cli("run", "-c", str(config))
     as_console = cli("--log-format", "console", "run", "-c", str(config))
-    for done in (as_json, as_console):
-        assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    for done in (as_json, as_console):  # 3: the logstore does not exist
+        assert done.returncode == 3 and "Traceback" not in done.stdout + done.stderr
         assert "logstore nosuch" in done.stderr or "nosuch" in done.stderr, done.stderr
     logged = [line for line in as_json.stdout.splitlines() if "source_cannot_start" in line]
     assert logged and logged[0].startswith("{"), as_json.stdout
