@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from loghubd.arrow import Span, position
+from loghubd.files import atomic_write, fsync_dir
 
 WAL_DIR = "_loghubd_wal"
 PENDING, COMMITTED = "pending", "committed"
@@ -133,29 +134,6 @@ class Entry:
 def new_batch_id() -> str:
     """Unique, sortable by creation time, and a plain partition value (no escaping)."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(6)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """tmp file + fsync + rename + fsync of the directory: the file is old or new, never torn."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Lease:

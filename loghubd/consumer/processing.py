@@ -28,7 +28,7 @@ import structlog
 from loghubd.backoff import Backoff
 from loghubd.consumer.tracking import until_stopping
 from loghubd.errors import describe_error, leaves
-from loghubd.files import write_durably
+from loghubd.files import atomic_write
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import BatchInterrupted, BatchRejected, StopSignal, Tracker
@@ -210,7 +210,9 @@ async def start_with_retry(
 def _write_dead_letter(
     directory: Path, batch: Batch, exc: BaseException, attempts: int, rejected: bool
 ) -> Path:
-    """The batch's raw LogGroupList (lossless) plus a JSON note of where and why; fsynced."""
+    """The batch's raw LogGroupList (lossless) plus a JSON note of where and why; fsynced.
+    Returns the note's absolute path (logged: a relative dead_letter_dir is the daemon's
+    working directory's, not the operator's)."""
     folder = directory / f"shard-{batch.shard}"
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{time.time_ns()}-{batch.cursor.rstrip('=')}"
@@ -226,9 +228,8 @@ def _write_dead_letter(
         "traceback": "".join(traceback.format_exception(exc)),
         "data": raw_path.name,
     }
-    for path, data in (
-        (raw_path, batch.raw),
-        (folder / f"{stem}.json", json.dumps(meta, indent=2).encode()),
-    ):
-        write_durably(path, data)
-    return folder / f"{stem}.json"
+    # The data first, then the note that names it (what the commands list): each whole or
+    # not there at all, so a crash never leaves a note cut short.
+    atomic_write(raw_path, batch.raw)
+    atomic_write(folder / f"{stem}.json", json.dumps(meta, indent=2).encode())
+    return (folder / f"{stem}.json").absolute()

@@ -38,7 +38,8 @@ import structlog
 
 from loghubd.arrow import position
 from loghubd.config.redact import redact_text
-from loghubd.wal import COMMITTED, PENDING, WAL_DIR, Entry, Wal, fsync_dir
+from loghubd.files import fsync_dir
+from loghubd.wal import COMMITTED, PENDING, WAL_DIR, Entry, Wal
 
 log = structlog.get_logger("loghubd.parquet")
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from loghubd.protocol import cursor as cursors
 from loghubd.wal import COMMITTED, PENDING, Entry, Range, Wal, merge, uncovered
 
@@ -127,13 +129,34 @@ def test_gc_keeps_what_a_redelivery_could_still_need(tmp_path: Path) -> None:
 
 
 def test_atomic_write_leaves_old_or_new(tmp_path: Path) -> None:
-    from loghubd.wal import atomic_write
+    from loghubd.files import atomic_write
 
     target = tmp_path / "x.json"
     atomic_write(target, b"old")
     atomic_write(target, b"new")
     assert target.read_bytes() == b"new"
     assert os.listdir(tmp_path) == ["x.json"]
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Write-ahead entries and dead-letter notes alike: a write that fails halfway (a full
+    disk; a crash is the same for what is left on disk) leaves the old file whole."""
+    from loghubd import files
+
+    target = tmp_path / "note.json"
+    files.atomic_write(target, b'{"old": true}')
+
+    def half(fd: int, data: bytes) -> None:
+        os.write(fd, data[:3])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "write_all", half)
+    with pytest.raises(OSError, match="No space"):
+        files.atomic_write(target, b'{"new": true}')
+    assert target.read_bytes() == b'{"old": true}'
+    assert os.listdir(tmp_path) == ["note.json"]
 
 
 def test_gc_after_each_commit_keeps_the_log_as_short_as_the_checkpoint_allows(
