@@ -1,10 +1,15 @@
-"""Writing to file descriptors completely: `os.write` may write less than it was given."""
+"""Writing to files completely (`os.write` may write less than it was given), and whole or not
+at all (a temporary file renamed into place)."""
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -24,19 +29,29 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Create or replace `path` with `data`, whole or not at all: a temporary file of its own
-    beside it (a hidden name, never mistaken for the file), fsynced, renamed over it, and the
-    directory fsynced. A failed write leaves the old file (or none) and no temporary file."""
+    """Create or replace `path` with `data`, whole or not at all (`write_atomically`)."""
+    write_atomically(path, lambda fd: write_all(fd, data))
+
+
+def write_atomically(path: Path, write: Callable[[int], T], *, sync: bool = True) -> T:
+    """Create or replace `path` with what `write(fd)` writes, whole or not at all: into a
+    temporary file of its own beside it (a hidden name, never mistaken for the file; two
+    writers of one path never share it), fsynced, renamed over it, and the directory
+    fsynced (`sync=False`: neither fsync). A failed write leaves the old file (or none) and
+    no temporary file. Returns what `write` returned."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
-            write_all(fd, data)
-            os.fsync(fd)
+            result = write(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
+    return result

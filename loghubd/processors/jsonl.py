@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-import secrets
 import shutil
 import threading
 import time
@@ -39,6 +38,7 @@ import structlog
 import zstandard
 from prometheus_client import CollectorRegistry, Counter
 
+from loghubd import files
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
 from loghubd.processors.options import check_options
@@ -185,21 +185,9 @@ class JsonlProcessor:
         except cursors.InvalidCursorString as exc:
             raise ValueError(f"jsonl: cannot name a file after cursor {batch.cursor!r}") from exc
         final = self.directory / f"shard-{self.shard}.replay-{start}-{end}.jsonl"
-        # A name of its own: two replays of the same letter at once never share a file.
-        part = final.with_name(f"{final.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            try:
-                written = batch.write_jsonl(fd)
-                if self.options.fsync != "never":
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(part, final)
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        self._sync_directory()
+        # Two replays of the same letter at once each write a temporary file of their own.
+        sync = self.options.fsync != "never"
+        written = files.write_atomically(final, batch.write_jsonl, sync=sync)
         self.metrics.bytes.inc(written)
 
     def _cut_back(self) -> None:
