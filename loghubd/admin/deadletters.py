@@ -1,8 +1,11 @@
 """`loghubd dead-letters`: list the batches in `consumer.dead_letter_dir`, print their logs, or
 replay them through the configured processor, removing each only after it succeeded.
 
-A dead letter is a pair written by the worker (`consumer/worker.py`): `<stem>.pb`, the raw
-LogGroupList, and `<stem>.json`, where it came from (shard, cursors) and why it failed. Replay
+A dead letter is a pair written by the daemon (`consumer/processing.py`): `<stem>.pb`, the raw
+LogGroupList, and then `<stem>.json`, where it came from (shard, cursors) and why it failed;
+each is written whole or not at all. A `.pb` that no note names is what a daemon left when it
+stopped between the two: that batch was never counted as set aside (its checkpoint stayed
+before it, and it was read again), so `list` shows it as incomplete, safe to delete. Replay
 makes one processor per shard from the config's `[processor]`, as `loghubd run` would, feeds it
 each batch in the order they were written, and treats the batch as done when `process`
 returned without raising and the processor marked it done (`save_checkpoint` or a deferred
@@ -77,6 +80,7 @@ class Unreadable:
 class Found:
     letters: list[DeadLetter]
     unreadable: list[Unreadable]
+    incomplete: list[Path] = field(default_factory=list)  # a .pb no note names
 
     @property
     def total(self) -> int:
@@ -107,7 +111,11 @@ def scan(directory: Path) -> Found:
             unreadable.append(Unreadable(note, f"no {exc} key"))
         except (OSError, ValueError, TypeError) as exc:
             unreadable.append(Unreadable(note, str(exc) or type(exc).__name__))
-    return Found(found, unreadable)
+    named = {d.data for d in found} | {u.note.with_suffix(".pb") for u in unreadable}
+    incomplete = sorted(
+        (p for p in directory.glob("shard-*/*.pb") if p not in named), key=lambda p: p.name
+    )
+    return Found(found, unreadable, incomplete)
 
 
 def find(directory: Path) -> list[DeadLetter]:
@@ -269,6 +277,11 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
             print(f"{d.note}  shard {d.shard}  {d.log_groups} log groups  {d.error[:120]}")
         for u in found.unreadable:
             print(f"{u.note}  unreadable: {u.reason}")
+        for pb in found.incomplete:
+            print(
+                f"{pb}  incomplete: no note names it (the daemon stopped while setting the "
+                "batch aside, and read it again): safe to delete"
+            )
         bad = f" ({len(found.unreadable)} unreadable)" if found.unreadable else ""
         if not directory.exists():
             bad = " (it does not exist yet: the daemon makes it for the first dead letter)"

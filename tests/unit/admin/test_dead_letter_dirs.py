@@ -102,3 +102,27 @@ def test_a_dead_letter_dir_not_made_yet_holds_none(
     # An explicit --dir that does not exist is a mistake, named.
     code, out, err = dead_letters(capsys, "list", "-c", str(config), "--dir", str(missing))
     assert code == 2 and f"--dir {missing} does not exist" in err, err
+
+
+def test_data_no_note_names_is_listed_as_incomplete_not_as_a_letter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A daemon that stopped between a letter's data and its note left a `.pb` alone: the
+    batch was never set aside (the daemon read it again), so it is shown as incomplete and
+    safe to delete, not counted as a letter to replay; the unreadable note's own `.pb` is
+    not shown twice."""
+    letters = tmp_path / "dl"
+    dead_letter(letters, 1, 10)
+    corrupt(letters)
+    orphan = letters / "shard-2" / "20261126T000002-y.pb"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"\x0a\x00")
+    found = scan(letters)
+    assert found.incomplete == [orphan]
+    assert found.total == 2
+
+    config = write_config(tmp_path / "c.toml", str(letters), tmp_path / "out")
+    code, out, _ = dead_letters(capsys, "list", "-c", str(config))
+    assert code == 0 and f"{orphan}  incomplete: no note names it" in out, out
+    assert out.count("incomplete") == 1, out
+    assert f"2 dead letter(s) in {letters}" in out, out
