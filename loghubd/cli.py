@@ -353,5 +353,8 @@ def _report(args: argparse.Namespace, exc: BaseException) -> int:
             line += " (run again with --debug for the traceback, and please report it)"
     else:
         code, line = known
-    print(f"loghubd {args.command}: {line}", file=sys.stderr)
+    # `loghubd group reset: ...`: the subcommand too, where there is one
+    sub = getattr(args, "group_command", None) if args.command == "group" else None
+    where = f"{args.command} {sub}" if sub else args.command
+    print(f"loghubd {where}: {line}", file=sys.stderr)
     return code

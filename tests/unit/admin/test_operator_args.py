@@ -188,3 +188,8 @@ def test_produce_refuses_values_it_cannot_use(
     any call (nothing listens at WHERE's endpoint: a call would be exit 4)."""
     code, err = run(capsys, "produce", *WHERE, flag, value)
     assert code == 2 and f"{flag} {value}: must be" in err, err
+
+
+def test_an_error_line_names_the_group_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(capsys, "group", "reset", "g", *WHERE, "--to", "99999999999999")
+    assert code == 2 and err.startswith("loghubd group reset: --to"), err
