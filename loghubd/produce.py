@@ -145,6 +145,7 @@ def check(opts: ProduceOptions, progress_every: float = 0.0) -> None:
     negative count wrote nothing and said so with exit 0, a group size of 0 never ended."""
     numbers: list[tuple[str, float, float]] = [  # flag, value, lowest accepted
         ("--count", opts.count, 0),
+        ("--start", opts.start, 0),
         ("--rate", opts.rate, 0),
         ("--group-size", opts.group_size, 1),
         ("--keys", opts.keys, 0),
