@@ -199,22 +199,26 @@ class Batch:
         self._cache["log_count"] = rows.num_rows  # a row per log: the daemon need not count
         return rows
 
-    def head(self, groups: int, next_cursor: str) -> Batch:
-        """A batch of this one's first `groups` log groups: read from the same cursor, and
-        followed by `next_cursor` (which the caller knows: the cursor of the group after
-        them). The wire bytes are sliced, nothing is decoded. For a processor that must
-        write part of a batch (`loghubd-postgres`, where a replayed dead letter overlaps)."""
-        if not 0 <= groups <= self.group_count:
-            raise ValueError(f"head({groups}) of a batch of {self.group_count} log groups")
-        data, pos = self.raw, 0
-        for _ in range(groups):
+    def part(self, first: int, stop: int, cursor: str, next_cursor: str) -> Batch:
+        """A batch of this one's log groups `first` to `stop` (excluded), read from `cursor`
+        and followed by `next_cursor` (which the caller knows: the cursors of those groups).
+        The wire bytes are sliced, nothing is decoded. For a processor that must write part
+        of a batch (`loghubd-postgres`, where a replayed dead letter overlaps it)."""
+        if not 0 <= first <= stop <= self.group_count:
+            raise ValueError(f"part({first}, {stop}) of a batch of {self.group_count} log groups")
+        data, pos, begin = self.raw, 0, 0
+        for index in range(stop):
+            if index == first:
+                begin = pos
             if data[pos] != 0x0A:  # LogGroupList field 1, length-delimited
                 raise ValueError(f"not a log group record at byte {pos} of the batch")
             length, pos = pb.decode_varint(data, pos + 1)
             pos += length
+        if first == stop:
+            begin = pos
         if pos > len(data):
             raise ValueError("the batch's last log group is cut short")
-        return Batch(self.shard, self.cursor, next_cursor, bytes(data[:pos]), groups)
+        return Batch(self.shard, cursor, next_cursor, bytes(data[begin:pos]), stop - first)
 
     @property
     def log_count(self) -> int:

@@ -25,6 +25,7 @@ import argparse
 import json
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,10 @@ from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext
 from loghubd.plugins.loaded import LoadedFactory
 from loghubd.sls import provider_for
+
+# A .pb without its note is only called incomplete once it is this old (seconds): the daemon
+# writes the note right after it, and `list` may run in between.
+INCOMPLETE_AFTER_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +117,20 @@ def scan(directory: Path) -> Found:
         except (OSError, ValueError, TypeError) as exc:
             unreadable.append(Unreadable(note, str(exc) or type(exc).__name__))
     named = {d.data for d in found} | {u.note.with_suffix(".pb") for u in unreadable}
+    # A daemon writes the note right after the data: a young .pb is one being set aside.
+    settled = time.time() - INCOMPLETE_AFTER_S
     incomplete = sorted(
-        (p for p in directory.glob("shard-*/*.pb") if p not in named), key=lambda p: p.name
+        (p for p in directory.glob("shard-*/*.pb") if p not in named and _older(p, settled)),
+        key=lambda p: p.name,
     )
     return Found(found, unreadable, incomplete)
+
+
+def _older(path: Path, than: float) -> bool:
+    try:
+        return path.stat().st_mtime < than
+    except FileNotFoundError:  # its letter was just replayed and removed
+        return False
 
 
 def find(directory: Path) -> list[DeadLetter]:

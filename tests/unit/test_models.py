@@ -323,13 +323,18 @@ def test_log_count_uses_count_logs_once_and_upb_when_it_refuses(
 
 @given(
     st.lists(st.integers(0, 4), max_size=8).flatmap(
-        lambda sizes: st.tuples(st.just(sizes), st.integers(0, len(sizes)))
+        lambda sizes: st.tuples(
+            st.just(sizes),
+            st.integers(0, len(sizes)).flatmap(
+                lambda a: st.tuples(st.just(a), st.integers(a, len(sizes)))
+            ),
+        )
     )
 )
-def test_head_is_the_first_log_groups(case: tuple[list[int], int]) -> None:
-    """`head(k)` holds exactly the logs of the first k groups (groups of any size, empty ones
-    included), from the same cursor, followed by the cursor given."""
-    sizes, k = case
+def test_part_is_those_log_groups(case: tuple[list[int], tuple[int, int]]) -> None:
+    """`part(a, b)` holds exactly the logs of groups a to b-1 (groups of any size, empty ones
+    included), with the cursors given."""
+    sizes, (a, b) = case
     groups = []
     for g, size in enumerate(sizes):
         group = pb.LogGroup(Topic=f"t{g}")
@@ -337,22 +342,22 @@ def test_head_is_the_first_log_groups(case: tuple[list[int], int]) -> None:
             group.Logs.add(Time=1700000000).Contents.add(Key="id", Value=f"{g}-{i}")
         groups.append(group)
     whole = batch_of(*groups)
-    part = whole.head(k, "after")
-    assert (part.shard, part.cursor, part.next_cursor, part.group_count) == (3, "c0", "after", k)
-    expected = [r for r in whole.logs() if int(r["id"].split("-")[0]) < k]
+    part = whole.part(a, b, "from", "to")
+    assert (part.shard, part.cursor, part.next_cursor, part.group_count) == (3, "from", "to", b - a)
+    expected = [r for r in whole.logs() if a <= int(r["id"].split("-")[0]) < b]
     assert list(part.logs()) == expected
-    assert part.log_count == sum(sizes[:k])
+    assert part.log_count == sum(sizes[a:b])
 
 
-@pytest.mark.parametrize("k", [-1, 3])
-def test_head_beyond_the_batch_is_refused(k: int) -> None:
+@pytest.mark.parametrize(("a", "b"), [(-1, 1), (0, 3), (2, 1)])
+def test_a_part_beyond_the_batch_is_refused(a: int, b: int) -> None:
     whole = batch_of(pb.LogGroup(Topic="a"), pb.LogGroup(Topic="b"))
     with pytest.raises(ValueError, match="log groups"):
-        whole.head(k, "x")
+        whole.part(a, b, "x", "y")
 
 
-def test_head_of_bytes_that_are_not_log_groups_is_refused() -> None:
+def test_a_part_of_bytes_that_are_not_log_groups_is_refused() -> None:
     with pytest.raises(ValueError, match="not a log group record"):
-        Batch(0, "c0", "c1", b"\x12\x00", 1).head(1, "x")
+        Batch(0, "c0", "c1", b"\x12\x00", 1).part(0, 1, "x", "y")
     with pytest.raises(ValueError, match="cut short"):
-        Batch(0, "c0", "c1", b"\x0a\x05ab", 1).head(1, "x")
+        Batch(0, "c0", "c1", b"\x0a\x05ab", 1).part(0, 1, "x", "y")

@@ -35,10 +35,13 @@ later in-order write overlapping the range drops the note. Under `loghubd dead-l
 (`context.replay`) a batch is written only if its range is noted and not yet replayed, in one
 transaction that marks it replayed (and holds the position row lock, as in-order writes do):
 a dead letter lands once, however often it is replayed, and never if the range was written in
-order meanwhile. The stored position is not touched. A range read in order again after its
-dead letter was replayed (the daemon died before its checkpoint passed it) is skipped: the
-in-order write copies only the log groups before the replayed range and moves the stored
-position past it.
+order meanwhile. The stored position is not touched. Rows of replayed dead letters are never
+written again, whatever the boundaries of the batch that meets them: an in-order write copies
+only the log groups before the first replayed range it overlaps and moves the stored position
+past it (the daemon died before its checkpoint passed the range); a replay copies only the log
+groups outside the replayed ranges it overlaps (a letter of another life, cut otherwise). The
+replayed ranges are read after the position lock, in a statement of its own, so that a replay
+that committed while the lock was awaited is seen.
 """
 
 from __future__ import annotations
@@ -85,6 +88,20 @@ class NotSetAside(Exception):
     """A replayed dead letter whose range this shard did not note as set aside."""
 
 
+def uncovered(start: int, end: int, covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The runs of [start, end) outside every range of `covered`, in order."""
+    runs, at = [], start
+    for a, b in sorted(covered):
+        if a > at:
+            runs.append((at, min(a, end)))
+        at = max(at, b)
+        if at >= end:
+            break
+    if at < end:
+        runs.append((at, end))
+    return [(a, b) for a, b in runs if a < b]
+
+
 def position(cursor: str) -> int:
     try:
         return cursors.decode(cursor)
@@ -110,26 +127,16 @@ class Statements:
         at = sql.SQL(" AND start_position = %s")
         # [start, end) of the batch overlaps the note's range
         overlaps = sql.SQL(" AND start_position < %s AND end_position > %s")
-        # The position row locked, with the first dead letter replayed into the range of the
-        # batch about to be written in order, if any (its rows are in the table already):
-        # one statement, so the exactly-once transaction keeps its round trips.
-        self.lock_in_order = sql.SQL(
-            "SELECT p.cursor, p.position, r.start_position, r.end_position, r.next_cursor"
-            " FROM {} AS p LEFT JOIN LATERAL (SELECT start_position, end_position, next_cursor"
-            " FROM {} AS a WHERE a.project = p.project AND a.consumer_group = p.consumer_group"
-            " AND a.logstore = p.logstore AND a.shard = p.shard"
-            " AND a.replayed_at IS NOT NULL{} ORDER BY a.start_position LIMIT 1) AS r ON true"
-            " WHERE {} FOR UPDATE OF p"
-        ).format(
-            positions,
-            aside,
-            sql.SQL(" AND a.start_position < %s AND a.end_position > %s"),
-            sql.SQL(
-                "p.project = %s AND p.consumer_group = %s AND p.logstore = %s AND p.shard = %s"
-            ),
-        )
+        # The dead letters replayed into [start, end) (their rows are in the table already),
+        # read after the position lock in a statement of its own: under READ COMMITTED its
+        # snapshot then includes a replay that committed while the lock was awaited.
+        self.replayed_in = sql.SQL(
+            "SELECT start_position, end_position, next_cursor FROM {} WHERE {}"
+            " AND replayed_at IS NOT NULL ORDER BY start_position"
+        ).format(aside, key + overlaps)
         # The new position, and the set-aside notes of the range dropped (written in order
-        # after all; notes that were replayed stay): one statement, as above.
+        # after all; notes that were replayed stay): one statement, so the exactly-once
+        # transaction keeps its round trips.
         self.advance = sql.SQL(
             "WITH written_in_order AS (DELETE FROM {} WHERE {} AND replayed_at IS NULL)"
             " UPDATE {} SET cursor = %s, position = %s, consumer = %s,"
@@ -198,27 +205,32 @@ class PostgresProcessor:
             nonlocal written, skipped
             written, skipped = None, False
             async with conn.transaction():
-                stored_cursor, stored, replayed = await self._lock_in_order(conn, start, end)
+                cur = await conn.execute(self.sql.lock, self.key)
+                found = await cur.fetchone()
+                stored_cursor, stored = (found[0], found[1]) if found else (None, None)
                 if stored is not None and stored == end:
                     return None  # written already (an unknown COMMIT outcome, or a peer)
                 if stored is not None and stored > start:
                     return str(stored_cursor)  # the table is ahead: re-read from there
+                if found is None:
+                    await conn.execute(self.sql.ensure, self.key)
+                replayed = await self._replayed_in(conn, start, end)
                 reread: str | None = None
-                if replayed is None:
+                if not replayed:
                     rows = await self._copy(conn, batch)
                     moved_cursor, moved = batch.next_cursor, end
                 else:
                     # A dead letter overlapping this range was replayed: its rows are in the
                     # table. Write what comes before it, then move past it.
-                    r_start, moved, moved_cursor = replayed
+                    r_start, moved, moved_cursor = replayed[0]
                     rows = 0
                     if r_start > start:
-                        rows = await self._copy(conn, self._head(batch, start, r_start))
+                        rows = await self._copy(conn, self._part(batch, start, start, r_start))
                     if moved != end:
                         reread = moved_cursor  # the rest of the batch, or past its end
                 advance = (moved, start, moved_cursor, moved, self.context.consumer, rows)
                 await conn.execute(self.sql.advance, (*self.key, *advance, *self.key))
-            written, skipped = rows, replayed is not None
+            written, skipped = rows, bool(replayed)
             return reread
 
         if self.context.replay:
@@ -264,33 +276,27 @@ class PostgresProcessor:
         tracker.save_checkpoint(persist=False)
         return None
 
-    async def _lock_in_order(
+    async def _replayed_in(
         self, conn: psycopg.AsyncConnection[Any], start: int, end: int
-    ) -> tuple[str | None, int | None, tuple[int, int, str] | None]:
-        """Lock the shard's position row (made if missing) and read it: (cursor, position,
-        the first replayed dead letter overlapping [start, end) as (start, end, the cursor
-        after it), or None)."""
-        for _ in range(2):
-            cur = await conn.execute(self.sql.lock_in_order, (end, start, *self.key))
-            found = await cur.fetchone()
-            if found is not None:
-                replayed = None if found[2] is None else (found[2], found[3], str(found[4]))
-                return found[0], found[1], replayed
-            await conn.execute(self.sql.ensure, self.key)
-        raise RuntimeError(f"the position row of shard {self.shard} cannot be made")
+    ) -> list[tuple[int, int, str]]:
+        """The replayed dead letters overlapping [start, end), by start: (start, end, the
+        cursor after them). Asked once the position row is locked (see `replayed_in`)."""
+        cur = await conn.execute(self.sql.replayed_in, (*self.key, end, start))
+        return [(int(a), int(b), str(c)) for a, b, c in await cur.fetchall()]
 
-    def _head(self, batch: Batch, start: int, stop: int) -> Batch:
-        """The log groups of `batch` (read from position `start`) before position `stop`."""
+    def _part(self, batch: Batch, start: int, first: int, stop: int) -> Batch:
+        """The log groups of `batch` (read from position `start`) at positions first to
+        stop (excluded)."""
         if batch.group_count != position(batch.next_cursor) - start:
-            # The source's SPL query dropped whole log groups: which rows lie before `stop`
-            # cannot be told, and writing them all would write the replayed ones twice.
+            # The source's SPL query dropped whole log groups: which rows lie where cannot
+            # be told, and writing them all would write the replayed ones twice.
             raise BatchRejected(
-                f"shard {self.shard}, cursor {batch.cursor}: a replayed dead letter begins "
-                f"inside this batch (at position {stop}), and its log groups cannot be placed "
-                "(the source's query filtered some out). Nothing is written; the failure "
-                "policy decides, and the rows before the replayed range need loading by hand"
+                f"shard {self.shard}, cursor {batch.cursor}: part of this range was written "
+                "by a replayed dead letter, and its log groups cannot be placed (the "
+                "source's query filtered some out). Nothing is written; the failure policy "
+                "decides, and the rows outside the replayed range need loading by hand"
             )
-        return batch.head(stop - start, cursors.encode(stop))
+        return batch.part(first - start, stop - start, cursors.encode(first), cursors.encode(stop))
 
     async def _note_set_aside(
         self, batch: Batch, start: int, end: int, exc: BaseException, tracker: Tracker
@@ -352,7 +358,16 @@ class PostgresProcessor:
                 if found[1] is not None:
                     outcome = "already_replayed"  # an earlier replay whose answer was lost
                     return
-                written = await self._copy(conn, batch)
+                # Other dead letters replayed into this range (its batch was read with other
+                # boundaries in another life): their rows are there, write only the rest.
+                covered = [(a, b) for a, b, _ in await self._replayed_in(conn, start, end)]
+                pieces = uncovered(start, end, covered)
+                if pieces == [(start, end)]:
+                    written = await self._copy(conn, batch)
+                else:
+                    written = 0
+                    for first, stop in pieces:
+                        written += await self._copy(conn, self._part(batch, start, first, stop))
                 await conn.execute(self.sql.replayed, (written, *self.key, start))
                 outcome = "replayed"
 

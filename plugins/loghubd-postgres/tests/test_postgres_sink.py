@@ -6,6 +6,7 @@ Bad configuration and bad rows fail with the key / the row and the reason."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterable
@@ -18,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loghubd_postgres.factory import PostgresFactory
 from loghubd_postgres.rows import BadRow
-from loghubd_postgres.sink import NotSetAside, PostgresProcessor, RowsRefused
+from loghubd_postgres.sink import NotSetAside, PostgresProcessor, RowsRefused, uncovered
 from pg_server import PgServer
 
 from loghubd import Batch, BatchInterrupted, BatchRejected, ProcessorContext
@@ -560,3 +561,95 @@ def test_a_call_stuck_when_the_shard_stops_is_given_up(
 async def _stop_after(tracker: RecordingTracker, seconds: float) -> None:
     await anyio.sleep(seconds)
     tracker.stopping.set()
+
+
+@pytest.mark.parametrize(
+    ("covered", "runs"),
+    [
+        ([], [(1, 5)]),
+        ([(1, 5)], []),
+        ([(0, 9)], []),
+        ([(2, 3)], [(1, 2), (3, 5)]),
+        ([(0, 2), (4, 9)], [(2, 4)]),
+        ([(3, 4), (1, 2)], [(2, 3), (4, 5)]),  # any order
+        ([(2, 4), (3, 6)], [(1, 2)]),  # overlapping each other
+        ([(7, 9)], [(1, 5)]),  # outside
+    ],
+)
+def test_uncovered_runs(covered: list[tuple[int, int]], runs: list[tuple[int, int]]) -> None:
+    assert uncovered(1, 5, covered) == runs
+
+
+def test_a_replay_committing_while_an_in_order_write_waits_is_seen(pg_dsn: str) -> None:
+    """The replay of [1,2) holds the position row lock (its rows copied, its note marked)
+    when the restarted daemon reads [1,2) in order and waits for that lock. Once the replay
+    commits, the in-order write sees it (its notes are read after the lock, with a snapshot
+    of their own) and writes nothing of the range again."""
+    f = factory(pg_dsn)
+    run(f(SHARD), ids_batch(0, range(2)))
+    bad = batch(1, [BAD])
+    refuse(f, bad)
+    replaying = replayer(pg_dsn)(SHARD)
+    in_order = factory(pg_dsn, columns={"id": "text", "n": "text"})(SHARD)
+    copy = replaying._copy
+
+    async def slow_copy(conn: Any, b: Batch) -> int:
+        rows = await copy(conn, b)
+        await anyio.sleep(1.0)  # the replay holds the lock a while after its COPY
+        return rows
+
+    replaying._copy = slow_copy  # type: ignore[method-assign]
+
+    async def go() -> None:
+        await replaying.initialize(SHARD)
+        await in_order.initialize(SHARD)
+
+        async def read_again() -> None:
+            await anyio.sleep(0.3)  # the replay has the lock by now
+            assert await in_order.process(bad, RecordingTracker()) is None
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_again)
+                assert await replaying.process(bad, RecordingTracker()) is None
+        finally:
+            await replaying.shutdown(RecordingTracker())
+            await in_order.shutdown(RecordingTracker())
+
+    anyio.run(go)
+    exact(pg_dsn, 4)
+    assert query(pg_dsn, "SELECT cursor FROM loghubd_positions") == [(bad.next_cursor,)]
+
+
+def test_a_letter_overlapping_a_replayed_one_writes_only_the_rest(pg_dsn: str) -> None:
+    """[1,2) and [2,3) refused and noted; [2,3) replayed. The daemon, restarted before its
+    checkpoint passed them and still with the old mapping, reads [1,3) in one batch: refused
+    again, noted whole, dead-lettered whole. Replaying that letter writes [1,2) only."""
+    f = factory(pg_dsn)
+    run(f(SHARD), ids_batch(0, range(2)))
+    first, second = batch(1, [BAD]), batch(2, [BAD2])
+    refuse(f, first, second)
+    r = replayer(pg_dsn)
+    assert replay(r, second).finished
+    spanning = batch(1, [BAD, BAD2])
+    refuse(f, spanning)  # the old mapping (made before the fix) refuses it again
+    assert replay(r, spanning).finished
+    exact(pg_dsn, 6)
+    assert notes(pg_dsn) == [(1, 3, True), (2, 3, True)]
+
+
+def test_letters_of_two_lives_with_other_boundaries_land_once(pg_dsn: str) -> None:
+    """Before a crash the daemon refused [1,2) and [2,4); after it, with other pull sizes,
+    [1,3) (which replaces the note [1,2), being un-replayed). Every letter is replayed: the
+    rows of [1,4) land once, whichever letters can still be placed."""
+    f = factory(pg_dsn)
+    run(f(SHARD), ids_batch(0, range(2)))
+    third = [{"id": "d0", "n": "x"}]
+    life1 = [batch(1, [BAD]), batch(2, [BAD2, third])]
+    life2 = batch(1, [BAD, BAD2])
+    refuse(f, *life1, life2)
+    r = replayer(pg_dsn)
+    for letter in (*life1, life2):
+        with contextlib.suppress(NotSetAside):  # [1,2)'s note was replaced by [1,3)'s
+            replay(r, letter)
+    exact(pg_dsn, 7)

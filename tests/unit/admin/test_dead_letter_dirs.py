@@ -5,6 +5,8 @@ directory the daemon has not made yet holds no dead letters (exit 0)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,9 @@ def test_data_no_note_names_is_listed_as_incomplete_not_as_a_letter(
     orphan = letters / "shard-2" / "20261126T000002-y.pb"
     orphan.parent.mkdir(parents=True)
     orphan.write_bytes(b"\x0a\x00")
+    assert scan(letters).incomplete == []  # just written: its note may be on its way
+    old = time.time() - 120
+    os.utime(orphan, (old, old))
     found = scan(letters)
     assert found.incomplete == [orphan]
     assert found.total == 2
