@@ -415,3 +415,45 @@ def test_a_revoke_while_the_service_fails_ends_the_start_at_once() -> None:
     _, exited = anyio.run(run, task, body)  # run() fails after 20 s: the backoff is 60
     assert processor.events == [] and exited == [task]
     assert client.commits(0) == []
+
+
+class HangsInProcess(SavesInShutdown):
+    """Keeps the first batch; hangs on the second (a sink that never answers)."""
+
+    async def process(self, batch: Batch, tracker: Tracker) -> None:  # type: ignore[override]
+        if self.batches:
+            self.events.append("hanging")
+            await anyio.sleep_forever()
+        self.batches.append((batch.cursor, batch.next_cursor))
+
+
+def test_a_save_in_shutdown_does_not_cover_a_batch_abandoned_at_the_end_of_the_grace() -> None:
+    """The supervisor abandons a shard whose `process` does not return by the end of the
+    shutdown grace: it marks it abandoned and cancels it. The processor's `shutdown` then
+    saves the SDK way: that covers the batch it kept, not the one it was cancelled in."""
+    client, processor = ScriptedClient(shard_data={0: 3}), HangsInProcess()
+    task = ShardTask(0, context(client, processor, max_log_groups=1))
+    exited: list[ShardTask] = []
+
+    async def on_exit(t: ShardTask) -> None:
+        exited.append(t)
+
+    async def main() -> None:
+        scope = anyio.CancelScope()
+
+        async def runner() -> None:
+            with scope:
+                await task.run(on_exit)
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(runner)
+                await until(lambda: "hanging" in processor.events, "the second batch hanging")
+                task.request_stop()
+                task.abandoned = True  # as Supervisor.shutdown does when the grace ends
+                scope.cancel()
+
+    anyio.run(main)
+    assert exited == [task] and "shutdown" in processor.events
+    assert client.saved[0] == at(1), client.commits(0)
+    assert at(2) not in client.commits(0) and at(3) not in client.commits(0)
