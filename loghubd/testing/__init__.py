@@ -7,10 +7,11 @@ docs/plugins.md shows them in use."""
 
 from loghubd.testing.batches import RecordingTracker, make_batch
 from loghubd.testing.context import make_context
-from loghubd.testing.process import ServerProcess, free_port, free_ports
+from loghubd.testing.process import PortReservation, ServerProcess, free_port, free_ports
 from loghubd.testing.waiting import wait_until
 
 __all__ = [
+    "PortReservation",
     "RecordingTracker",
     "ServerProcess",
     "free_port",

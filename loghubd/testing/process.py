@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 
@@ -21,6 +22,30 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+class PortReservation:
+    """A local port kept for a child process that binds it later (a daemon's `ops.listen`).
+
+    `free_port` leaves a window between picking a port and the child binding it, in which
+    another process can take it (an outgoing connection's ephemeral port, another test's
+    server): the child then fails with "address already in use". Here the port stays bound,
+    with SO_REUSEADDR and without listening, until `release()`: the kernel hands it to
+    nobody else, and the child, which binds with SO_REUSEADDR too (aiohttp's
+    `reuse_address`, as `loghubd run`'s ops listener does), can still listen on it, also
+    after a restart."""
+
+    def __init__(self) -> None:
+        held = socket.socket()
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", 0))
+        self.port: int = held.getsockname()[1]
+        # Closed on `release()`, or when the reservation is collected (its owner gone):
+        # never left for the socket's own finalizer (a ResourceWarning).
+        self._release = weakref.finalize(self, held.close)
+
+    def release(self) -> None:
+        self._release()
 
 
 def free_ports(count: int) -> int:

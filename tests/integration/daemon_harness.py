@@ -6,7 +6,7 @@ so a test imports everything from one place:
 - `Daemon` (here): writes a TOML config under its own directory and runs
   `python -m loghubd run -c FILE` (JSON logs to `daemon.log`), with short heartbeat, timeout
   and checkpoint intervals; `/status` and `/metrics` come from its ops listener on a port
-  picked with `free_port` (the daemon cannot tell us a port it chose itself). With
+  reserved for it (`PortReservation`: the daemon cannot tell us a port it chose itself). With
   `sources=[...]` it writes the `[[sources]]` form instead of `[source]` (see `source_entry`).
 - `Producer` (here): `loghubd produce` as a background process (unique ids `<prefix><n>`).
 - `Pool` (here): makes daemons and producers for one test and kills whatever is left.
@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from loghubd.testing import free_port, wait_until
+from loghubd.testing import PortReservation, free_port, wait_until
 from tests.integration.harness_output import (
     LineCounter,
     assert_delivered_exactly,
@@ -136,7 +136,10 @@ class Daemon:
         self.dead_letter = self.dir / "dead-letter"
         self.config_path = self.dir / "loghubd.toml"
         self.log_path = self.dir / "daemon.log"
-        self.ops_port = free_port()
+        # Kept bound (not listening) for the daemon's life, restarts included: a port only
+        # picked with free_port could be taken before the daemon binds it.
+        self._ops_reservation = PortReservation()
+        self.ops_port = self._ops_reservation.port
         self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         options = (
