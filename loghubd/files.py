@@ -28,6 +28,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def prove_writable(directory: Path) -> None:
+    """Make `directory` (with its parents) and a file in it, then remove the file: an
+    OSError says why an output directory cannot be used, before anything is written."""
+    probe = directory / f".loghubd-probe-{os.getpid()}"
+    directory.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    os.unlink(probe)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Create or replace `path` with `data`, whole or not at all (`write_atomically`)."""
     write_atomically(path, lambda fd: write_all(fd, data))

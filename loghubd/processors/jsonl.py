@@ -254,13 +254,8 @@ class JsonlProcessor:
                 return
 
     def _sync_directory(self) -> None:
-        if self.options.fsync == "never":
-            return
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self.options.fsync != "never":
+            files.fsync_dir(self.directory)
 
     def flush(self) -> None:
         """fsync, before the shard's checkpoint is committed. On a duplicate of the file
@@ -308,13 +303,10 @@ def _probe(directory: Path) -> None:
     """Make the output directory and prove a file can be made there, so that a path that
     cannot be used fails `check-config` and the daemon's start (exit 2, naming the key)
     rather than every shard's start, again and again."""
-    probe = directory / f".loghubd-probe-{os.getpid()}"
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"processor.jsonl.path: {directory} is a file, not a directory")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        os.unlink(probe)
+        files.prove_writable(directory)
     except OSError as exc:
         raise ValueError(
             f"processor.jsonl.path: cannot write to {directory}: {exc.strerror or exc}"

@@ -38,7 +38,7 @@ import structlog
 
 from loghubd.arrow import position
 from loghubd.config.redact import redact_text
-from loghubd.files import fsync_dir
+from loghubd.files import fsync_dir, prove_writable
 from loghubd.wal import COMMITTED, PENDING, WAL_DIR, Entry, Wal
 
 log = structlog.get_logger("loghubd.parquet")
@@ -86,10 +86,7 @@ def open_target(path: str, wal_dir: str | None) -> Target:
             redact_text(f"processor.parquet.path: cannot write to {path!r}: {exc}")
         ) from None
     try:
-        (wal_root / WAL_DIR).mkdir(parents=True, exist_ok=True)
-        test = wal_root / WAL_DIR / f".probe-{os.getpid()}"
-        test.write_bytes(b"")
-        test.unlink()
+        prove_writable(wal_root / WAL_DIR)
     except OSError as exc:
         key = "wal_dir" if wal_dir else "path"
         raise ValueError(f"processor.parquet.{key}: cannot write to {wal_root}: {exc}") from None

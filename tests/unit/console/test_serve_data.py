@@ -3,6 +3,7 @@ service in-process): write rates, lag in logs and seconds, the tail through SPL.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 from collections.abc import Iterator
@@ -37,34 +38,42 @@ def group_of(n: int, first: int, level: str = "INFO") -> bytes:
     return g.SerializeToString()
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[LogService, D.Reader, Logstore, Clock]]:
+World = tuple[LogService, D.Reader, Logstore, Clock]
+
+
+@contextlib.contextmanager
+def _world(
+    tmp_path: Path, logstore: str, shards: int, groups: tuple[str, ...] = ()
+) -> Iterator[World]:
+    """A store with project `demo` and one logstore (and empty groups), the console's reader
+    over it, and the service's clock."""
     clock = Clock()
     storage = Storage(tmp_path / "db.sqlite3")
     service = LogService(storage, clock)
     service.create_project("demo", "")
-    service.create_logstore("demo", "app", 30, 2)
-    ls = service.logstore("demo", "app")
+    service.create_logstore("demo", logstore, 30, shards)
+    ls = service.logstore("demo", logstore)
+    for group in groups:
+        service.create_group(ls, group, 60, False)
     reader = D.Reader(service, tmp_path / "db.sqlite3")
-    yield service, reader, ls, clock
-    reader.close()
-    storage.close()
+    try:
+        yield service, reader, ls, clock
+    finally:
+        reader.close()
+        storage.close()
 
 
 @pytest.fixture
-def wide(tmp_path: Path) -> Iterator[tuple[LogService, D.Reader, Logstore, Clock]]:
+def world(tmp_path: Path) -> Iterator[World]:
+    with _world(tmp_path, "app", 2) as made:
+        yield made
+
+
+@pytest.fixture
+def wide(tmp_path: Path) -> Iterator[World]:
     """A logstore of 120 shards with an empty group `readers` (for the paged tables)."""
-    clock = Clock()
-    storage = Storage(tmp_path / "db.sqlite3")
-    service = LogService(storage, clock)
-    service.create_project("demo", "")
-    service.create_logstore("demo", "wide", 30, 120)
-    ls = service.logstore("demo", "wide")
-    service.create_group(ls, "readers", 60, False)
-    reader = D.Reader(service, tmp_path / "db.sqlite3")
-    yield service, reader, ls, clock
-    reader.close()
-    storage.close()
+    with _world(tmp_path, "wide", 120, ("readers",)) as made:
+        yield made
 
 
 def test_write_rate_buckets_cover_the_last_minutes(world: tuple) -> None:  # type: ignore[type-arg]
