@@ -25,6 +25,7 @@ from loghubd.config.values import (
     _parse_start,
     _validate,
 )
+from loghubd.protocol.names import name_problem
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _SECRET = MappingProxyType({"secret": True})
@@ -69,8 +70,7 @@ class SourceConfig:
         _validate("source", [
             (url_ok, "endpoint", "expected an http:// or https:// URL such as "
                                  f"https://cn-hangzhou.log.aliyuncs.com, got {self.endpoint!r}"),
-            (bool(self.project), "project", "must not be empty"),
-            (bool(self.logstore), "logstore", "must not be empty"),
+            *_name_checks(project=self.project, logstore=self.logstore),
             (bool(self.region) or self.auth_version != "v4", "region",
              "required when source.auth_version is 'v4'"),
             *self._key_checks(),
@@ -168,7 +168,7 @@ class ConsumerConfig:
         hb, policy = self.heartbeat_interval, self.on_failure
         # fmt: off
         _validate("consumer", [
-            (bool(self.group), "group", "must not be empty"),
+            *_name_checks(group=self.group),
             (self.start in ("begin", "end") or not isinstance(self.start, str), "start",
              f"expected 'begin', 'end' or unix seconds, got {self.start!r}"),
             (hb > 0, "heartbeat_interval", "must be > 0"),
@@ -269,6 +269,15 @@ class LogConfig:
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
+
+
+def _name_checks(**names: str) -> list[tuple[bool, str, str]]:
+    """The service's rule for project, logstore and consumer group names (`protocol.names`)."""
+    checks = []
+    for key, name in names.items():
+        problem = "must not be empty" if not name else name_problem(name)
+        checks.append((problem is None, key, f"{problem}: {name!r}" if name else str(problem)))
+    return checks
 
 
 _SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol import pb
+from loghubd.protocol.names import name_problem
 from loghubd.server import coordinator as co
 from loghubd.server.storage import AlreadyExists, Logstore, NotFound, Shard, Storage, StorageError
 
@@ -422,9 +423,9 @@ def _is_hex(text: str) -> bool:
 
 
 def _check_name(kind: str, name: str) -> None:
-    ok = 2 <= len(name) <= 128 and all(c.isalnum() or c in "-_" for c in name) and name.isascii()
-    if not ok:
+    problem = name_problem(name)
+    if problem is not None:
         code = {"project": E.ParameterInvalid, "logstore": E.LogStoreInfoInvalid}.get(
             kind, E.JsonInfoInvalid
         )
-        raise code(f"invalid {kind} name {name[:140]!r}")
+        raise code(f"invalid {kind} name {name[:140]!r}: {problem}")

@@ -72,11 +72,11 @@ def test_dockerfile_runs_unprivileged_with_healthcheck_and_exec_entrypoint() -> 
 BASE = """
 [source]
 endpoint = "http://127.0.0.1:7100"
-project = "p"
-logstore = "l"
+project = "proj"
+logstore = "logs"
 
 [consumer]
-group = "g"
+group = "grp"
 {extra}
 
 [processor.jsonl]
@@ -116,13 +116,14 @@ def test_check_config_prints_effective_config_with_env_override_and_masked_secre
     path = tmp_path / "good.toml"
     path.write_text(
         BASE.format(extra="").replace(
-            'logstore = "l"', 'logstore = "l"\naccess_key_id = "AK"\naccess_key_secret = "s3cr3t"'
+            'logstore = "logs"',
+            'logstore = "logs"\naccess_key_id = "AK"\naccess_key_secret = "s3cr3t"',
         )
     )
-    result = loghubd("check-config", str(path), env={"LOGHUBD_CONSUMER__GROUP": "x"})
+    result = loghubd("check-config", str(path), env={"LOGHUBD_CONSUMER__GROUP": "grp-x"})
     assert result.returncode == 0, result.stderr
     effective = json.loads(result.stdout)
-    assert effective["consumer"]["group"] == "x"
+    assert effective["consumer"]["group"] == "grp-x"
     assert effective["source"]["access_key_secret"] == "***"
     assert "s3cr3t" not in result.stdout
 

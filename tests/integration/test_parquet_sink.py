@@ -185,8 +185,8 @@ def _run(config: Path) -> subprocess.CompletedProcess[str]:
 def test_bad_configuration_stops_the_daemon(tmp_path: Path, options: str, message: str) -> None:
     config = tmp_path / "loghubd.toml"
     config.write_text(
-        '[source]\nendpoint = "http://127.0.0.1:1"\nproject = "p"\nlogstore = "l"\n'
-        '[consumer]\ngroup = "g"\n'
+        '[source]\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\nlogstore = "logs"\n'
+        '[consumer]\ngroup = "grp"\n'
         f'[processor]\nname = "parquet"\n[processor.parquet]\n{options}\n'
     )
     started = time.monotonic()

@@ -158,10 +158,10 @@ def test_workers_refusing_their_config_stop_the_supervisor_with_exit_2(tmp_path:
     config.write_text(f"""
 [source]
 endpoint = "http://127.0.0.1:9"
-project = "p"
-logstore = "l"
+project = "proj"
+logstore = "logs"
 [consumer]
-group = "g"
+group = "grp"
 name = "bad"
 [processor.jsonl]
 path = "{tmp_path / "out"}"

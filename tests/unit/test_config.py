@@ -24,11 +24,11 @@ from loghubd.config import (
 BASE = """
 [source]
 endpoint = "http://127.0.0.1:7100"
-project = "p"
+project = "proj"
 logstore = "ls"
 
 [consumer]
-group = "g"
+group = "grp"
 """
 
 
@@ -164,7 +164,7 @@ VALID: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
         {},
         {"log.level": "debug", "log.format": "json"},
     ),
-    ("env overrides the file", "", {"LOGHUBD_CONSUMER__GROUP": "x"}, {}, {"consumer.group": "x"}),
+    ("env overrides the file", "", {"LOGHUBD_CONSUMER__GROUP": "grp-x"}, {}, {"consumer.group": "grp-x"}),
     (
         "env values are parsed",
         "",
@@ -196,14 +196,14 @@ VALID: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
         "",
         {"LOGHUBD_CONFIG": "/x", "HOME": "/root"},
         {},
-        {"consumer.group": "g"},
+        {"consumer.group": "grp"},
     ),
     (
         "overrides beat env",
         "",
-        {"LOGHUBD_CONSUMER__GROUP": "x"},
-        {"consumer.group": "y"},
-        {"consumer.group": "y"},
+        {"LOGHUBD_CONSUMER__GROUP": "grp-x"},
+        {"consumer.group": "grp-y"},
+        {"consumer.group": "grp-y"},
     ),
     (
         "nested and typed overrides",
@@ -371,7 +371,7 @@ INVALID: list[tuple[str, str, dict[str, str], dict[str, Any], list[str]]] = [
     ("bad log level", toml_with(tail="[log]\nlevel = 'trace'"), {}, {}, ["log.level"]),
     (
         "missing source key",
-        BASE.replace('project = "p"', ""),
+        BASE.replace('project = "proj"', ""),
         {},
         {},
         ["source.project: required key is missing", "LOGHUBD_SOURCE__PROJECT"],
@@ -386,7 +386,7 @@ INVALID: list[tuple[str, str, dict[str, str], dict[str, Any], list[str]]] = [
     ("nothing at all", "", {}, {}, ["source.endpoint", "source.project", "consumer.group"]),
     (
         "empty group",
-        toml_with().replace('group = "g"', 'group = ""'),
+        toml_with().replace('group = "grp"', 'group = ""'),
         {},
         {},
         ["consumer.group: must not be empty"],
@@ -748,17 +748,17 @@ def test_redacted_core_fields_are_masked_by_schema_not_by_name() -> None:
 def test_load_file_env_and_overrides(tmp_path: Path) -> None:
     path = tmp_path / "loghubd.toml"
     path.write_text(BASE, encoding="utf-8")
-    cfg = load(path, {"LOGHUBD_CONSUMER__GROUP": "x"}, {"consumer.name": "me"})
-    assert (cfg.consumer.group, cfg.consumer.name) == ("x", "me")
-    assert load(str(path), {}).consumer.group == "g"
+    cfg = load(path, {"LOGHUBD_CONSUMER__GROUP": "grp-x"}, {"consumer.name": "me"})
+    assert (cfg.consumer.group, cfg.consumer.name) == ("grp-x", "me")
+    assert load(str(path), {}).consumer.group == "grp"
 
 
 def test_load_without_a_file() -> None:
     environ = {
         "LOGHUBD_SOURCE__ENDPOINT": "https://cn-hangzhou.log.aliyuncs.com",
-        "LOGHUBD_SOURCE__PROJECT": "p",
-        "LOGHUBD_SOURCE__LOGSTORE": "l",
-        "LOGHUBD_CONSUMER__GROUP": "g",
+        "LOGHUBD_SOURCE__PROJECT": "proj",
+        "LOGHUBD_SOURCE__LOGSTORE": "logs",
+        "LOGHUBD_CONSUMER__GROUP": "grp",
     }
     assert load(None, environ).source.endpoint == "https://cn-hangzhou.log.aliyuncs.com"
 
@@ -777,9 +777,9 @@ def test_load_names_the_file_on_syntax_errors(tmp_path: Path) -> None:
 
 
 def test_sections_can_be_built_directly() -> None:
-    assert ConsumerConfig(group="g").timeout == 15.0
+    assert ConsumerConfig(group="grp").timeout == 15.0
     with pytest.raises(ConfigError, match=r"consumer\.timeout"):
-        ConsumerConfig(group="g", heartbeat_interval=20.0)
+        ConsumerConfig(group="grp", heartbeat_interval=20.0)
     assert OpsConfig("localhost:80").port == 80
     frozen = ProcessorConfig(options={"x": {"y": [1]}})
     assert frozen.options["x"]["y"] == (1,)
@@ -808,7 +808,7 @@ def test_list_values(value: Any, textual: bool, expected: tuple[str, ...]) -> No
 
 
 def test_none_overrides_are_skipped() -> None:
-    assert loads(BASE, {}, {"consumer.group": None, "consumer.name": None}).consumer.group == "g"
+    assert loads(BASE, {}, {"consumer.group": None, "consumer.name": None}).consumer.group == "grp"
 
 
 # -- several sources: [[sources]] ----------------------------------------------------------
@@ -824,7 +824,7 @@ fsync = true
 [[sources]]
 name = "app"
 endpoint = "http://127.0.0.1:7100"
-project = "p"
+project = "proj"
 logstore = "app"
 
 [sources.consumer]
@@ -840,7 +840,7 @@ path = "/out/app"
 [[sources]]
 name = "audit-log"
 endpoint = "https://cn-hangzhou.log.aliyuncs.com"
-project = "q"
+project = "proj-q"
 logstore = "audit"
 access_key_id = "AK"
 access_key_secret = "SK"
@@ -876,7 +876,7 @@ def test_multi_sources() -> None:
     assert cfg.multi
     assert [s.name for s in cfg.sources] == ["app", "audit-log"]
     app, audit = source(cfg, "app"), source(cfg, "audit-log")
-    assert (app.source.project, app.source.logstore, app.consumer.group) == ("p", "app", "g-app")
+    assert (app.source.project, app.source.logstore, app.consumer.group) == ("proj", "app", "g-app")
     assert app.consumer.shards == (0, 1)
     assert app.consumer.end is None
     # Shared [consumer] keys apply unless the entry has its own; derived defaults per source.
@@ -954,10 +954,10 @@ ONE_SOURCE = """
 [[sources]]
 name = "app"
 endpoint = "http://127.0.0.1:7100"
-project = "p"
+project = "proj"
 logstore = "ls"
 [sources.consumer]
-group = "g"
+group = "grp"
 """
 
 MULTI_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
@@ -1001,7 +1001,7 @@ MULTI_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
     ),
     (
         "missing source key",
-        ONE_SOURCE.replace('project = "p"', ""),
+        ONE_SOURCE.replace('project = "proj"', ""),
         {},
         [
             "sources.app.project: required key is missing",
@@ -1010,7 +1010,7 @@ MULTI_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
     ),
     (
         "no group anywhere",
-        ONE_SOURCE.replace('group = "g"', ""),
+        ONE_SOURCE.replace('group = "grp"', ""),
         {},
         ["sources.app.consumer.group: required key is missing", "[consumer]"],
     ),
@@ -1042,7 +1042,7 @@ MULTI_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
         "same logstore and group twice",
         ONE_SOURCE + ONE_SOURCE.replace('"app"', '"again"'),
         {},
-        ["sources.again: consumes p/ls with group 'g', like sources.app"],
+        ["sources.again: consumes proj/ls with group 'grp', like sources.app"],
     ),
     (
         "range problems name the source",

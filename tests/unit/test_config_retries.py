@@ -10,20 +10,20 @@ from tests.unit.test_config import BASE
 
 MULTI = """
 [consumer]
-group = "g"
+group = "grp"
 {shared}
 
 [[sources]]
 name = "a"
 endpoint = "http://127.0.0.1:7100"
-project = "p"
-logstore = "a"
+project = "proj"
+logstore = "logs-a"
 
 [[sources]]
 name = "b"
 endpoint = "http://127.0.0.1:7100"
-project = "p"
-logstore = "b"
+project = "proj"
+logstore = "logs-b"
 [sources.consumer]
 group = "g2"
 {own}

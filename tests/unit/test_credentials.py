@@ -187,7 +187,7 @@ async def test_static() -> None:
 
 
 def test_provider_for_each_kind(tmp_path: Path) -> None:
-    base = {"endpoint": "http://h:1", "project": "p", "logstore": "l"}
+    base = {"endpoint": "http://h:1", "project": "proj", "logstore": "logs"}
     static = C.provider_for(SourceConfig(**base, access_key_id="AK", access_key_secret=SECRET))
     assert isinstance(static, C.StaticCredentials) and static.get().access_key_id == "AK"
     path = str(tmp_path / "c.json")

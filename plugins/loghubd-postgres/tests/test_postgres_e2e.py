@@ -140,8 +140,8 @@ def _run(pool: Pool, pg: PgServer, dsn: str) -> None:
 def test_bad_configuration_stops_the_daemon_at_start(pg_dsn: str, tmp_path: Path) -> None:
     config = tmp_path / "loghubd.toml"
     config.write_text(
-        '[source]\nendpoint = "http://127.0.0.1:1"\nproject = "p"\nlogstore = "l"\n'
-        '[consumer]\ngroup = "g"\n'
+        '[source]\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\nlogstore = "logs"\n'
+        '[consumer]\ngroup = "grp"\n'
         f'[processor]\nname = "postgres"\n[processor.postgres]\ndsn = "{pg_dsn}"\n'
         'table = "nosuch"\ncolumns = { id = "text" }\n'
     )

@@ -19,7 +19,7 @@ from tests.unit.admin.test_replay_declined import dead_letter
 def write_config(path: Path, dead_letter_dir: str, output: Path) -> Path:
     path.write_text(
         '[source]\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\nlogstore = "store"\n'
-        f'[consumer]\ngroup = "g"\non_failure = "dead_letter"\nmax_attempts = 3\n'
+        f'[consumer]\ngroup = "grp"\non_failure = "dead_letter"\nmax_attempts = 3\n'
         f'dead_letter_dir = "{dead_letter_dir}"\n'
         f'[processor]\nname = "jsonl"\n[processor.jsonl]\npath = "{output}"\n'
     )

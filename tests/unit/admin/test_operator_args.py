@@ -56,7 +56,7 @@ def config(text: str) -> Config:
 
 
 SOURCE = (
-    '[consumer]\ngroup = "g"\n[source]\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\n'
+    '[consumer]\ngroup = "grp"\n[source]\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\n'
     'logstore = "store"\n'
 )
 
