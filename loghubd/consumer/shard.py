@@ -83,6 +83,9 @@ class ShardContext:
 
 
 LEASE_POLL_S = 0.05  # how often a shard holding a batch looks whether the lease is back
+# A shard handed over on a rebalance whose final commit keeps failing (while our lease holds):
+# how long it is kept, unconsumed, before the next owner gets it from the older checkpoint.
+HANDOVER_PATIENCE_S = 60.0
 # A shard abandoned at the end of the shutdown grace: how long its processor's flush and
 # shutdown may take (they may wait on the very call that is stuck).
 ABANDONED_CALL_S = 1.0
@@ -128,6 +131,10 @@ class ShardTask:
         self.commit_failed = False  # the last commit attempt failed for another reason
         # Still busy when the shutdown grace ended: processor calls are bounded from now on.
         self.abandoned = False
+        # The daemon is shutting down (`Supervisor.stop_all`): a failing final commit is not
+        # retried for long, the shutdown grace bounds it.
+        self.closing = StopFlag()
+        self._ended = False  # `_finish` is over: a periodic commit still queued sends nothing
         self._commit_lock = anyio.Lock()
         self._shutting_down = False  # `processor.shutdown` was called: no more hooks
         self._starting: LoadedProcessor | None = None  # made; its `initialize` not through
@@ -136,22 +143,23 @@ class ShardTask:
 
     # -- commits -----------------------------------------------------------------------------
 
-    async def commit(self) -> bool:
-        """Commit the lowest unfinished position if it moved. False if it could not be."""
+    async def commit(self, *, resend: bool = False) -> bool:
+        """Commit the lowest unfinished position if it moved (or even if not, with `resend`).
+        False if it could not be."""
         async with self._commit_lock:
-            ok, moved_to = await self._commit()
+            ok, moved_to = await self._commit(resend)
         if moved_to is not None:
             await self._tell_committed(moved_to)
         return ok
 
-    async def _commit(self) -> tuple[bool, str | None]:
+    async def _commit(self, resend: bool) -> tuple[bool, str | None]:
         """`commit` under its lock: whether it succeeded, and the cursor committed now (None
         when nothing moved)."""
         tracker = self.tracker
-        if tracker is None or self.lost:
+        if tracker is None or self.lost or self._ended:
             return not self.lost, None
         cursor = tracker.committable()
-        if not tracker.needs_commit():
+        if not tracker.needs_commit() and not resend:
             if tracker.committed == tracker.fetch_cursor:  # nothing waits behind it
                 self.status.last_commit = time.monotonic()
             return True, None
@@ -330,8 +338,42 @@ class ShardTask:
                 await self.processor.shutdown(self.tracker)
         except Exception as exc:
             log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
-        await self.commit()
+        saved = await self._commit_until(self.closing, resend=False, patience=HANDOVER_PATIENCE_S)
+        if not saved and not self.lost and not self.closing.is_set():
+            log.error(
+                "shard_let_go_uncommitted",
+                **self._bind,
+                checkpoint=self.tracker.committed,
+                detail="the final commit kept failing: the next owner starts from this "
+                "checkpoint and repeats what was done after it",
+            )
+        self._ended = True
         log.info("shard_stopped", **self._bind, checkpoint=self.tracker.committed, lost=self.lost)
+
+    async def _commit_until(
+        self, give_up: StopFlag, *, resend: bool, patience: float | None = None
+    ) -> bool:
+        """Commit, retried with backoff while it fails (the service is down, the processor's
+        flush fails), until it succeeds (True), the shard is lost, `give_up` is set, our lease
+        expired or `patience` seconds passed.
+
+        Used where the commit is the shard's last word: on a rebalance, the shard stays held
+        (listed in heartbeats, so the server keeps it ours, in TRANSFER) until its final
+        position is saved, rather than handed over from an older checkpoint, which would
+        repeat what was done since; and at the end of a read-only shard, whose commit is what
+        tells the server it is OVER."""
+        attempt, since = 0, time.monotonic()
+        while not await self.commit(resend=resend):
+            if self.lost or give_up.is_set() or not self.ctx.lease_valid():
+                return False
+            if patience is not None and time.monotonic() - since >= patience:
+                return False
+            attempt += 1
+            wait = self.ctx.settings.backoff.wait(attempt)
+            log.warning("final_commit_retry", **self._bind, retry_in_s=round(wait, 2))
+            if await stopped_within(wait, give_up):
+                return await self.commit(resend=resend)
+        return True
 
     def request_stop(self) -> None:
         """Finish the batch in hand (if any), then stop. Waiting for data is interrupted; a
@@ -485,12 +527,15 @@ class ShardTask:
         return False
 
     async def _end_of_shard(self, cursor: str) -> None:
-        """A read-only shard is drained: commit its end now so the server can mark it OVER."""
+        """A read-only shard is drained: commit its end now so the server can mark it OVER.
+        Sent even when that position is already committed: a commit made before the shard
+        became read-only (a caught-up shard, then split) did not end it, and in an ordered
+        group its children wait for it. Retried until the server has it."""
         assert self.tracker is not None
         log.info("shard_end_reached", **self._bind, cursor=cursor)
         self.status.state = "finished"
         self.status.fetch.caught_up = True
-        if await self.commit():
+        if await self._commit_until(self.stop_requested, resend=True):
             self.ctx.on_finished()
 
     async def _end_of_window(self, cursor: str) -> None:
@@ -500,7 +545,7 @@ class ShardTask:
         log.info("shard_window_end_reached", **self._bind, cursor=cursor)
         self.status.state = "finished"
         self.status.fetch.caught_up = True
-        if await self.commit():
+        if await self._commit_until(self.stop_requested, resend=False):
             self.ctx.on_finished()
 
     def checkpoint_age(self) -> float:

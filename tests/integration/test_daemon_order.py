@@ -105,3 +105,47 @@ def test_ordered_group_keeps_per_key_order_across_split_and_merge(daemon_pool: P
             )
     ends = {e["shard"] for e in daemon.events("shard_end_reached")}
     assert {0, left, right} <= ends, ends
+
+
+def test_a_shard_split_after_its_end_was_committed_still_ends(daemon_pool: Pool) -> None:
+    """A caught-up shard commits its end while it is still writable; then it is split. Its
+    end is already the group's checkpoint, and the server marks it OVER only on a commit made
+    after it became read-only: the daemon sends that commit anyway, so the children (which an
+    ordered group holds back until their parent is OVER) are consumed."""
+    pool = daemon_pool
+    pool.admin.create_logstore("caughtup", 1)
+    pool.admin.create_group("caughtup", "ordered-end", int(TIMEOUT), True)
+    before = pool.produce("caughtup", count=1_000, rate=20_000, group_size=50, prefix="b")
+    before.wait()
+    record = pool.dir / "caughtup.jsonl"
+    daemon = pool.daemon(
+        "caughtup",
+        "ordered-end",
+        "solo-end",
+        processor="record",
+        processor_options={"path": str(record)},
+        consumer={"order": True, "checkpoint_interval": 0.5},
+    )
+    daemon.wait_ready()
+
+    def committed_seq(shard: int) -> int | None:
+        cp = pool.admin.checkpoints("caughtup", "ordered-end").get(shard, {}).get("checkpoint")
+        return cursors.to_seq(shard, cp) if cp else None
+
+    end = cursors.to_seq(0, pool.admin.cursor("caughtup", 0, "end"))
+    wait_until(lambda: committed_seq(0) == end, 30, "the shard's end was never committed")
+    _parent, left, right = (s["shardID"] for s in pool.admin.split("caughtup", 0, "8" + "0" * 31))
+    after = pool.produce("caughtup", count=1_000, rate=20_000, group_size=50, prefix="a")
+    after.wait()
+
+    def children_done() -> bool:
+        return all(
+            (seq := committed_seq(s)) is not None
+            and seq == cursors.to_seq(s, pool.admin.cursor("caughtup", s, "end"))
+            for s in (left, right)
+        )
+
+    wait_until(children_done, 30, lambda: f"{pool.admin.group_status('caughtup', 'ordered-end')}")
+    assert daemon.stop() == 0, daemon.log_tail()
+    ids = [json.loads(line)["id"] for line in record.read_text().splitlines()]
+    assert sorted(ids) == sorted([*before.ids, *after.ids])

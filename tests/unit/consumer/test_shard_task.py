@@ -166,6 +166,61 @@ def test_a_drained_readonly_shard_commits_its_end_and_finishes() -> None:
     assert states == ["starting", "consuming", "finished", "stopping"]
 
 
+def test_the_end_of_a_readonly_shard_is_sent_even_if_already_committed_and_retried() -> None:
+    """The group checkpoint is already at the end (committed before the shard became
+    read-only): the end is sent again, because only a commit on a read-only shard ends it on
+    the server, and sent again after a failure."""
+    finished: list[int] = []
+    client = ScriptedClient(
+        shard_data={0: 2},
+        readonly=True,
+        checkpoints={0: at(2)},
+        commit_errors=[E.SlsError("busy")],
+    )
+    task = ShardTask(0, context(client, Recorder(), on_finished=lambda: finished.append(0)))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: finished, "on_finished")
+        t.request_stop()
+
+    anyio.run(run, task, body)
+    assert client.commits(0) == [at(2), at(2)]
+
+
+def test_a_handed_over_shard_keeps_its_final_commit_going_until_it_lands() -> None:
+    """A rebalance stop whose final commit fails: the shard is still held (so the server keeps
+    it ours) and the commit is retried, rather than handed over from an older checkpoint."""
+    errors = [E.SlsError("busy")] * 4
+    client = ScriptedClient(shard_data={0: 3}, commit_errors=errors)
+    processor = Recorder(persist=False)
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.batches, "a batch")
+        t.request_stop()
+
+    _, exited = anyio.run(run, task, body)
+    assert exited == [task] and client.saved[0] == at(3)
+    assert client.commits(0) == [at(3)] * 5
+
+
+def test_a_shutdown_does_not_wait_for_a_failing_final_commit() -> None:
+    """When the daemon is shutting down, the grace bounds the stop: the final commit gets
+    its attempts (before and after the processor's shutdown) and no more."""
+    client = ScriptedClient(shard_data={0: 3}, commit_errors=[E.SlsError("busy")] * 4)
+    processor = Recorder(persist=False)
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.batches, "a batch")
+        t.closing.set()
+        t.request_stop()
+
+    _, exited = anyio.run(run, task, body)
+    assert exited == [task] and 0 not in client.saved and task.commit_failed
+    assert client.commits(0) == [at(3)] * 2
+
+
 def test_ownership_lost_on_commit_stops_the_shard_without_committing_again() -> None:
     client = ScriptedClient(shard_data={0: 3}, commit_errors=[E.OwnershipLost("taken")])
     processor = Recorder()
