@@ -10,6 +10,7 @@ consumer per group).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ from loghubd.config.sections import (
     SourceSpec,
 )
 from loghubd.config.values import _construct, _raise_if, _section_kwargs, _Value
+from loghubd.sls.endpoint import service_key
 
 
 def _derive(consumer: dict[str, Any], warnings: list[str], label: Callable[[str], str]) -> None:
@@ -179,14 +181,43 @@ def _build_multi(layers: _Layers, environ: Mapping[str, str]) -> tuple[SourceSpe
         }
         if all(section is not None for section in sections.values()):
             specs.append(SourceSpec(name, **sections))
-    seen: dict[tuple[str, str, str, str], str] = {}
+    problems.extend(_shared_groups(specs))
+    problems.extend(_shared_jsonl_paths(specs))
+    return tuple(specs)
+
+
+def _shared_groups(specs: list[SourceSpec]) -> list[str]:
+    """Two entries consuming one logstore with one group, however the endpoint is spelt
+    (`http://localhost:7100` and `http://127.0.0.1:7100/`): both would hold every shard, each
+    heartbeat letting go of what the other holds, and every log would be delivered twice."""
+    problems: list[str] = []
+    seen: dict[tuple[tuple[str, str], str, str, str], str] = {}
     for spec in specs:
         s = spec.source
-        where = (s.endpoint.rstrip("/"), s.project, s.logstore, spec.consumer.group)
+        where = (service_key(s.endpoint), s.project, s.logstore, spec.consumer.group)
         if where in seen:
             problems.append(
                 f"sources.{spec.name}: consumes {s.project}/{s.logstore} with group "
                 f"{spec.consumer.group!r}, like sources.{seen[where]}: one consumer per group"
             )
         seen.setdefault(where, spec.name)
-    return tuple(specs)
+    return problems
+
+
+def _shared_jsonl_paths(specs: list[SourceSpec]) -> list[str]:
+    """Two entries writing `jsonl` into one directory would write one `shard-<n>.jsonl` file
+    each for their shard n: one's rotation or retry would cut the other's lines."""
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for spec in specs:
+        path = spec.processor.selected_options.get("path")
+        if spec.processor.name != "jsonl" or not isinstance(path, str) or not path:
+            continue
+        where = os.path.realpath(path)
+        if where in seen:
+            problems.append(
+                f"sources.{spec.name}.processor.jsonl.path: {where} is also where "
+                f"sources.{seen[where]} writes; give each source its own directory"
+            )
+        seen.setdefault(where, spec.name)
+    return problems

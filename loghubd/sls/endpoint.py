@@ -27,6 +27,40 @@ def base_url(endpoint: str, project: str) -> tuple[str, str]:
     return f"{scheme}://{project}.{host}{netloc_port}", f"{project}.{host}"
 
 
+_ALIYUN_SUFFIX = ".log.aliyuncs.com"
+_ALIYUN_NETWORKS = ("-intranet", "-vpc", "-share")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def service_key(endpoint: str) -> tuple[str, str]:
+    """What names the service `endpoint` reaches, so that two spellings of one compare equal:
+    Alibaba Cloud's endpoints by region (the public, `-intranet`, `-vpc` and `-share` hosts,
+    with or without a project in front, reach one service), a loopback address or `localhost`
+    by port, any other host by its lower-case name and port (the scheme's default when none
+    is given). ValueError without a host."""
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
+        raise ValueError(f"endpoint {endpoint!r} has no host")
+    port = str(parts.port or _DEFAULT_PORTS.get(parts.scheme or "http") or "")
+    if host.endswith(_ALIYUN_SUFFIX):
+        region = host[: -len(_ALIYUN_SUFFIX)].rsplit(".", 1)[-1]
+        for network in _ALIYUN_NETWORKS:
+            region = region.removesuffix(network)
+        return "aliyun", region
+    if host == "localhost" or _is_loopback(host):
+        return "loopback", port
+    return host, port
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
 def client_proxy(endpoint: str, project: str, environ: Mapping[str, str]) -> Proxy | None:
     """The proxy an SlsClient for `project` at `endpoint` uses (`loghubd.proxy`)."""
     return proxy_for(base_url(endpoint, project)[0], environ)

@@ -164,7 +164,13 @@ VALID: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
         {},
         {"log.level": "debug", "log.format": "json"},
     ),
-    ("env overrides the file", "", {"LOGHUBD_CONSUMER__GROUP": "grp-x"}, {}, {"consumer.group": "grp-x"}),
+    (
+        "env overrides the file",
+        "",
+        {"LOGHUBD_CONSUMER__GROUP": "grp-x"},
+        {},
+        {"consumer.group": "grp-x"},
+    ),
     (
         "env values are parsed",
         "",
@@ -1043,6 +1049,35 @@ MULTI_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
         ONE_SOURCE + ONE_SOURCE.replace('"app"', '"again"'),
         {},
         ["sources.again: consumes proj/ls with group 'grp', like sources.app"],
+    ),
+    (
+        "same logstore and group at another spelling of the endpoint",
+        ONE_SOURCE
+        + ONE_SOURCE.replace('"app"', '"again"').replace(
+            "http://127.0.0.1:7100", "HTTP://localhost:7100/"
+        ),
+        {},
+        ["sources.again: consumes proj/ls with group 'grp', like sources.app"],
+    ),
+    (
+        "same region through its VPC endpoint",
+        ONE_SOURCE.replace("http://127.0.0.1:7100", "https://cn-hangzhou.log.aliyuncs.com")
+        + ONE_SOURCE.replace('"app"', '"again"').replace(
+            "http://127.0.0.1:7100", "https://cn-hangzhou-vpc.log.aliyuncs.com"
+        ),
+        {},
+        ["sources.again: consumes proj/ls with group 'grp', like sources.app"],
+    ),
+    (
+        "two jsonl sources in one directory",
+        ONE_SOURCE
+        + ONE_SOURCE.replace('"app"', '"audit"').replace('"ls"', '"audit"')
+        + "[processor.jsonl]\npath = '/tmp/loghubd-shared-out'\n",
+        {},
+        [
+            "sources.audit.processor.jsonl.path: /tmp/loghubd-shared-out is also where "
+            "sources.app writes"
+        ],
     ),
     (
         "range problems name the source",
