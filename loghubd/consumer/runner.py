@@ -216,6 +216,7 @@ class SourceRunner:
         client, supervisor = self.client, self.supervisor
         assert client is not None and supervisor is not None, "build() first"
         bind = self._bind
+        factory_started = False  # its close is owed, even if a stop comes before consuming
         try:
             async with anyio.create_task_group() as tg:
                 with anyio.CancelScope() as startup:
@@ -234,7 +235,13 @@ class SourceRunner:
                         if self.factory.bind is not None:
                             self.factory.bind(self.processor_context())
                         if self.factory.start is not None:
-                            await self.factory.start()
+                            try:
+                                await self.factory.start()
+                            except BaseException:
+                                # Cut short by the stop: what it opened yet is closed.
+                                factory_started = stop.is_set()
+                                raise
+                        factory_started = True
                     except StartupError as exc:
                         self.state, self.error, self.clean = "failed", str(exc), False
                         self.exit_code = exc.exit_code
@@ -248,7 +255,7 @@ class SourceRunner:
                 tg.cancel_scope.cancel()
         finally:
             close = self.factory.close
-            if close is not None and self.state not in ("starting", "failed"):
+            if close is not None and (factory_started or self.state not in ("starting", "failed")):
                 with anyio.CancelScope(shield=True):
                     await close()
         if supervisor.unflushed:

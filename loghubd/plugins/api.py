@@ -155,7 +155,8 @@ class Startable(Protocol):
 @runtime_checkable
 class Closable(Protocol):
     """Optional, on a factory: ``close()``, sync or async, once at shutdown (after every
-    shard's processor has shut down)."""
+    shard's processor has shut down); also when the daemon is stopped during (or right after)
+    ``start()``, so it should close only what was opened."""
 
     def close(self) -> Awaitable[None] | None: ...
 

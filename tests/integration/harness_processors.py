@@ -5,7 +5,8 @@ directory that goes on the daemon's PYTHONPATH, so the daemon loads it through t
 entry-point mechanism, with nothing installed into the virtualenv. Its processors:
 
 - `record`: one JSON line per log (`shard`, `id`, `key`, `seq`) appended to ONE file shared
-  by all shards of the daemon, so the file order is the order in which that daemon delivered.
+  by all shards of the daemon, so the file order is the order in which that daemon delivered;
+  its factory can be held in `start()` and note its `close()`.
 - `flaky`: like `jsonl`, but the batch holding the log `fail_id` raises on its first
   `fail_times` attempts; every attempt at it is appended to `attempts` (time, cursors).
 - `stuck`: like `jsonl`, but one shard's `process()` (sync or async) never returns.
@@ -127,8 +128,22 @@ class FlakyFactory:
 
 
 class RecordFactory:
+    """Options besides `path`: `start_held` (a file `start()` creates before it waits for
+    ever: the daemon never gets past its start) and `closed` (a file `close()` creates)."""
+
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.path = str(options["path"])
+        self.start_held = options.get("start_held")
+        self.closed = options.get("closed")
+
+    async def start(self) -> None:
+        if self.start_held:
+            await anyio.Path(self.start_held).touch()
+            await anyio.sleep_forever()
+
+    def close(self) -> None:
+        if self.closed:
+            Path(self.closed).touch()
 
     def __call__(self, shard: int) -> RecordProcessor:
         return RecordProcessor(self.path)

@@ -115,3 +115,25 @@ def test_expired_cursor_restarts_at_the_beginning_of_retained_data(
     assert cursors.to_seq(0, warning["restart_at"]) == after_b, (warning, after_b)
     written = [*expected_ids("a", 500), *expected_ids("c", 500), *expected_ids("d", 500)]
     assert_delivered_exactly([second], written)  # b expired unread; c (retained) and d consumed
+
+
+def test_a_stop_during_the_processor_factory_start_still_closes_it(daemon_pool: Pool) -> None:
+    """SIGTERM while the factory's `start()` is still running (a sink slow to connect): the
+    daemon stops at once and the factory's `close()` runs, for what its start opened."""
+    pool = daemon_pool
+    pool.admin.create_logstore("held-start", 1)
+    held, closed = pool.dir / "start-held", pool.dir / "factory-closed"
+    daemon = pool.daemon(
+        "held-start",
+        "held-start",
+        "held",
+        processor="record",
+        processor_options={
+            "path": str(pool.dir / "held.jsonl"),
+            "start_held": str(held),
+            "closed": str(closed),
+        },
+    )
+    wait_until(held.exists, 20, "the factory's start() never ran")
+    assert daemon.stop() == 0, daemon.log_tail()
+    assert closed.exists(), daemon.log_tail()
