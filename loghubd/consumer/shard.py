@@ -183,6 +183,11 @@ class ShardTask:
         except E.OwnershipLost as exc:
             self.lost = True
             self.request_stop()
+            if resend and tracker.committed == cursor:
+                # The end of a read-only shard, already saved by us: the server ended the
+                # shard on that commit (or gave it on, at its end), and refuses a second one.
+                log.info("shard_end_already_saved", **self._bind, cursor=cursor)
+                return True, None
             self.ctx.metrics.ownership_lost.labels(str(self.shard)).inc()
             self.ctx.metrics.commits.labels("ownership_lost").inc()
             log.warning("shard_ownership_lost", **self._bind, error=str(exc))

@@ -187,6 +187,27 @@ def test_the_end_of_a_readonly_shard_is_sent_even_if_already_committed_and_retri
     assert client.commits(0) == [at(2), at(2)]
 
 
+def test_a_refused_resend_of_an_end_already_saved_is_no_ownership_loss() -> None:
+    """The server ended the read-only shard on our earlier commit of its end and refuses the
+    resend: the shard is finished, not lost to another consumer (no warning, no metric)."""
+    finished: list[int] = []
+    client = ScriptedClient(
+        shard_data={0: 2},
+        readonly=True,
+        checkpoints={0: at(2)},
+        commit_errors=[E.OwnershipLost("over")],
+    )
+    ctx = context(client, Recorder(), on_finished=lambda: finished.append(0))
+    task = ShardTask(0, ctx)
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: finished, "on_finished")
+
+    anyio.run(run, task, body)
+    assert client.commits(0) == [at(2)] and task.lost
+    assert ctx.metrics.ownership_lost.labels("0")._value.get() == 0
+
+
 def test_a_handed_over_shard_keeps_its_final_commit_going_until_it_lands() -> None:
     """A rebalance stop whose final commit fails: the shard is still held (so the server keeps
     it ours) and the commit is retried, rather than handed over from an older checkpoint."""
