@@ -14,6 +14,10 @@ fails the batch before any of it is written (the retry starts clean). Closed fil
 `shard-<shard>.<UTC time of closing, %Y%m%dT%H%M%S.%fZ>.jsonl` (`.gz` / `.zst` appended once
 compressed), so that sorting the names sorts them in write order.
 
+One processor at a time writes a directory's shard: `initialize()` takes an exclusive `flock`
+on `<path>/.shard-<shard>.lock`, held until `shutdown()` (or the process's end), and fails
+the start if another processor holds it (another source with the same path, another daemon).
+
 Under `loghubd dead-letters replay` (`context.replay`) each dead letter gets a file of its own,
 `shard-<shard>.replay-<start>-<end>.jsonl` (the positions of its first and next log group in
 the shard), written whole under a temporary name and renamed: a replay run again replaces the
@@ -97,6 +101,10 @@ class JsonlOptions:
         return Path(options["path"]), opts
 
 
+class JsonlPathInUse(RuntimeError):
+    """Another processor (another source, another daemon) writes this shard's file."""
+
+
 class JsonlMetrics:
     """The processor's own series on the source's registry (docs/metrics.md). A closed file
     that cannot be compressed stays as it is and is tried again later: counted here, so a
@@ -136,6 +144,7 @@ class JsonlProcessor:
         self.options = options or JsonlOptions()
         self.metrics = metrics or JsonlMetrics(CollectorRegistry())
         self._fd = -1
+        self._lock_fd = -1  # holds the flock on .shard-<shard>.lock while the shard is ours
         self._size = 0  # bytes of whole batches in the open file
         self._torn = False  # a failed write may have left bytes past _size
         self._opened = 0.0  # time.time() when the open file was opened
@@ -145,8 +154,24 @@ class JsonlProcessor:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.replay:
             return
+        self._take_shard()
         self._compress_closed()
         self._open()
+
+    def _take_shard(self) -> None:
+        """Two processors appending to one file, each rotating and cutting it back by its own
+        count, destroy each other's lines: refuse to start while another holds the shard. The
+        daemon retries the start with backoff (right for a shard handed over between
+        daemons: the old owner lets go at its shutdown, or at its end, killed or not)."""
+        lock = self.directory / f".shard-{self.shard}.lock"
+        fd = files.lock_exclusive(lock)
+        if fd is None:
+            raise JsonlPathInUse(
+                f"jsonl: {self.path} is being written by another processor (another source "
+                f"with the same processor.jsonl.path, or another daemon: {lock} is locked); "
+                "give each source its own path"
+            )
+        self._lock_fd = fd
 
     def _open(self) -> None:
         # O_APPEND: every write goes to the end, wherever a truncation left it.
@@ -275,13 +300,20 @@ class JsonlProcessor:
 
     def shutdown(self, tracker: Tracker) -> None:
         with self._lock:
-            if self._fd >= 0:
-                if self._torn:
-                    self._cut_back()
-                if self.options.fsync != "never":
-                    os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = -1
+            try:
+                if self._fd >= 0:
+                    try:
+                        if self._torn:
+                            self._cut_back()
+                        if self.options.fsync != "never":
+                            os.fsync(self._fd)
+                    finally:
+                        os.close(self._fd)
+                        self._fd = -1
+            finally:  # last, and whatever failed: the shard is let go once its file is closed
+                if self._lock_fd >= 0:
+                    os.close(self._lock_fd)
+                    self._lock_fd = -1
 
 
 class JsonlFactory:
