@@ -9,10 +9,11 @@ again before the retry, so a retried batch never follows a torn line or a partia
 itself. The shard's checkpoint is saved only after the whole batch is written, and made
 durable (fsync) before it is committed, unless `fsync = "never"`.
 
-Rotation and compression happen between batches, before a batch is written: a failure there
-fails the batch before any of it is written (the retry starts clean). Closed files are named
+Rotation happens between batches, before a batch is written: a failure there fails the batch
+before any of it is written (the retry starts clean). Closed files are named
 `shard-<shard>.<UTC time of closing, %Y%m%dT%H%M%S.%fZ>.jsonl` (`.gz` / `.zst` appended once
-compressed), so that sorting the names sorts them in write order.
+compressed), so that sorting the names sorts them in write order. They are compressed in a
+thread of their own (`jsonl_compress`), never under the lock `process()` and `flush()` share.
 
 One processor at a time writes a directory's shard: `initialize()` takes an exclusive `flock`
 on `<path>/.shard-<shard>.lock`, held until `shutdown()` (or the process's end), and fails
@@ -26,10 +27,7 @@ file with the same lines instead of appending them a second time.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import os
-import shutil
 import threading
 import time
 from collections.abc import Mapping
@@ -39,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import zstandard
 from prometheus_client import CollectorRegistry, Counter
 
 from loghubd import files
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
+from loghubd.processors.jsonl_compress import Compressor
 from loghubd.processors.options import check_options
 from loghubd.protocol import cursor as cursors
 
@@ -52,7 +50,6 @@ log = structlog.get_logger("loghubd.processors.jsonl")
 
 FSYNC_MODES = ("batch", "interval", "never")
 COMPRESSIONS = ("none", "gzip", "zstd")
-SUFFIXES = {"gzip": ".gz", "zstd": ".zst"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,13 +146,16 @@ class JsonlProcessor:
         self._torn = False  # a failed write may have left bytes past _size
         self._opened = 0.0  # time.time() when the open file was opened
         self._lock = threading.Lock()
+        sync = self.options.fsync != "never"
+        failures = self.metrics.compress_failures
+        self._compressor = Compressor(directory, shard, self.options.compress, sync, failures)
 
     def initialize(self, shard: int) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.replay:
             return
         self._take_shard()
-        self._compress_closed()
+        self._compressor.start()  # also what a crash or a stop left uncompressed
         self._open()
 
     def _take_shard(self) -> None:
@@ -247,36 +247,11 @@ class JsonlProcessor:
         self._open()
         log.info("jsonl_rotated", shard=self.shard, closed=str(closed))
         self.metrics.rotated.inc()
-        self._compress_closed()
+        self._compressor.wake()
 
-    def _compress_closed(self) -> None:
-        """Compress every closed, not yet compressed file of this shard (also those a crash
-        left behind). A failure is logged and tried again at the next rotation or start."""
-        method = self.options.compress
-        if method == "none":
-            return
-        for closed in sorted(self.directory.glob(f"shard-{self.shard}.*Z.jsonl")):
-            target = closed.with_name(closed.name + SUFFIXES[method])
-            part = target.with_name(target.name + ".part")
-            try:
-                with open(closed, "rb") as src, open(part, "wb") as raw:
-                    if method == "gzip":
-                        with gzip.GzipFile(filename=closed.name, mode="wb", fileobj=raw) as out:
-                            shutil.copyfileobj(src, out, 1 << 20)
-                    else:
-                        zstandard.ZstdCompressor().copy_stream(src, raw)
-                    raw.flush()
-                    if self.options.fsync != "never":
-                        os.fsync(raw.fileno())
-                os.rename(part, target)
-                self._sync_directory()
-                closed.unlink()
-            except OSError as e:
-                with contextlib.suppress(OSError):  # the failure is reported below, not this
-                    part.unlink(missing_ok=True)
-                self.metrics.compress_failures.inc()
-                log.warning("jsonl_compress_failed", path=str(closed), error=str(e))
-                return
+    def wait_compressed(self) -> None:
+        """Wait until the files closed so far are compressed (or failed to be): for tests."""
+        self._compressor.wait_idle()
 
     def _sync_directory(self) -> None:
         if self.options.fsync != "never":
@@ -299,6 +274,7 @@ class JsonlProcessor:
             os.close(fd)
 
     def shutdown(self, tracker: Tracker) -> None:
+        self._compressor.stop()  # abandons a compression in progress: redone at the next start
         with self._lock:
             try:
                 if self._fd >= 0:
