@@ -145,6 +145,7 @@ class JsonlProcessor:
         self._size = 0  # bytes of whole batches in the open file
         self._torn = False  # a failed write may have left bytes past _size
         self._opened = 0.0  # time.time() when the open file was opened
+        self._closing: Path | None = None  # a rotation's closed file, once renamed, until done
         self._lock = threading.Lock()
         sync = self.options.fsync != "never"
         failures = self.metrics.compress_failures
@@ -174,9 +175,15 @@ class JsonlProcessor:
         self._lock_fd = fd
 
     def _open(self) -> None:
+        self._use(self._open_live())
+
+    def _open_live(self) -> int:
         # O_APPEND: every write goes to the end, wherever a truncation left it.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _use(self, fd: int) -> None:
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
         self._opened = time.time()
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
@@ -188,7 +195,7 @@ class JsonlProcessor:
             if self._torn:  # the retry of a failed batch: cut what it left first
                 os.ftruncate(self._fd, self._size)
                 self._torn = False
-            if self._rotation_due():
+            if self._closing is not None or self._rotation_due():
                 self._rotate()
             start = self._size
             try:
@@ -233,18 +240,28 @@ class JsonlProcessor:
         return bool(o.rotate_seconds) and time.time() - self._opened >= o.rotate_seconds
 
     def _rotate(self) -> None:
-        """Close the file under its final name and open a new, empty one."""
-        if self.options.fsync != "never":
-            os.fsync(self._fd)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        closed = self.directory / f"shard-{self.shard}.{stamp}.jsonl"
-        # Renamed while still open: if the rename fails, the file stays open and in place,
-        # and the next batch tries again.
-        os.rename(self.path, closed)
-        self._sync_directory()
-        old, self._fd = self._fd, -1
+        """Close the file under its final name and open a new, empty one. Restartable: a step
+        that fails fails the batch (before any of it is written), and the retry goes on from
+        the step it reached; the old file stays open, and the one written to, until the new
+        one is in place, so a failure never leaves the shard without a file."""
+        if self._closing is None:
+            if self.options.fsync != "never":
+                os.fsync(self._fd)
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+            closed = self.directory / f"shard-{self.shard}.{stamp}.jsonl"
+            # Renamed while still open: if the rename fails, nothing changed.
+            os.rename(self.path, closed)
+            self._closing = closed
+        new = self._open_live()  # again at a retry: O_CREAT finds the empty file if made
+        try:
+            self._sync_directory()  # the closed file's new name and the new file's
+        except BaseException:
+            os.close(new)
+            raise
+        old, closed = self._fd, self._closing
+        self._use(new)
+        self._closing = None
         os.close(old)
-        self._open()
         log.info("jsonl_rotated", shard=self.shard, closed=str(closed))
         self.metrics.rotated.inc()
         self._compressor.wake()
