@@ -178,13 +178,36 @@ class JsonlProcessor:
         self._use(self._open_live())
 
     def _open_live(self) -> int:
-        # O_APPEND: every write goes to the end, wherever a truncation left it.
-        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # O_APPEND: every write goes to the end, wherever a truncation left it. O_RDWR: to
+        # find the last whole line (`_cut_torn_tail`).
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     def _use(self, fd: int) -> None:
+        self._cut_torn_tail(fd)
         self._fd = fd
         self._size = os.fstat(fd).st_size
         self._opened = time.time()
+
+    def _cut_torn_tail(self, fd: int) -> None:
+        """A crash (kill -9, power cut) mid-batch leaves part of a line at the end of the file;
+        appending the batch read again after it would glue its first line to it. That batch
+        was never checkpointed (it is read again), so the file is cut back to just after its
+        last newline."""
+        size = end = os.fstat(fd).st_size
+        if not size or os.pread(fd, 1, size - 1) == b"\n":
+            return
+        keep = 0
+        while end > 0:
+            start = max(0, end - (1 << 16))
+            newline = os.pread(fd, end - start, start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            end = start
+        os.ftruncate(fd, keep)
+        log.warning(
+            "jsonl_torn_line_removed", path=str(self.path), removed_bytes=size - keep, kept=keep
+        )
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
         if self.replay:
