@@ -142,8 +142,8 @@ class JsonlProcessor:
         self.metrics = metrics or JsonlMetrics(CollectorRegistry())
         self._fd = -1
         self._lock_fd = -1  # holds the flock on .shard-<shard>.lock while the shard is ours
-        self._size = 0  # bytes of whole batches in the open file
-        self._torn = False  # a failed write may have left bytes past _size
+        # Where a failed batch began: it may have left bytes past it (cut before the next).
+        self._torn: int | None = None
         self._opened = 0.0  # time.time() when the open file was opened
         self._closing: Path | None = None  # a rotation's closed file, once renamed, until done
         self._lock = threading.Lock()
@@ -185,7 +185,6 @@ class JsonlProcessor:
     def _use(self, fd: int) -> None:
         self._cut_torn_tail(fd)
         self._fd = fd
-        self._size = os.fstat(fd).st_size
         self._opened = time.time()
 
     def _cut_torn_tail(self, fd: int) -> None:
@@ -215,23 +214,48 @@ class JsonlProcessor:
             tracker.save_checkpoint(persist=False)
             return
         with self._lock:
-            if self._torn:  # the retry of a failed batch: cut what it left first
-                os.ftruncate(self._fd, self._size)
-                self._torn = False
-            if self._closing is not None or self._rotation_due():
+            if self._closing is None:
+                self._follow_path()
+            # The file's real size, not a count of ours: logrotate's copytruncate may have
+            # emptied it, and cutting back to a count past its end would fill it with NULs.
+            start = os.fstat(self._fd).st_size
+            if self._torn is not None:  # the retry of a failed batch: cut what it left first
+                start = min(start, self._torn)
+                os.ftruncate(self._fd, start)
+                self._torn = None
+            if self._closing is not None or self._rotation_due(start):
                 self._rotate()
-            start = self._size
+                start = os.fstat(self._fd).st_size
             try:
                 written = batch.write_jsonl(self._fd)
-                self._size += written
                 if self.options.fsync == "batch":
                     os.fsync(self._fd)
             except BaseException:
-                self._size, self._torn = start, True
+                self._torn = start
                 self._cut_back()
                 raise
         self.metrics.bytes.inc(written)
         tracker.save_checkpoint(persist=False)
+
+    def _follow_path(self) -> None:
+        """If an outside rotation (logrotate's rename and create, or a removal) took the live
+        file away, writing on would go to a file nobody reads, or a deleted one, with the
+        checkpoints saved: open `shard-<shard>.jsonl` again (a new file if there is none)."""
+        mine = os.fstat(self._fd)
+        try:
+            there = os.stat(self.path)
+            if mine.st_nlink and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+                return
+            why = "replaced"
+        except FileNotFoundError:
+            why = "removed"
+        log.warning("jsonl_file_reopened", path=str(self.path), reason=why)
+        old = self._fd
+        if self._torn is not None:  # a failed batch's part stays out of the file it was in
+            self._cut_back()
+            self._torn = None
+        self._use(self._open_live())
+        os.close(old)
 
     def _write_replayed(self, batch: Batch) -> None:
         """A dead letter into a file of its own, named by its range: whole or not at all."""
@@ -248,17 +272,19 @@ class JsonlProcessor:
     def _cut_back(self) -> None:
         """Remove a failed batch's partial write now (shrinking needs no free space); if even
         that fails, the retry does it before writing."""
+        if self._torn is None:
+            return
         try:
-            os.ftruncate(self._fd, self._size)
-            self._torn = False
+            os.ftruncate(self._fd, min(self._torn, os.fstat(self._fd).st_size))
+            self._torn = None
         except OSError as e:
             log.warning("jsonl_truncate_failed", path=str(self.path), error=str(e))
 
-    def _rotation_due(self) -> bool:
+    def _rotation_due(self, size: int) -> bool:
         o = self.options
-        if self._size == 0:
+        if size == 0:
             return False
-        if o.rotate_bytes and self._size >= o.rotate_bytes:
+        if o.rotate_bytes and size >= o.rotate_bytes:
             return True
         return bool(o.rotate_seconds) and time.time() - self._opened >= o.rotate_seconds
 
@@ -319,8 +345,7 @@ class JsonlProcessor:
             try:
                 if self._fd >= 0:
                     try:
-                        if self._torn:
-                            self._cut_back()
+                        self._cut_back()
                         if self.options.fsync != "never":
                             os.fsync(self._fd)
                     finally:
