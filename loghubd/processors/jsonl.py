@@ -175,7 +175,15 @@ class JsonlProcessor:
         self._lock_fd = fd
 
     def _open(self) -> None:
-        self._use(self._open_live())
+        """Open (or make) the live file and make its name durable: a power cut must not take
+        away a file whose batches were checkpointed."""
+        fd = self._open_live()
+        try:
+            self._sync_directory()
+        except BaseException:
+            os.close(fd)
+            raise
+        self._use(fd)
 
     def _open_live(self) -> int:
         # O_APPEND: every write goes to the end, wherever a truncation left it. O_RDWR: to
@@ -254,7 +262,7 @@ class JsonlProcessor:
         if self._torn is not None:  # a failed batch's part stays out of the file it was in
             self._cut_back()
             self._torn = None
-        self._use(self._open_live())
+        self._open()
         os.close(old)
 
     def _write_replayed(self, batch: Batch) -> None:
