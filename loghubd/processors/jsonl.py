@@ -20,9 +20,10 @@ on `<path>/.shard-<shard>.lock`, held until `shutdown()` (or the process's end),
 the start if another processor holds it (another source with the same path, another daemon).
 
 Under `loghubd dead-letters replay` (`context.replay`) each dead letter gets a file of its own,
-`shard-<shard>.replay-<start>-<end>.jsonl` (the positions of its first and next log group in
-the shard), written whole under a temporary name and renamed: a replay run again replaces the
-file with the same lines instead of appending them a second time.
+`shard-<shard>.replay-<start>-<end>.jsonl` (its cursor and next cursor as the decimal numbers
+they encode), written whole under a hidden temporary name (`files.write_atomically`) and
+renamed: a replay run again replaces the file with the same lines instead of appending them a
+second time.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ class JsonlOptions:
     # `checkpoint_interval`; the default, as before these options); never: leave it to the OS
     fsync: str = "interval"
     rotate_bytes: int = 0  # close the file once it holds this many bytes (0: never)
-    rotate_seconds: float = 0.0  # close the file this long after it was opened (0: never)
+    # close the file this long after this processor opened it (0: never); a restart or a
+    # rebalance starts the count again (docs/jsonl.md)
+    rotate_seconds: float = 0.0
     compress: str = "none"  # compress each closed file: none, gzip or zstd
 
     @classmethod
