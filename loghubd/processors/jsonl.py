@@ -266,7 +266,11 @@ class JsonlProcessor:
             self._cut_back()
             self._torn = None
         self._open()
-        os.close(old)
+        try:
+            if self.options.fsync != "never":  # its batches' checkpoints may not be committed
+                os.fsync(old)  # yet, and the next flush() syncs only the new file
+        finally:
+            os.close(old)
 
     def _write_replayed(self, batch: Batch) -> None:
         """A dead letter into a file of its own, named by its range: whole or not at all."""

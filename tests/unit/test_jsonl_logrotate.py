@@ -79,3 +79,28 @@ def test_a_live_file_taken_away_is_opened_again(tmp_path: Path, how: str) -> Non
         assert ids(tmp_path / "shard-0.jsonl.1") == [0]
     [reopened] = [e for e in logs if e["event"] == "jsonl_file_reopened"]
     assert reopened["reason"] == {"removed": "removed"}.get(how, "replaced")
+
+
+def test_the_renamed_file_is_synced_before_it_is_let_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its last batches' checkpoints may not be committed yet, and the next `flush()` (before
+    the commit) syncs only the new file."""
+    p = JsonlFactory({"path": str(tmp_path), "fsync": "interval"})(0)
+    p.initialize(0)
+    p.process(b(0), RecordingTracker())
+    live = tmp_path / "shard-0.jsonl"
+    old_inode = live.stat().st_ino
+    live.rename(tmp_path / "shard-0.jsonl.1")
+    synced: list[int] = []
+    real = os.fsync
+
+    def noting(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", noting)
+    p.process(b(1), RecordingTracker())
+    p.shutdown(RecordingTracker())
+    assert old_inode in synced
+    assert ids(tmp_path / "shard-0.jsonl.1") == [0] and ids(live) == [1]
