@@ -3,6 +3,7 @@ at all (a temporary file renamed into place)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 from collections.abc import Callable
@@ -26,6 +27,22 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def lock_exclusive(path: Path) -> int | None:
+    """Open (or make) `path` and take an exclusive `flock` on it without waiting: the file
+    descriptor that holds it (closing it, or the process ending, releases it), or None when
+    another open file holds it (another process, or another open in this one)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def prove_writable(directory: Path) -> None:

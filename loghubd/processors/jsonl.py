@@ -9,23 +9,26 @@ again before the retry, so a retried batch never follows a torn line or a partia
 itself. The shard's checkpoint is saved only after the whole batch is written, and made
 durable (fsync) before it is committed, unless `fsync = "never"`.
 
-Rotation and compression happen between batches, before a batch is written: a failure there
-fails the batch before any of it is written (the retry starts clean). Closed files are named
+Rotation happens between batches, before a batch is written: a failure there fails the batch
+before any of it is written (the retry starts clean). Closed files are named
 `shard-<shard>.<UTC time of closing, %Y%m%dT%H%M%S.%fZ>.jsonl` (`.gz` / `.zst` appended once
-compressed), so that sorting the names sorts them in write order.
+compressed), so that sorting the names sorts them in write order. They are compressed in a
+thread of their own (`jsonl_compress`), never under the lock `process()` and `flush()` share.
+
+One processor at a time writes a directory's shard: `initialize()` takes an exclusive `flock`
+on `<path>/.shard-<shard>.lock`, held until `shutdown()` (or the process's end), and fails
+the start if another processor holds it (another source with the same path, another daemon).
 
 Under `loghubd dead-letters replay` (`context.replay`) each dead letter gets a file of its own,
-`shard-<shard>.replay-<start>-<end>.jsonl` (the positions of its first and next log group in
-the shard), written whole under a temporary name and renamed: a replay run again replaces the
-file with the same lines instead of appending them a second time.
+`shard-<shard>.replay-<start>-<end>.jsonl` (its cursor and next cursor as the decimal numbers
+they encode), written whole under a hidden temporary name (`files.write_atomically`) and
+renamed: a replay run again replaces the file with the same lines instead of appending them a
+second time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import os
-import shutil
 import threading
 import time
 from collections.abc import Mapping
@@ -35,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import zstandard
 from prometheus_client import CollectorRegistry, Counter
 
 from loghubd import files
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
+from loghubd.processors.jsonl_compress import Compressor
 from loghubd.processors.options import check_options
 from loghubd.protocol import cursor as cursors
 
@@ -48,7 +51,6 @@ log = structlog.get_logger("loghubd.processors.jsonl")
 
 FSYNC_MODES = ("batch", "interval", "never")
 COMPRESSIONS = ("none", "gzip", "zstd")
-SUFFIXES = {"gzip": ".gz", "zstd": ".zst"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,9 @@ class JsonlOptions:
     # `checkpoint_interval`; the default, as before these options); never: leave it to the OS
     fsync: str = "interval"
     rotate_bytes: int = 0  # close the file once it holds this many bytes (0: never)
-    rotate_seconds: float = 0.0  # close the file this long after it was opened (0: never)
+    # close the file this long after this processor opened it (0: never); a restart or a
+    # rebalance starts the count again (docs/jsonl.md)
+    rotate_seconds: float = 0.0
     compress: str = "none"  # compress each closed file: none, gzip or zstd
 
     @classmethod
@@ -95,6 +99,10 @@ class JsonlOptions:
             raise ValueError("processor.jsonl.rotate_seconds: seconds >= 0 (0: never)")
         opts = cls(fsync, rotate_bytes, rotate_seconds, compress)
         return Path(options["path"]), opts
+
+
+class JsonlPathInUse(RuntimeError):
+    """Another processor (another source, another daemon) writes this shard's file."""
 
 
 class JsonlMetrics:
@@ -136,23 +144,80 @@ class JsonlProcessor:
         self.options = options or JsonlOptions()
         self.metrics = metrics or JsonlMetrics(CollectorRegistry())
         self._fd = -1
-        self._size = 0  # bytes of whole batches in the open file
-        self._torn = False  # a failed write may have left bytes past _size
+        self._lock_fd = -1  # holds the flock on .shard-<shard>.lock while the shard is ours
+        # Where a failed batch began: it may have left bytes past it (cut before the next).
+        self._torn: int | None = None
         self._opened = 0.0  # time.time() when the open file was opened
+        self._closing: Path | None = None  # a rotation's closed file, once renamed, until done
         self._lock = threading.Lock()
+        sync = self.options.fsync != "never"
+        failures = self.metrics.compress_failures
+        self._compressor = Compressor(directory, shard, self.options.compress, sync, failures)
 
     def initialize(self, shard: int) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.replay:
             return
-        self._compress_closed()
+        self._take_shard()
+        self._compressor.start()  # also what a crash or a stop left uncompressed
         self._open()
 
+    def _take_shard(self) -> None:
+        """Two processors appending to one file, each rotating and cutting it back by its own
+        count, destroy each other's lines: refuse to start while another holds the shard. The
+        daemon retries the start with backoff (right for a shard handed over between
+        daemons: the old owner lets go at its shutdown, or at its end, killed or not)."""
+        lock = self.directory / f".shard-{self.shard}.lock"
+        fd = files.lock_exclusive(lock)
+        if fd is None:
+            raise JsonlPathInUse(
+                f"jsonl: {self.path} is being written by another processor (another source "
+                f"with the same processor.jsonl.path, or another daemon: {lock} is locked); "
+                "give each source its own path"
+            )
+        self._lock_fd = fd
+
     def _open(self) -> None:
-        # O_APPEND: every write goes to the end, wherever a truncation left it.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        """Open (or make) the live file and make its name durable: a power cut must not take
+        away a file whose batches were checkpointed."""
+        fd = self._open_live()
+        try:
+            self._sync_directory()
+        except BaseException:
+            os.close(fd)
+            raise
+        self._use(fd)
+
+    def _open_live(self) -> int:
+        # O_APPEND: every write goes to the end, wherever a truncation left it. O_RDWR: to
+        # find the last whole line (`_cut_torn_tail`).
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _use(self, fd: int) -> None:
+        self._cut_torn_tail(fd)
+        self._fd = fd
         self._opened = time.time()
+
+    def _cut_torn_tail(self, fd: int) -> None:
+        """A crash (kill -9, power cut) mid-batch leaves part of a line at the end of the file;
+        appending the batch read again after it would glue its first line to it. That batch
+        was never checkpointed (it is read again), so the file is cut back to just after its
+        last newline."""
+        size = end = os.fstat(fd).st_size
+        if not size or os.pread(fd, 1, size - 1) == b"\n":
+            return
+        keep = 0
+        while end > 0:
+            start = max(0, end - (1 << 16))
+            newline = os.pread(fd, end - start, start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            end = start
+        os.ftruncate(fd, keep)
+        log.warning(
+            "jsonl_torn_line_removed", path=str(self.path), removed_bytes=size - keep, kept=keep
+        )
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
         if self.replay:
@@ -160,23 +225,52 @@ class JsonlProcessor:
             tracker.save_checkpoint(persist=False)
             return
         with self._lock:
-            if self._torn:  # the retry of a failed batch: cut what it left first
-                os.ftruncate(self._fd, self._size)
-                self._torn = False
-            if self._rotation_due():
+            if self._closing is None:
+                self._follow_path()
+            # The file's real size, not a count of ours: logrotate's copytruncate may have
+            # emptied it, and cutting back to a count past its end would fill it with NULs.
+            start = os.fstat(self._fd).st_size
+            if self._torn is not None:  # the retry of a failed batch: cut what it left first
+                start = min(start, self._torn)
+                os.ftruncate(self._fd, start)
+                self._torn = None
+            if self._closing is not None or self._rotation_due(start):
                 self._rotate()
-            start = self._size
+                start = os.fstat(self._fd).st_size
             try:
                 written = batch.write_jsonl(self._fd)
-                self._size += written
                 if self.options.fsync == "batch":
                     os.fsync(self._fd)
             except BaseException:
-                self._size, self._torn = start, True
+                self._torn = start
                 self._cut_back()
                 raise
         self.metrics.bytes.inc(written)
         tracker.save_checkpoint(persist=False)
+
+    def _follow_path(self) -> None:
+        """If an outside rotation (logrotate's rename and create, or a removal) took the live
+        file away, writing on would go to a file nobody reads, or a deleted one, with the
+        checkpoints saved: open `shard-<shard>.jsonl` again (a new file if there is none)."""
+        mine = os.fstat(self._fd)
+        try:
+            there = os.stat(self.path)
+            if mine.st_nlink and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+                return
+            why = "replaced"
+        except FileNotFoundError:
+            why = "removed"
+        log.warning("jsonl_file_reopened", path=str(self.path), reason=why)
+        old = self._fd
+        if self._torn is not None:  # a failed batch's part stays out of the file it was in
+            self._cut_back()
+            self._torn = None
+        self._open()
+        try:
+            if self.options.fsync != "never":  # its batches' checkpoints may not be committed
+                os.fsync(old)  # yet, and the next flush() syncs only the new file
+        finally:
+            os.close(old)
 
     def _write_replayed(self, batch: Batch) -> None:
         """A dead letter into a file of its own, named by its range: whole or not at all."""
@@ -193,65 +287,52 @@ class JsonlProcessor:
     def _cut_back(self) -> None:
         """Remove a failed batch's partial write now (shrinking needs no free space); if even
         that fails, the retry does it before writing."""
+        if self._torn is None:
+            return
         try:
-            os.ftruncate(self._fd, self._size)
-            self._torn = False
+            os.ftruncate(self._fd, min(self._torn, os.fstat(self._fd).st_size))
+            self._torn = None
         except OSError as e:
             log.warning("jsonl_truncate_failed", path=str(self.path), error=str(e))
 
-    def _rotation_due(self) -> bool:
+    def _rotation_due(self, size: int) -> bool:
         o = self.options
-        if self._size == 0:
+        if size == 0:
             return False
-        if o.rotate_bytes and self._size >= o.rotate_bytes:
+        if o.rotate_bytes and size >= o.rotate_bytes:
             return True
         return bool(o.rotate_seconds) and time.time() - self._opened >= o.rotate_seconds
 
     def _rotate(self) -> None:
-        """Close the file under its final name and open a new, empty one."""
-        if self.options.fsync != "never":
-            os.fsync(self._fd)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        closed = self.directory / f"shard-{self.shard}.{stamp}.jsonl"
-        # Renamed while still open: if the rename fails, the file stays open and in place,
-        # and the next batch tries again.
-        os.rename(self.path, closed)
-        self._sync_directory()
-        old, self._fd = self._fd, -1
+        """Close the file under its final name and open a new, empty one. Restartable: a step
+        that fails fails the batch (before any of it is written), and the retry goes on from
+        the step it reached; the old file stays open, and the one written to, until the new
+        one is in place, so a failure never leaves the shard without a file."""
+        if self._closing is None:
+            if self.options.fsync != "never":
+                os.fsync(self._fd)
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+            closed = self.directory / f"shard-{self.shard}.{stamp}.jsonl"
+            # Renamed while still open: if the rename fails, nothing changed.
+            os.rename(self.path, closed)
+            self._closing = closed
+        new = self._open_live()  # again at a retry: O_CREAT finds the empty file if made
+        try:
+            self._sync_directory()  # the closed file's new name and the new file's
+        except BaseException:
+            os.close(new)
+            raise
+        old, closed = self._fd, self._closing
+        self._use(new)
+        self._closing = None
         os.close(old)
-        self._open()
         log.info("jsonl_rotated", shard=self.shard, closed=str(closed))
         self.metrics.rotated.inc()
-        self._compress_closed()
+        self._compressor.wake()
 
-    def _compress_closed(self) -> None:
-        """Compress every closed, not yet compressed file of this shard (also those a crash
-        left behind). A failure is logged and tried again at the next rotation or start."""
-        method = self.options.compress
-        if method == "none":
-            return
-        for closed in sorted(self.directory.glob(f"shard-{self.shard}.*Z.jsonl")):
-            target = closed.with_name(closed.name + SUFFIXES[method])
-            part = target.with_name(target.name + ".part")
-            try:
-                with open(closed, "rb") as src, open(part, "wb") as raw:
-                    if method == "gzip":
-                        with gzip.GzipFile(filename=closed.name, mode="wb", fileobj=raw) as out:
-                            shutil.copyfileobj(src, out, 1 << 20)
-                    else:
-                        zstandard.ZstdCompressor().copy_stream(src, raw)
-                    raw.flush()
-                    if self.options.fsync != "never":
-                        os.fsync(raw.fileno())
-                os.rename(part, target)
-                self._sync_directory()
-                closed.unlink()
-            except OSError as e:
-                with contextlib.suppress(OSError):  # the failure is reported below, not this
-                    part.unlink(missing_ok=True)
-                self.metrics.compress_failures.inc()
-                log.warning("jsonl_compress_failed", path=str(closed), error=str(e))
-                return
+    def wait_compressed(self) -> None:
+        """Wait until the files closed so far are compressed (or failed to be): for tests."""
+        self._compressor.wait_idle()
 
     def _sync_directory(self) -> None:
         if self.options.fsync != "never":
@@ -274,14 +355,21 @@ class JsonlProcessor:
             os.close(fd)
 
     def shutdown(self, tracker: Tracker) -> None:
+        self._compressor.stop()  # abandons a compression in progress: redone at the next start
         with self._lock:
-            if self._fd >= 0:
-                if self._torn:
-                    self._cut_back()
-                if self.options.fsync != "never":
-                    os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = -1
+            try:
+                if self._fd >= 0:
+                    try:
+                        self._cut_back()
+                        if self.options.fsync != "never":
+                            os.fsync(self._fd)
+                    finally:
+                        os.close(self._fd)
+                        self._fd = -1
+            finally:  # last, and whatever failed: the shard is let go once its file is closed
+                if self._lock_fd >= 0:
+                    os.close(self._lock_fd)
+                    self._lock_fd = -1
 
 
 class JsonlFactory:

@@ -1,7 +1,7 @@
 """The `jsonl` processor through a real daemon: a really full disk (a 256 KiB tmpfs, grown to
 64 MiB while the daemon retries) loses and repeats nothing and tears no line, and /status
 names the failing shard meanwhile; rotation, compression and `fsync = "batch"` on a live
-stream."""
+stream (compressed beside the writes)."""
 
 from __future__ import annotations
 
@@ -118,11 +118,49 @@ def test_rotation_compression_and_fsync_per_batch(daemon_pool: Pool) -> None:
         consumer={"max_fetch_log_groups": 4},
     ).wait_ready()
     wait_until(lambda: at_end(pool, "rot", "rot-group", 1), 60, daemon.log_tail)
+    # Compressed beside the writes; a compression the stop cuts short is left for the next start.
+    wait_until(lambda: list(out.glob("shard-0.*Z.jsonl.zst")), 30, daemon.log_tail)
     assert daemon.stop() == 0, daemon.log_tail()
 
     closed = sorted(out.glob("shard-0.*Z.jsonl*"))
     names = [p.name for p in closed]
     assert len(closed) >= 5, names
-    assert all(re.fullmatch(r"shard-0\.\d{8}T\d{6}\.\d{6}Z\.jsonl\.zst", n) for n in names), names
+    name = r"shard-0\.\d{8}T\d{6}\.\d{6}Z\.jsonl(\.zst)?"
+    assert all(re.fullmatch(name, n) for n in names), names
     delivered = ids_of(lines([*closed, out / "shard-0.jsonl"]))
     assert delivered == [f"r{n}" for n in range(count)]  # in order: names sort as written
+
+
+def test_two_daemons_pointed_at_one_directory_take_turns(daemon_pool: Pool) -> None:
+    """Two daemons (two consumer groups of one logstore) whose jsonl writes to one directory:
+    the second's shard is refused while the first holds it (/status says why, no traceback),
+    and starts once the first stops; each group's logs are in the files once, whole."""
+    pool = daemon_pool
+    pool.admin.create_logstore("two", 1)
+    count = 2000
+    pool.produce("two", count=count, group_size=50, prefix="t").wait()
+    out = pool.dir / "two-out"
+    options = {"path": str(out), "rotate_bytes": 20_000}
+    retry = {"retry_initial_backoff": 0.1, "processor_retry_max_backoff": 0.5}
+    first = pool.daemon("two", "group-a", "first", processor_options=options).wait_ready()
+    wait_until(lambda: at_end(pool, "two", "group-a", 1), 60, first.log_tail)
+    second = pool.daemon(
+        "two", "group-b", "second", processor_options=options, consumer=retry
+    ).wait_ready()
+
+    errors: list[str] = []
+
+    def refused() -> bool:
+        errors[:] = [s["processor_error"] for s in second.status()["shards"]]
+        return any(errors)
+
+    wait_until(refused, 30, second.log_tail)
+    assert "shard-0.jsonl is being written by another processor" in errors[0], errors
+    assert first.stop() == 0, first.log_tail()
+    wait_until(lambda: at_end(pool, "two", "group-b", 1), 60, second.log_tail)
+    assert second.stop() == 0, second.log_tail()
+    assert "Traceback" not in second.log_tail(10_000)
+
+    delivered = ids_of(lines([*sorted(out.glob("shard-0.*Z.jsonl")), out / "shard-0.jsonl"]))
+    expected = [f"t{n}" for n in range(count)]
+    assert delivered == expected + expected  # group-a's logs, then group-b's

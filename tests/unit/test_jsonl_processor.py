@@ -146,6 +146,7 @@ def test_rotation_by_size_names_and_compresses_closed_files(tmp_path: Path, comp
     p.initialize(2)
     for first in range(0, 400, 20):
         p.process(batch(first, 20), RecordingTracker())
+    p.wait_compressed()  # in a thread of its own; a shutdown would leave it for the next start
     p.shutdown(RecordingTracker())
     closed = sorted(tmp_path.glob("shard-2.*Z.jsonl*"))
     assert len(closed) >= 3
@@ -183,6 +184,7 @@ def test_a_crash_between_rotation_and_compression_is_finished_at_start(tmp_path:
     left.write_bytes(batch(0, 3).jsonl())
     p = JsonlFactory({"path": str(tmp_path), "compress": "gzip"})(1)
     p.initialize(1)
+    p.wait_compressed()
     p.shutdown(RecordingTracker())
     assert not left.exists()
     assert gzip.decompress(left.with_name(left.name + ".gz").read_bytes()) == batch(0, 3).jsonl()
@@ -225,10 +227,12 @@ def test_its_series_count_bytes_rotations_and_compress_failures(tmp_path: Path) 
     (tmp_path / (stuck.name + ".gz.part")).mkdir()
     p = factory(0)
     p.initialize(0)
+    p.wait_compressed()
     assert value("loghubd_jsonl_compress_failures_total") == 1
     first, second = batch(0, 5), batch(5, 5)
     p.process(first, RecordingTracker())
     p.process(second, RecordingTracker())  # rotate_bytes = 1: the first file is closed
+    p.wait_compressed()
     p.shutdown(RecordingTracker())
     assert value("loghubd_jsonl_written_bytes_total") == len(first.jsonl()) + len(second.jsonl())
     assert value("loghubd_jsonl_rotated_files_total") == 1
