@@ -34,6 +34,7 @@ from loghubd.plugins.api import (
 )
 
 if TYPE_CHECKING:
+    from loghubd.consumer.tracking import until_stopping
     from loghubd.sls import (
         CommandCredentials,
         Credentials,
@@ -90,6 +91,7 @@ __all__ = [
     "provider_for",
     "redact_text",
     "redact_value",
+    "until_stopping",
 ]
 
 # The SLS client's names are imported on first use: `import loghubd` (every plugin, the
@@ -112,6 +114,7 @@ _LAZY = {
         "provider_for",
     )
 }
+_LAZY["until_stopping"] = "loghubd.consumer.tracking"
 
 
 __getattr__ = lazy_names(__name__, _LAZY)

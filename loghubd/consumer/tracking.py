@@ -62,10 +62,13 @@ _T = TypeVar("_T")
 
 
 async def until_stopping(
-    stopping: StopSignal, call: Callable[[], Awaitable[_T]]
+    stopping: StopSignal, call: Callable[[], Awaitable[_T]], *, patience: float = 0.0
 ) -> tuple[bool, _T | None]:
-    """`(True, await call())`, or `(False, None)` if `stopping` is set first (the call is
-    cancelled then). An exception of the call propagates as it is."""
+    """`(True, await call())`, or `(False, None)` if the call has not returned `patience`
+    seconds after `stopping` was set (it is cancelled then). With a patience, a call going
+    well when the shard begins to stop is let finish, and only one that hangs (a black-holed
+    network, a lock held by a stuck peer) is given up. An exception of the call propagates
+    as it is."""
     outcome: list[tuple[_T | None, BaseException | None]] = []
 
     async def run() -> None:
@@ -77,6 +80,8 @@ async def until_stopping(
 
     async def watch() -> None:
         await stopping.wait()
+        if patience > 0:
+            await anyio.sleep(patience)
         tg.cancel_scope.cancel()
 
     async with anyio.create_task_group() as tg:

@@ -62,6 +62,7 @@ from loghubd import (
     ProcessorContext,
     StopSignal,
     Tracker,
+    until_stopping,
 )
 from loghubd.protocol import cursor as cursors
 from loghubd_postgres.metrics import PostgresMetrics
@@ -461,28 +462,13 @@ class PostgresProcessor:
         to stop (a black-holed network, a lock held by a stuck peer): `BatchInterrupted`, the
         connection closed, the transaction rolled back by the server or, if its COMMIT was
         under way, settled by the next owner's position check. A healthy attempt finishes."""
-        outcome: list[Any] = []
-        failure: list[BaseException] = []
 
-        async def run() -> None:
-            try:
-                outcome.append(await fn(await self._connect()))
-            except Exception as exc:
-                failure.append(exc)
-            tg.cancel_scope.cancel()
+        async def call() -> Any:
+            return await fn(await self._connect())
 
-        async def cut() -> None:
-            await stopping.wait()
-            await anyio.sleep(STOP_PATIENCE_S)
-            tg.cancel_scope.cancel()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            tg.start_soon(cut)
-        if failure:
-            raise failure[0]
-        if outcome:
-            return outcome[0]
+        finished, value = await until_stopping(stopping, call, patience=STOP_PATIENCE_S)
+        if finished:
+            return value
         if self.conn is not None:
             await self.conn.close()
             self.conn = None
