@@ -131,9 +131,10 @@ class ShardTask:
         self.commit_failed = False  # the last commit attempt failed for another reason
         # Still busy when the shutdown grace ended: processor calls are bounded from now on.
         self.abandoned = False
-        # The daemon is shutting down (`Supervisor.stop_all`): a failing final commit is not
-        # retried for long, the shutdown grace bounds it.
-        self.closing = StopFlag()
+        # Set when retrying a failing final commit is pointless or too late: the daemon is
+        # shutting down (`Supervisor.stop_all`: its grace bounds the stop), or the server
+        # gave the shard away (`drop`).
+        self.no_more_retries = StopFlag()
         self._ended = False  # `_finish` is over: a periodic commit still queued sends nothing
         self._commit_lock = anyio.Lock()
         self._shutting_down = False  # `processor.shutdown` was called: no more hooks
@@ -224,6 +225,7 @@ class ShardTask:
     def drop(self) -> None:
         """The server no longer knows us: stop without committing anything more."""
         self.lost = True
+        self.no_more_retries.set()
         self.request_stop()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -343,8 +345,10 @@ class ShardTask:
                 await self.processor.shutdown(self.tracker)
         except Exception as exc:
             log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
-        saved = await self._commit_until(self.closing, resend=False, patience=HANDOVER_PATIENCE_S)
-        if not saved and not self.lost and not self.closing.is_set():
+        saved = await self._commit_until(
+            self.no_more_retries, resend=False, patience=HANDOVER_PATIENCE_S
+        )
+        if not saved and not self.lost and not self.no_more_retries.is_set():
             log.error(
                 "shard_let_go_uncommitted",
                 **self._bind,

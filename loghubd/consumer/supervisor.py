@@ -202,7 +202,7 @@ class Supervisor:
         the process without waiting for it, see `loghubd.shutdown`)."""
         self.closing = True
         for task in list(self.tasks.values()):
-            task.closing.set()
+            task.no_more_retries.set()
             task.request_stop()
         with anyio.move_on_after(grace):
             await self._idle.wait()

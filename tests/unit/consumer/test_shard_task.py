@@ -234,7 +234,7 @@ def test_a_shutdown_does_not_wait_for_a_failing_final_commit() -> None:
 
     async def body(t: ShardTask) -> None:
         await until(lambda: processor.batches, "a batch")
-        t.closing.set()
+        t.no_more_retries.set()
         t.request_stop()
 
     _, exited = anyio.run(run, task, body)
