@@ -90,7 +90,7 @@ def test_an_unusable_proxy_fails_at_start_naming_it(
         daemon_pool.dir / "daemon-bad-proxy",
         f"http://sls.local:{loghubd_server.port}",
         "any",
-        "g",
+        "grp",
         "bad-proxy",
         env={"HTTP_PROXY": "socks5://proxy.corp:1080", "http_proxy": "", "NO_PROXY": ""},
     )
