@@ -30,7 +30,7 @@ from loghubd.plugins.api import Ack, ProcessorContext, Tracker
 from loghubd.processors import parquet_files as files
 from loghubd.processors import parquet_layout as layout
 from loghubd.processors.options import check_options
-from loghubd.wal import Entry, Range, Wal, new_batch_id
+from loghubd.wal import FLOOR_START, Entry, Range, Wal, merge, new_batch_id
 
 log = structlog.get_logger("loghubd.parquet")
 
@@ -271,11 +271,15 @@ class ParquetProcessor:
         if at is None:
             return
         # Never waits for a write in progress (this shard's next commit waits for this call):
-        # a busy shard collects at a later commit, with a later cursor.
+        # a busy shard collects at a later commit, with a later cursor. The shard's lock across
+        # processes too: the floor this records is read under it (`_uncovered`).
         if not self.lock.acquire(blocking=False):
             return
         try:
-            removed = self.wal.gc({self.shard: at})
+            with files.shard_lock(self.wal, self.logstore, self.shard, timeout=0):
+                removed = self.wal.gc({self.shard: at}, record_floor=True)
+        except TimeoutError:
+            return  # another process is writing this shard (it lost it): a later commit
         finally:
             self.lock.release()
         if removed:
@@ -334,8 +338,15 @@ class ParquetProcessor:
         )
 
     def _uncovered(self, items: list[Buffered]) -> pa.Table:
-        """The buffered rows minus the log groups committed writes already hold."""
+        """The buffered rows minus the log groups committed writes already hold, and minus
+        everything below the shard's floor (what collected entries held: a daemon that lost
+        the shard while paused must not write it again). Not under a replay: the dead letters
+        it writes lie below the floor and were never written (a dead-lettered batch leaves
+        the buffer, `process`); the replay's own entries keep it from writing them twice."""
         covered = self.wal.coverage(self.shard)
+        floor = None if self._replay else self.wal.floor(self.shard)
+        if floor is not None:
+            covered = merge([*covered, (FLOOR_START, floor)])
         parts: list[pa.RecordBatch] = []
         for item in items:
             rows = item.rows

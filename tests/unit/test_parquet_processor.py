@@ -421,3 +421,64 @@ def test_a_column_of_unique_values_stops_its_dictionary_at_the_limit(
 def test_dictionary_page_bytes_must_be_a_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"processor\.parquet\.dictionary_page_bytes: must be"):
         factory(tmp_path / "out", dictionary_page_bytes=10)
+
+
+def test_a_paused_former_owner_writes_nothing_its_successor_wrote_and_collected(
+    tmp_path: Path,
+) -> None:
+    """A buffers [0,10) and is paused past the group timeout; B (another process: its own
+    factory) gets the shard at checkpoint 0, writes [0,10), commits the checkpoint at 10 and
+    its `committed` hook deletes the entry. The deletion records the shard's floor first, so
+    A's later write (its shutdown) finds [0,10) covered although no entry says so."""
+    out = tmp_path / "out"
+    a, ta = processor(factory(out)), RecordingTracker()
+    a.process(batch(0, 10), ta)  # buffered (max_rows 1e6)
+    b, tb = processor(factory(out)), RecordingTracker()
+    b.process(batch(0, 10), tb)
+    b.write("max_age")
+    b.committed(cursors.from_seq(SHARD, 10))
+    wal_dir = out / "_loghubd_wal"
+    assert list(wal_dir.glob("*.json")) == []  # collected: no entry covers [0,10) any more
+    a.shutdown(ta)  # A resumes
+    assert ids(out) == expected((0, 10))  # once
+    floor = json.loads((wal_dir / f"floor.p.ls.{SHARD}").read_text())
+    assert floor["position"] == cursors.shard_base(SHARD) + 10
+    # A batch straddling the floor: only its log groups above it are written.
+    c, tc = processor(factory(out)), RecordingTracker()
+    c.process(batch(8, 4), tc)
+    c.shutdown(tc)
+    assert ids(out) == expected((0, 12))
+
+
+def test_the_floor_only_rises_and_a_grant_below_it_does_not_lower_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    b, t = processor(factory(out)), RecordingTracker()
+    b.process(batch(0, 4), t)
+    b.write("max_age")
+    b.committed(cursors.from_seq(SHARD, 4))
+    late = processor(factory(out))  # granted long ago at 0, its first batch only now
+    late.process(batch(0, 2), RecordingTracker())
+    late.write("max_age")
+    assert Wal(out, "p", "ls").floor(SHARD) == cursors.shard_base(SHARD) + 4
+    assert ids(out) == expected((0, 4))
+
+
+def test_a_replay_writes_dead_letters_below_the_floor(tmp_path: Path) -> None:
+    """[0,2) was dead-lettered (never written); the daemon wrote [2,4), committed its
+    checkpoint at 4 and collected its entry, so the floor is at 4. A replay of [0,2) must
+    still write it (once, even when run again); a live daemon holding it writes nothing."""
+    out = tmp_path / "out"
+    live, t = processor(factory(out)), RecordingTracker()
+    live.process(batch(2, 2), t)
+    live.write("max_age")
+    live.committed(cursors.from_seq(SHARD, 4))
+    assert Wal(out, "p", "ls").floor(SHARD) == cursors.shard_base(SHARD) + 4
+
+    for _ in range(2):  # run again after an interruption: its own entry covers it
+        f = ParquetFactory({"path": str(out), "max_age_s": 3600.0})
+        f.bind(make_context(project="p", logstore="ls", group="g", consumer="c", replay=True))
+        replay, rt = processor(f), RecordingTracker()
+        replay.process(batch(0, 2), rt)
+        replay.shutdown(rt)
+        assert len(rt.acked) == 1
+        assert ids(out) == expected((0, 4))

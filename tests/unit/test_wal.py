@@ -213,3 +213,31 @@ def test_entries_of_another_logstore_are_read_once(tmp_path: Path) -> None:
     assert sorted(reads) == ["o0", "o1", "o2"]
     assert wal.coverage(0) == []
     assert len(list((tmp_path / "_loghubd_wal").glob("*.json"))) == 3
+
+
+def test_gc_records_the_floor_before_it_collects_when_asked(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, "p", "ls")
+    wal.commit(wal.begin(entry("b1", rng(0, 0, 10))))
+    assert wal.floor(0) is None
+    base = cursors.shard_base(0)
+    assert wal.gc({0: base + 5}, record_floor=True) == 0  # nothing went: no floor needed
+    assert wal.floor(0) is None
+    assert wal.gc({0: base + 12}) == 1  # the Spark processor's collection: no floor
+    assert wal.floor(0) is None
+    wal.commit(wal.begin(entry("b2", rng(0, 12, 20))))
+    assert wal.gc({0: base + 20}, record_floor=True) == 1
+    assert wal.floor(0) == base + 20
+    assert Wal(tmp_path, "p", "other").floor(0) is None  # per logstore
+    wal.commit(wal.begin(entry("b3", rng(0, 20, 30))))
+    wal.commit(wal.begin(entry("b0", rng(0, 0, 2))))  # a late writer, below the floor
+    assert wal.gc({0: base + 2}, record_floor=True) == 1
+    assert wal.floor(0) == base + 20  # only rises
+    assert not list((tmp_path / "_loghubd_wal").glob(".*"))
+
+
+def test_a_damaged_floor_names_its_file(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, "p", "ls")
+    wal.ensure()
+    wal.floor_path(3).write_text("{")
+    with pytest.raises(ValueError, match=r"floor\.p\.ls\.3: not a write-ahead floor"):
+        wal.floor(3)
