@@ -235,7 +235,8 @@ class ParquetProcessor:
                     files.collect_garbage(self.wal, self.shard, batch.cursor)
         rows = batch.arrow(self.factory.options.fields)
         with self.lock:
-            if batch.cursor not in self.buffer:
+            added = batch.cursor not in self.buffer
+            if added:
                 self.buffer[batch.cursor] = Buffered(
                     batch.cursor, batch.next_cursor, rows, tracker.defer()
                 )
@@ -243,12 +244,36 @@ class ParquetProcessor:
                 self.buffered_bytes += rows.nbytes
                 self.factory.buffered(rows.nbytes)
             o = self.factory.options
-            if self.buffered_rows >= o.max_rows:
-                self._write("max_rows")
-            elif self.buffered_bytes >= o.max_bytes:
-                self._write("max_bytes")
+            try:
+                if self.buffered_rows >= o.max_rows:
+                    self._write("max_rows")
+                elif self.buffered_bytes >= o.max_bytes:
+                    self._write("max_bytes")
+            except BaseException:
+                if added:
+                    self._unbuffer(batch.cursor)
+                raise
         # Outside this shard's lock: the largest buffer may be another shard's.
-        self.factory.write_largest_if_over(self)
+        try:
+            self.factory.write_largest_if_over(self)
+        except BaseException:  # this shard's own write failed (another's is only logged)
+            if added:
+                with self.lock:
+                    self._unbuffer(batch.cursor)
+            raise
+
+    def _unbuffer(self, cursor: str) -> None:
+        """Take a batch whose `process` fails back out of the buffer (holding `lock`): the
+        daemon retries it (buffering it again) or gives up on it (dead-letters it, and the
+        checkpoint passes it), so it must not stay to be written by a later write, or it
+        would be in the sink twice after a replay. The batches buffered before it stay (their
+        `process` returned: they are deferred, the daemon waits for their acks)."""
+        item = self.buffer.pop(cursor, None)
+        if item is None:
+            return  # written after all (by another shard's write, say)
+        self.buffered_rows -= item.rows.num_rows
+        self.buffered_bytes -= item.rows.nbytes
+        self.factory.buffered(-item.rows.nbytes)
 
     def age(self) -> float:
         with self.lock:

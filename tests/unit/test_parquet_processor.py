@@ -482,3 +482,41 @@ def test_a_replay_writes_dead_letters_below_the_floor(tmp_path: Path) -> None:
         replay.shutdown(rt)
         assert len(rt.acked) == 1
         assert ids(out) == expected((0, 4))
+
+
+def test_a_batch_whose_write_fails_leaves_the_buffer_and_a_replay_writes_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[0,2) is buffered (deferred); [2,12) fills the buffer and the write it starts fails
+    (ENOSPC). The daemon gives up on [2,12) (dead-letters it; the checkpoint passes it): it
+    must not stay buffered to be written with the next batch, or the replay of its dead
+    letter would put it in the lake twice. [0,2), buffered before, still waits to be written."""
+    import errno
+
+    out = tmp_path / "out"
+    f = factory(out, max_rows=30)
+    live, t = processor(f), RecordingTracker()
+    live.process(batch(0, 2), t)  # 6 rows: buffered
+    real_write = parquet_files.write_file
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(parquet_files, "write_file", full)
+    for _attempt in range(2):  # the daemon's retries, then it dead-letters the batch
+        with pytest.raises(OSError, match="No space"):
+            live.process(batch(2, 10), t)
+        assert live.buffered_rows == 6 and list(live.buffer) == [cursors.from_seq(SHARD, 0)]
+        assert f.buffered_bytes == live.buffered_bytes == batch(0, 2).arrow().nbytes
+    monkeypatch.setattr(parquet_files, "write_file", real_write)
+    live.process(batch(12, 10), t)  # 36 rows: written with [0,2)
+    assert ids(out) == expected((0, 2), (12, 22)) and f.buffered_bytes == 0
+    live.committed(cursors.from_seq(SHARD, 22))
+    live.shutdown(t)
+
+    g = ParquetFactory({"path": str(out), "max_age_s": 3600.0})
+    g.bind(make_context(project="p", logstore="ls", group="g", consumer="c", replay=True))
+    replay, rt = processor(g), RecordingTracker()
+    replay.process(batch(2, 10), rt)  # the dead letter
+    replay.shutdown(rt)
+    assert ids(out) == expected((0, 22))
