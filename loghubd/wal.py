@@ -159,11 +159,13 @@ class Lease:
     def release(self, *, remove_lock_file: bool = False) -> None:
         if self._fd < 0:
             return
-        if remove_lock_file:
-            with contextlib.suppress(FileNotFoundError):
-                self._lock_path.unlink()
-        os.close(self._fd)  # drops the flock
-        self._fd = -1
+        try:
+            if remove_lock_file:
+                with contextlib.suppress(FileNotFoundError):
+                    self._lock_path.unlink()
+        finally:
+            os.close(self._fd)  # drops the flock, whatever the unlink did
+            self._fd = -1
 
 
 def merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

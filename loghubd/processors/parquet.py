@@ -30,7 +30,7 @@ from loghubd.plugins.api import Ack, ProcessorContext, Tracker
 from loghubd.processors import parquet_files as files
 from loghubd.processors import parquet_layout as layout
 from loghubd.processors.options import check_options
-from loghubd.wal import FLOOR_START, Entry, Range, Wal, merge, new_batch_id
+from loghubd.wal import COMMITTED, FLOOR_START, Entry, Range, Wal, merge, new_batch_id
 
 log = structlog.get_logger("loghubd.parquet")
 
@@ -215,6 +215,8 @@ class ParquetProcessor:
         self.lock = threading.Lock()
         self._granted = False
         self._unfinished: list[Entry] = []  # committed writes whose renames failed
+        # Writes whose commit raised: committed on disk or not (`_settle` reads which).
+        self._unsettled: list[Entry] = []
         self.failed_at = 0.0  # when the last timer-driven write failed (it waits a little)
 
     def initialize(self, shard: int) -> None:
@@ -330,13 +332,14 @@ class ParquetProcessor:
                 self.buffered_rows = self.buffered_bytes = 0
 
     def _write(self, reason: str) -> None:
-        if not self.buffer:
-            return
+        if not self.buffer and not self._unfinished and not self._unsettled:
+            return  # (a committed write's renames are finished even with nothing buffered)
         items = list(self.buffer.values())
         started = time.perf_counter()
         metrics = self.factory.metrics
         try:
             with files.shard_lock(self.wal, self.logstore, self.shard):
+                self._settle()
                 self._finish_renames()
                 self.wal.refresh(force=True)
                 table = self._uncovered(items)
@@ -423,10 +426,43 @@ class ParquetProcessor:
         except BaseException:
             self.wal.abandon(lease)
             raise
-        self.wal.commit(lease)  # the renames are recorded: from here on they will happen
+        try:
+            self.wal.commit(lease)  # the renames are recorded: from here on they will happen
+        except BaseException:
+            # Maybe committed: the entry may have reached the disk before the failure (a
+            # directory fsync after the rename, say). Its temporaries must then be renamed
+            # (the retry finds the range covered), else discarded with the entry.
+            lease.release()
+            self._unsettled.append(entry)
+            try:
+                self._settle()
+            except Exception as exc:  # the next write settles it; the commit's error is raised
+                log.warning(
+                    "parquet_settle_failed",
+                    shard=self.shard,
+                    batch=entry.batch,
+                    error=describe_error(exc),
+                )
+            raise
         self._unfinished.append(entry)
         self._finish_renames()
         return int(table.num_rows), len(plan)
+
+    def _settle(self) -> None:
+        """Finish or discard the writes whose commit raised, by the state of their entry on
+        disk: committed, its renames are to be finished (`_unfinished`); pending, its entry and
+        temporary files are removed (the rows are still buffered and written again)."""
+        while self._unsettled:
+            entry = self._unsettled[0]
+            on_disk = self.wal.read(entry.batch)
+            if on_disk is not None and on_disk.state == COMMITTED:
+                self._unfinished.append(entry)
+                log.warning("parquet_commit_reached_disk", shard=self.shard, batch=entry.batch)
+            elif on_disk is not None:
+                lease = self.wal.try_lock(entry)
+                if lease is not None:  # else another process is discarding it
+                    self.wal.abandon(lease)
+            self._unsettled.pop(0)
 
     def _finish_renames(self) -> None:
         target = self.factory.target

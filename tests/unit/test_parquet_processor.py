@@ -520,3 +520,78 @@ def test_a_batch_whose_write_fails_leaves_the_buffer_and_a_replay_writes_it_once
     replay.process(batch(2, 10), rt)  # the dead letter
     replay.shutdown(rt)
     assert ids(out) == expected((0, 22))
+
+
+def wal_files(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "_loghubd_wal").iterdir() if not p.name.endswith("flock"))
+
+
+def test_a_commit_that_fails_after_it_reached_the_disk_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committed entry is renamed into place, then the directory fsync fails (EIO): the
+    commit raises although the entry is committed on disk. The retry must not take the
+    range as written while its rows are only in temporary files: it renames them."""
+    import errno
+
+    from loghubd import files as loghubd_files
+
+    out = tmp_path / "out"
+    p, t = processor(factory(out)), RecordingTracker()
+    p.process(batch(0, 10), t)
+    wal_dir = out / "_loghubd_wal"
+    real_fsync_dir = loghubd_files.fsync_dir
+
+    def fsync_dir(directory: Path) -> None:
+        committed = [json.loads(e.read_text())["state"] for e in wal_dir.glob("*.json")]
+        if Path(directory) == wal_dir and "committed" in committed:
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync_dir(directory)
+
+    monkeypatch.setattr(loghubd_files, "fsync_dir", fsync_dir)
+    with pytest.raises(OSError, match="Input/output"):
+        p.write("max_age")
+    monkeypatch.undo()
+    assert not t.acked
+    p.write("max_age")  # the retry
+    assert len(t.acked) == 1
+    assert ids(out) == expected((0, 10)) and not list(out.rglob("*.tmp"))
+    p.committed(cursors.from_seq(SHARD, 10))
+    p.shutdown(t)
+    assert ids(out) == expected((0, 10))
+
+
+def test_a_full_disk_at_the_commit_leaves_no_temporary_entry_or_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC writing the committed entry (the entry stays pending on disk): each failed
+    attempt removes its temporary files, its pending entry and its lock, and closes the
+    lock's descriptor; once there is space the rows are written once."""
+    import errno
+    import os
+
+    from loghubd import files as loghubd_files
+
+    out = tmp_path / "out"
+    p, t = processor(factory(out)), RecordingTracker()
+    p.process(batch(0, 10), t)
+    real_write_all = loghubd_files.write_all
+
+    def write_all(fd: int, data: bytes) -> None:
+        if b'"state": "committed"' in data:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write_all(fd, data)
+
+    monkeypatch.setattr(loghubd_files, "write_all", write_all)
+    with pytest.raises(OSError, match="No space"):
+        p.write("max_age")  # (counted after a first attempt: whatever it opens for good)
+    fds = len(os.listdir("/proc/self/fd"))
+    for _attempt in range(3):
+        with pytest.raises(OSError, match="No space"):
+            p.write("max_age")
+        assert not list(out.rglob("*.tmp")) and wal_files(out) == []
+        assert len(os.listdir("/proc/self/fd")) == fds
+    monkeypatch.undo()
+    p.write("max_age")
+    assert len(t.acked) == 1 and ids(out) == expected((0, 10))
+    assert not list(out.rglob("*.tmp"))
