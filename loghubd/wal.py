@@ -50,8 +50,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from loghubd.arrow import Span, position
 from loghubd.files import atomic_write, fsync_dir
+
+log = structlog.get_logger("loghubd.wal")
 
 WAL_DIR = "_loghubd_wal"
 PENDING, COMMITTED = "pending", "committed"
@@ -287,14 +291,30 @@ class Wal:
         lease.release(remove_lock_file=True)
 
     def abandon(self, lease: Lease) -> None:
-        """Forget a pending write entirely: its partitions (if any were written) and its entry."""
+        """Forget a pending write entirely: its partitions (if any were written) and its entry.
+
+        Best effort, and never raises an OSError: it is called while another error is on its
+        way (that one is what the caller reports), and by recovery, which must not be stopped
+        for ever by a file it cannot delete. What could not be deleted is logged; an entry
+        left behind is pending with a free lock, so the next recovery tries again. The lease
+        is released whatever happens."""
         batch = lease.entry.batch
-        self._remove_partitions(batch)
-        with contextlib.suppress(FileNotFoundError):
-            self._entry_path(batch).unlink()
-        fsync_dir(self.dir)
-        self._pending.pop(batch, None)
-        lease.release(remove_lock_file=True)
+        try:
+            try:
+                self._remove_partitions(batch)
+            except OSError as exc:
+                log.warning("wal_abandon_left_files", batch=batch, error=repr(exc)[:500])
+            try:
+                self._entry_path(batch).unlink(missing_ok=True)
+                fsync_dir(self.dir)
+            except OSError as exc:
+                log.warning("wal_abandon_left_entry", batch=batch, error=repr(exc)[:500])
+            self._pending.pop(batch, None)
+        finally:
+            try:
+                lease.release(remove_lock_file=True)
+            except OSError as exc:  # its descriptor is closed: only a stale lock file is left
+                log.warning("wal_abandon_left_lock_file", batch=batch, error=repr(exc)[:500])
 
     def _remove_local_partitions(self, batch: str) -> None:
         for part in self.sink_path.glob(f"dt=*/batch={batch}"):

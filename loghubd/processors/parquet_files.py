@@ -180,10 +180,19 @@ def _delete(target: Target, path: str) -> None:
 
 
 def remove_temporaries(target: Target, entry: Entry | None) -> None:
-    """Delete an abandoned write's temporary files (its final files were never made)."""
-    if entry is not None:
-        for temporary, _final in entry.renames:
+    """Delete an abandoned write's temporary files (its final files were never made): each
+    one tried; the first error is raised after the others were."""
+    if entry is None:
+        return
+    failed: OSError | None = None
+    for temporary, _final in entry.renames:
+        try:
             _delete(target, temporary)
+        except OSError as exc:
+            log.warning("parquet_temporary_left", path=temporary, error=repr(exc)[:500])
+            failed = failed or exc
+    if failed is not None:
+        raise failed
 
 
 def recover(target: Target, wal: Wal, shard: int) -> tuple[int, int]:

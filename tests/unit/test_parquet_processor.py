@@ -33,8 +33,11 @@ def context() -> ProcessorContext:
     return make_context(project="p", logstore="ls", group="g", consumer="c")
 
 
-def batch(first: int, groups: int, per_group: int = 3, t: int = HOUR) -> Batch:
-    """`groups` log groups at positions first.. of SHARD; ids `i<position>-<n>`."""
+def batch(
+    first: int, groups: int, per_group: int = 3, t: int = HOUR, extra: dict[str, str] | None = None
+) -> Batch:
+    """`groups` log groups at positions first.. of SHARD; ids `i<position>-<n>`; `extra`:
+    more fields of every log."""
     lgl = pb.LogGroupList(
         LogGroups=[
             pb.LogGroup(
@@ -44,6 +47,7 @@ def batch(first: int, groups: int, per_group: int = 3, t: int = HOUR) -> Batch:
                         Contents=[
                             pb.Log.Content(Key="id", Value=f"i{first + g}-{n}"),
                             pb.Log.Content(Key="level", Value="info" if n else "warn"),
+                            *(pb.Log.Content(Key=k, Value=v) for k, v in (extra or {}).items()),
                         ],
                     )
                     for n in range(per_group)
@@ -595,3 +599,72 @@ def test_a_full_disk_at_the_commit_leaves_no_temporary_entry_or_descriptor(
     p.write("max_age")
     assert len(t.acked) == 1 and ids(out) == expected((0, 10))
     assert not list(out.rglob("*.tmp"))
+
+
+def test_a_long_partition_value_is_cut_with_a_hash_and_written(tmp_path: Path) -> None:
+    """A file name is at most 255 bytes: a template on a log field whose value is longer
+    failed every write of the shard (ENAMETOOLONG) for ever. Long values are cut, with a
+    hash of the whole value, so distinct long values stay in distinct directories."""
+    import hashlib
+
+    import pyarrow as pa
+
+    long_a, long_b, wide = "h" * 300, "h" * 300 + "x", "é" * 200
+    out = tmp_path / "out"
+    p, t = processor(factory(out, partition="{logstore}/host={host}/")), RecordingTracker()
+    p.process(batch(0, 2, extra={"host": long_a}), t)
+    p.process(batch(2, 2, extra={"host": "web-1"}), t)
+    p.shutdown(t)
+    assert len(t.acked) == 2 and ids(out) == expected((0, 4))
+
+    from loghubd.processors.parquet_layout import KEEP_BYTES, MAX_VALUE_BYTES
+
+    table = pa.table(
+        {
+            "__time__": pa.array([0] * 4, pa.timestamp("us", tz="UTC")),
+            "host": [long_a, long_b, wide, "web-1"],
+        }
+    )
+    groups = partitions(parse_template("h={host}/"), table, project="p", logstore="l", shard=0)
+    dirs = [d for d, _ in groups]
+    assert dirs == [
+        f"h={'h' * KEEP_BYTES}-{hashlib.sha256(long_a.encode()).hexdigest()[:16]}/",
+        f"h={'h' * KEEP_BYTES}-{hashlib.sha256(long_b.encode()).hexdigest()[:16]}/",
+        f"h={'_' * KEEP_BYTES}-{hashlib.sha256(wide.encode()).hexdigest()[:16]}/",
+        "h=web-1/",
+    ]
+    assert all(len(d.encode()) <= len("h=/") + MAX_VALUE_BYTES for d in dirs)
+
+
+def test_a_write_that_cannot_make_its_directory_reports_that_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A directory name the file system refuses (a template literal over 255 bytes): the
+    write's error is the one raised (not the cleanup's, which fails the same way), and its
+    entry and lock are gone; a pending entry left by an older version with such a path
+    (unlocked: its writer exited) does not stop the next owner's start."""
+    import errno
+
+    out = tmp_path / "out"
+    too_long = "x" * 300 + "/"
+    p = processor(factory(out, max_rows=1, partition=too_long))
+    with pytest.raises(OSError, match="name too long") as raised:
+        p.process(batch(0, 2), RecordingTracker())
+    assert raised.value.errno == errno.ENAMETOOLONG
+    assert "delete" not in str(raised.value).lower()
+    assert wal_files(out) == []
+    assert p.buffered_rows == 0  # the batch left the buffer with its failure
+
+    tmp = f"{out}/{too_long}.part-2-old-0.parquet.tmp"
+    entry = Entry(
+        batch="20240101T000000Z-poison",
+        project="p",
+        logstore="ls",
+        ranges=[Range(SHARD, cursors.from_seq(SHARD, 0), cursors.from_seq(SHARD, 2))],
+        renames=[(tmp, tmp.replace("/.part", "/part").removesuffix(".tmp"))],
+    )
+    Wal(out, "p", "ls").begin(entry).release()  # its writer exited
+    successor, t = processor(factory(out, max_rows=1)), RecordingTracker()  # starts
+    assert wal_files(out) == []
+    successor.process(batch(0, 2), t)
+    assert ids(out) == expected((0, 2))
