@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -98,6 +99,9 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
             f"processor.parquet.compression: {compression!r} is not one of "
             + ", ".join(COMPRESSIONS)
         )
+    level = options.get("compression_level")
+    if level is not None:
+        check_compression_level(compression, level)
     statistics = parse_statistics(options.get("statistics", "time"))
     dictionary = int(options.get("dictionary_page_bytes", DICTIONARY_PAGE_BYTES))
     if dictionary < 1024:
@@ -121,7 +125,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         template=template,
         fields=tuple(fields) if fields is not None else None,
         compression=compression,
-        compression_level=options.get("compression_level"),
+        compression_level=level,
         statistics=statistics,
         dictionary_page_bytes=dictionary,
         max_rows=sizes["max_rows"],
@@ -129,6 +133,28 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         max_age_s=age,
         max_buffered_bytes=sizes["max_buffered_bytes"],
     )
+
+
+def check_compression_level(compression: str, level: int) -> None:
+    """ValueError naming the key unless `compression` takes `level`: checked at start by
+    encoding a one-row table in memory as every write will (else every write of every shard
+    fails, or Arrow silently clamps a level out of the codec's range)."""
+    key = "processor.parquet.compression_level"
+    try:
+        pq.write_table(
+            pa.table({"x": [1]}),
+            pa.BufferOutputStream(),
+            compression=compression,
+            compression_level=level,
+        )
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise ValueError(f"{key}: {compression} does not take level {level} ({exc})") from None
+    low, high = (
+        pa.Codec.minimum_compression_level(compression),
+        pa.Codec.maximum_compression_level(compression),
+    )
+    if not low <= level <= high:
+        raise ValueError(f"{key}: {compression} takes a level from {low} to {high}, got {level}")
 
 
 def parse_statistics(value: str | Sequence[Any]) -> bool | tuple[str, ...]:

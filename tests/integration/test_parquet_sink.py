@@ -180,6 +180,14 @@ def _run(config: Path) -> subprocess.CompletedProcess[str]:
         ('path = "/tmp/x"\npartition = "{a!r}/"', "processor.parquet.partition:"),
         ('path = "s3://bucket/x"', "processor.parquet."),
         ('path = "/tmp/x"\nmax_rows = 0', "processor.parquet.max_rows: must be >= 1"),
+        (
+            'path = "/tmp/x"\ncompression = "snappy"\ncompression_level = 3',
+            "processor.parquet.compression_level: snappy does not take level 3",
+        ),
+        (
+            'path = "/tmp/x"\ncompression_level = 100',
+            "processor.parquet.compression_level: zstd takes a level from",
+        ),
     ],
 )
 def test_bad_configuration_stops_the_daemon(tmp_path: Path, options: str, message: str) -> None:

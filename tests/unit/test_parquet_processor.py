@@ -668,3 +668,34 @@ def test_a_write_that_cannot_make_its_directory_reports_that_and_leaves_nothing(
     assert wal_files(out) == []
     successor.process(batch(0, 2), t)
     assert ids(out) == expected((0, 2))
+
+
+@pytest.mark.parametrize(
+    ("compression", "level", "message"),
+    [
+        ("snappy", 3, "snappy does not take level 3"),
+        ("none", 5, "none does not take level 5"),
+        ("gzip", 42, "gzip does not take level 42"),
+        ("zstd", 100, "zstd takes a level from -131072 to 22, got 100"),  # Arrow would clamp it
+        ("brotli", 12, "brotli takes a level from 0 to 11, got 12"),
+    ],
+)
+def test_a_compression_level_the_codec_refuses_stops_the_start(
+    tmp_path: Path, compression: str, level: int, message: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"^processor\.parquet\.compression_level: {message}"):
+        factory(tmp_path / "out", compression=compression, compression_level=level)
+
+
+@pytest.mark.parametrize(("compression", "level"), [("zstd", 3), ("zstd", -5), ("gzip", 9)])
+def test_a_compression_level_the_codec_takes_is_used(
+    tmp_path: Path, compression: str, level: int
+) -> None:
+    out = tmp_path / "out"
+    p, t = (
+        processor(factory(out, compression=compression, compression_level=level)),
+        RecordingTracker(),
+    )
+    p.process(batch(0, 2), t)
+    p.shutdown(t)
+    assert ids(out) == expected((0, 2))
