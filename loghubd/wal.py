@@ -293,28 +293,29 @@ class Wal:
     def abandon(self, lease: Lease) -> None:
         """Forget a pending write entirely: its partitions (if any were written) and its entry.
 
-        Best effort, and never raises an OSError: it is called while another error is on its
-        way (that one is what the caller reports), and by recovery, which must not be stopped
-        for ever by a file it cannot delete. What could not be deleted is logged; an entry
-        left behind is pending with a free lock, so the next recovery tries again. The lease
-        is released whatever happens."""
+        An OSError deleting them is raised with the lease still held (the caller may try
+        again, still owning the entry); a caller that is already failing with an error of its
+        own, or recovery, which must not be stopped by it, use `abandon_quietly`."""
         batch = lease.entry.batch
+        self._remove_partitions(batch)  # first: a kept entry still lists what is left
+        with contextlib.suppress(FileNotFoundError):
+            self._entry_path(batch).unlink()
+        fsync_dir(self.dir)
+        self._pending.pop(batch, None)
+        _release(lease)
+
+    def abandon_quietly(self, lease: Lease) -> bool:
+        """`abandon`, best effort: an OSError is logged (what was left, and why), not raised,
+        and the lease is released whatever happens; an entry left behind is pending with a
+        free lock, so a later recovery tries again. True when everything went."""
         try:
-            try:
-                self._remove_partitions(batch)
-            except OSError as exc:
-                log.warning("wal_abandon_left_files", batch=batch, error=repr(exc)[:500])
-            try:
-                self._entry_path(batch).unlink(missing_ok=True)
-                fsync_dir(self.dir)
-            except OSError as exc:
-                log.warning("wal_abandon_left_entry", batch=batch, error=repr(exc)[:500])
-            self._pending.pop(batch, None)
+            self.abandon(lease)
+        except OSError as exc:
+            log.warning("wal_abandon_incomplete", batch=lease.entry.batch, error=repr(exc)[:500])
+            return False
         finally:
-            try:
-                lease.release(remove_lock_file=True)
-            except OSError as exc:  # its descriptor is closed: only a stale lock file is left
-                log.warning("wal_abandon_left_lock_file", batch=batch, error=repr(exc)[:500])
+            _release(lease)
+        return True
 
     def _remove_local_partitions(self, batch: str) -> None:
         for part in self.sink_path.glob(f"dt=*/batch={batch}"):
@@ -474,6 +475,15 @@ class Wal:
         if gone:
             fsync_dir(self.dir)
         return len(gone)
+
+
+def _release(lease: Lease) -> None:
+    """Release, removing the lock file; a lock file that cannot be removed is logged (the
+    descriptor, and with it the lock, is gone either way)."""
+    try:
+        lease.release(remove_lock_file=True)
+    except OSError as exc:
+        log.warning("wal_lock_file_left", batch=lease.entry.batch, error=repr(exc)[:500])
 
 
 def _dump(entry: Entry) -> bytes:

@@ -450,7 +450,7 @@ class ParquetProcessor:
                 files.write_file(target, tmp, rows, o)
             files.sync_dirs(target, [tmp for tmp, _, _ in plan])
         except BaseException:
-            self.wal.abandon(lease)
+            self.wal.abandon_quietly(lease)  # the write's own error is the one raised
             raise
         try:
             self.wal.commit(lease)  # the renames are recorded: from here on they will happen
@@ -487,7 +487,7 @@ class ParquetProcessor:
             elif on_disk is not None:
                 lease = self.wal.try_lock(entry)
                 if lease is not None:  # else another process is discarding it
-                    self.wal.abandon(lease)
+                    self.wal.abandon_quietly(lease)  # else left for recovery
             self._unsettled.pop(0)
 
     def _finish_renames(self) -> None:

@@ -25,6 +25,7 @@ below it as written, so a daemon that lost the shard while paused writes none of
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
@@ -175,8 +176,13 @@ def _exists(target: Target, path: str) -> bool:
 
 
 def _delete(target: Target, path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    try:
         target.fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:  # a name no file can have: nothing to delete
+            raise
 
 
 def remove_temporaries(target: Target, entry: Entry | None) -> None:
@@ -226,7 +232,9 @@ def recover(target: Target, wal: Wal, shard: int) -> tuple[int, int]:
             lease = wal.try_lock(entry)
             if lease is None:
                 continue  # a live writer (a daemon that has not noticed it lost the shard)
-            wal.abandon(lease)  # its remove callback deletes the temporary files
+            # Its remove callback deletes the temporary files. What cannot be deleted is
+            # logged and the entry kept for the next recovery: the shard still starts.
+            wal.abandon_quietly(lease)
             discarded += 1
     return finished, discarded
 
