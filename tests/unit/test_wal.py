@@ -241,3 +241,25 @@ def test_a_damaged_floor_names_its_file(tmp_path: Path) -> None:
     wal.floor_path(3).write_text("{")
     with pytest.raises(ValueError, match=r"floor\.p\.ls\.3: not a write-ahead floor"):
         wal.floor(3)
+
+
+def test_abandon_raises_holding_the_lease_and_abandon_quietly_releases_it(
+    tmp_path: Path,
+) -> None:
+    """A partition that cannot be deleted: `abandon` raises with the lease still held (the
+    Spark processor retries it); `abandon_quietly` logs it, keeps the entry (pending, its
+    lock free: the next recovery tries again) and always releases the lease."""
+
+    def cannot(batch: str) -> None:
+        raise PermissionError(13, "Permission denied", batch)
+
+    wal = Wal(tmp_path, "p", "ls", remove_partitions=cannot)
+    lease = wal.begin(entry("b1", rng(0, 0, 10)))
+    with pytest.raises(PermissionError):
+        wal.abandon(lease)
+    assert lease.held
+    assert wal.abandon_quietly(lease) is False
+    assert not lease.held
+    kept = wal.read("b1")
+    assert kept is not None and kept.state == PENDING
+    assert wal.try_lock(kept) is not None  # free: a later recovery can take it
