@@ -329,6 +329,11 @@ class ParquetProcessor:
         if not self.lock.acquire(blocking=False):
             return
         try:
+            if self._unfinished or self._unsettled:
+                # A committed write whose renames are not done yet (its batch may have been
+                # dead-lettered, so the checkpoint passed it): its entry is what finishes them
+                # after a crash, and what tells a replay the rows are there. Kept until then.
+                return
             with files.shard_lock(self.wal, self.logstore, self.shard, timeout=0):
                 removed = self.wal.gc({self.shard: at}, record_floor=True)
         except TimeoutError:

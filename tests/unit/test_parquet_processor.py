@@ -699,3 +699,38 @@ def test_a_compression_level_the_codec_takes_is_used(
     p.process(batch(0, 2), t)
     p.shutdown(t)
     assert ids(out) == expected((0, 2))
+
+
+def test_an_entry_whose_renames_are_not_done_outlives_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write committed, then its renames failed until the daemon gave up on the batch
+    (dead-lettered: the checkpoint passes it). The entry must stay while its renames are
+    not done: it is what finishes them after a crash, and what tells the replay of the
+    dead letter that the rows are there (else they would be written twice)."""
+    import errno
+
+    out = tmp_path / "out"
+    p, t = processor(factory(out, max_rows=1)), RecordingTracker()
+
+    def rename(*_args: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(parquet_files, "rename", rename)
+    with pytest.raises(OSError, match="Input/output"):
+        p.process(batch(0, 2), t)
+    p.committed(cursors.from_seq(SHARD, 2))  # dead-lettered: the checkpoint passed it
+    wal_dir = out / "_loghubd_wal"
+    assert len(list(wal_dir.glob("*.json"))) == 1  # kept
+    monkeypatch.undo()
+
+    g = ParquetFactory({"path": str(out), "max_age_s": 3600.0})
+    g.bind(make_context(project="p", logstore="ls", group="g", consumer="c", replay=True))
+    replay, rt = processor(g), RecordingTracker()  # its recovery finishes the renames
+    replay.process(batch(0, 2), rt)  # the dead letter: covered
+    replay.shutdown(rt)
+    p.shutdown(t)  # finishes nothing twice
+    assert ids(out) == expected((0, 2))
+    p2 = processor(factory(out))
+    p2.committed(cursors.from_seq(SHARD, 2))
+    assert list(wal_dir.glob("*.json")) == []  # renames done: collected
