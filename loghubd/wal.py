@@ -26,6 +26,12 @@ Committed entries wholly behind the checkpoint are collected (`gc`), except a de
 replay's (`Entry.replay`), which lie behind it from the start: they stay `REPLAY_KEEP_S`, so a
 replay run again after an interruption finds what it wrote.
 
+A collection leaves no entry behind, so `gc(..., record_floor=True)` first records, per shard,
+the checkpoint it collected up to in `floor.<project>.<logstore>.<shard>` (atomically, before
+any entry goes): the shard's *floor*. Below it every log group is written or was dead-lettered
+by the group, so a writer that still holds such a range (a daemon that was paused while another
+took its shard, wrote it and collected its entry) must count it as covered (`floor()`).
+
 While a write is in progress its writer holds an exclusive `flock` on `<batch>.lock`; the kernel
 drops it when the process dies (even on `kill -9`), so "pending and unlocked" means "crashed".
 """
@@ -44,8 +50,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from loghubd.arrow import Span, position
 from loghubd.files import atomic_write, fsync_dir
+
+log = structlog.get_logger("loghubd.wal")
 
 WAL_DIR = "_loghubd_wal"
 PENDING, COMMITTED = "pending", "committed"
@@ -54,6 +64,8 @@ PENDING, COMMITTED = "pending", "committed"
 # `gc` keeps them this long, so that a replay run again after an interruption finds its
 # earlier writes and writes nothing twice.
 REPLAY_KEEP_S = 30 * 86400.0
+# The start of the interval a shard's floor covers (positions are never below it).
+FLOOR_START = -(2**63)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +163,13 @@ class Lease:
     def release(self, *, remove_lock_file: bool = False) -> None:
         if self._fd < 0:
             return
-        if remove_lock_file:
-            with contextlib.suppress(FileNotFoundError):
-                self._lock_path.unlink()
-        os.close(self._fd)  # drops the flock
-        self._fd = -1
+        try:
+            if remove_lock_file:
+                with contextlib.suppress(FileNotFoundError):
+                    self._lock_path.unlink()
+        finally:
+            os.close(self._fd)  # drops the flock, whatever the unlink did
+            self._fd = -1
 
 
 def merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -228,6 +242,10 @@ class Wal:
     def _lock_path(self, batch: str) -> Path:
         return self.dir / f"{batch}.lock"
 
+    def floor_path(self, shard: int) -> Path:
+        """Not `*.json`: never read as an entry (project and logstore names have no `.`)."""
+        return self.dir / f"floor.{self.project}.{self.logstore}.{shard}"
+
     def _mine(self, entry: Entry) -> bool:
         return entry.project == self.project and entry.logstore == self.logstore
 
@@ -273,14 +291,31 @@ class Wal:
         lease.release(remove_lock_file=True)
 
     def abandon(self, lease: Lease) -> None:
-        """Forget a pending write entirely: its partitions (if any were written) and its entry."""
+        """Forget a pending write entirely: its partitions (if any were written) and its entry.
+
+        An OSError deleting them is raised with the lease still held (the caller may try
+        again, still owning the entry); a caller that is already failing with an error of its
+        own, or recovery, which must not be stopped by it, use `abandon_quietly`."""
         batch = lease.entry.batch
-        self._remove_partitions(batch)
+        self._remove_partitions(batch)  # first: a kept entry still lists what is left
         with contextlib.suppress(FileNotFoundError):
             self._entry_path(batch).unlink()
         fsync_dir(self.dir)
         self._pending.pop(batch, None)
-        lease.release(remove_lock_file=True)
+        _release(lease)
+
+    def abandon_quietly(self, lease: Lease) -> bool:
+        """`abandon`, best effort: an OSError is logged (what was left, and why), not raised,
+        and the lease is released whatever happens; an entry left behind is pending with a
+        free lock, so a later recovery tries again. True when everything went."""
+        try:
+            self.abandon(lease)
+        except OSError as exc:
+            log.warning("wal_abandon_incomplete", batch=lease.entry.batch, error=repr(exc)[:500])
+            return False
+        finally:
+            _release(lease)
+        return True
 
     def _remove_local_partitions(self, batch: str) -> None:
         for part in self.sink_path.glob(f"dt=*/batch={batch}"):
@@ -358,6 +393,34 @@ class Wal:
     def coverage(self, shard: int) -> list[tuple[int, int]]:
         return list(self._coverage.get(shard, []))
 
+    def floor(self, shard: int) -> int | None:
+        """The position below which `gc` collected this shard's entries (None: never): every
+        log group below it is in the sink or was dead-lettered. Read from disk each time (any
+        process may raise it); read it holding the shard's writer lock."""
+        path = self.floor_path(shard)
+        try:
+            data = json.loads(path.read_bytes())
+            return int(data["position"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a write-ahead floor ({exc!r})") from None
+
+    def _raise_floor(self, shard: int, at: int) -> None:
+        """Record `at` as the shard's floor, durably, unless it is already that high."""
+        current = self.floor(shard)
+        if current is not None and current >= at:
+            return
+        data = {
+            "version": 1,
+            "project": self.project,
+            "logstore": self.logstore,
+            "shard": shard,
+            "position": at,
+            "updated": time.time(),
+        }
+        atomic_write(self.floor_path(shard), (json.dumps(data) + "\n").encode())
+
     def uncovered(self, shard: int, start: int, end: int) -> list[Span]:
         """Which log groups of [start, end) (relative indices) no committed write holds yet."""
         return uncovered(start, end, self._coverage.get(shard, []))
@@ -375,9 +438,13 @@ class Wal:
 
     # -- housekeeping ----------------------------------------------------------------------------
 
-    def gc(self, checkpoints: Mapping[int, int]) -> int:
+    def gc(self, checkpoints: Mapping[int, int], *, record_floor: bool = False) -> int:
         """Delete committed entries entirely below the committed checkpoints (positions per
         shard): the daemon never delivers those ranges again. Returns how many went.
+
+        `record_floor`: before anything goes, raise each shard's floor to its checkpoint
+        (`floor()`), so that what went still counts as covered for any writer, in any process;
+        call it holding the shards' writer locks.
 
         Cheap enough to run after every checkpoint commit: it decides from what `refresh`
         already read (each entry file is read once), so its cost is one directory scan plus
@@ -394,6 +461,9 @@ class Wal:
                 shard in checkpoints and end <= checkpoints[shard] for shard, end in ends.items()
             )
         ]
+        if gone and record_floor:
+            for shard, at in checkpoints.items():
+                self._raise_floor(shard, at)
         for batch in gone:
             with contextlib.suppress(FileNotFoundError):
                 self._entry_path(batch).unlink()
@@ -405,6 +475,15 @@ class Wal:
         if gone:
             fsync_dir(self.dir)
         return len(gone)
+
+
+def _release(lease: Lease) -> None:
+    """Release, removing the lock file; a lock file that cannot be removed is logged (the
+    descriptor, and with it the lock, is gone either way)."""
+    try:
+        lease.release(remove_lock_file=True)
+    except OSError as exc:
+        log.warning("wal_lock_file_left", batch=lease.entry.batch, error=repr(exc)[:500])
 
 
 def _dump(entry: Entry) -> bytes:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -30,7 +31,7 @@ from loghubd.plugins.api import Ack, ProcessorContext, Tracker
 from loghubd.processors import parquet_files as files
 from loghubd.processors import parquet_layout as layout
 from loghubd.processors.options import check_options
-from loghubd.wal import Entry, Range, Wal, new_batch_id
+from loghubd.wal import COMMITTED, FLOOR_START, Entry, Range, Wal, merge, new_batch_id
 
 log = structlog.get_logger("loghubd.parquet")
 
@@ -98,6 +99,9 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
             f"processor.parquet.compression: {compression!r} is not one of "
             + ", ".join(COMPRESSIONS)
         )
+    level = options.get("compression_level")
+    if level is not None:
+        check_compression_level(compression, level)
     statistics = parse_statistics(options.get("statistics", "time"))
     dictionary = int(options.get("dictionary_page_bytes", DICTIONARY_PAGE_BYTES))
     if dictionary < 1024:
@@ -121,7 +125,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         template=template,
         fields=tuple(fields) if fields is not None else None,
         compression=compression,
-        compression_level=options.get("compression_level"),
+        compression_level=level,
         statistics=statistics,
         dictionary_page_bytes=dictionary,
         max_rows=sizes["max_rows"],
@@ -129,6 +133,28 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         max_age_s=age,
         max_buffered_bytes=sizes["max_buffered_bytes"],
     )
+
+
+def check_compression_level(compression: str, level: int) -> None:
+    """ValueError naming the key unless `compression` takes `level`: checked at start by
+    encoding a one-row table in memory as every write will (else every write of every shard
+    fails, or Arrow silently clamps a level out of the codec's range)."""
+    key = "processor.parquet.compression_level"
+    try:
+        pq.write_table(
+            pa.table({"x": [1]}),
+            pa.BufferOutputStream(),
+            compression=compression,
+            compression_level=level,
+        )
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise ValueError(f"{key}: {compression} does not take level {level} ({exc})") from None
+    low, high = (
+        pa.Codec.minimum_compression_level(compression),
+        pa.Codec.maximum_compression_level(compression),
+    )
+    if not low <= level <= high:
+        raise ValueError(f"{key}: {compression} takes a level from {low} to {high}, got {level}")
 
 
 def parse_statistics(value: str | Sequence[Any]) -> bool | tuple[str, ...]:
@@ -215,6 +241,8 @@ class ParquetProcessor:
         self.lock = threading.Lock()
         self._granted = False
         self._unfinished: list[Entry] = []  # committed writes whose renames failed
+        # Writes whose commit raised: committed on disk or not (`_settle` reads which).
+        self._unsettled: list[Entry] = []
         self.failed_at = 0.0  # when the last timer-driven write failed (it waits a little)
 
     def initialize(self, shard: int) -> None:
@@ -235,7 +263,8 @@ class ParquetProcessor:
                     files.collect_garbage(self.wal, self.shard, batch.cursor)
         rows = batch.arrow(self.factory.options.fields)
         with self.lock:
-            if batch.cursor not in self.buffer:
+            added = batch.cursor not in self.buffer
+            if added:
                 self.buffer[batch.cursor] = Buffered(
                     batch.cursor, batch.next_cursor, rows, tracker.defer()
                 )
@@ -243,12 +272,36 @@ class ParquetProcessor:
                 self.buffered_bytes += rows.nbytes
                 self.factory.buffered(rows.nbytes)
             o = self.factory.options
-            if self.buffered_rows >= o.max_rows:
-                self._write("max_rows")
-            elif self.buffered_bytes >= o.max_bytes:
-                self._write("max_bytes")
+            try:
+                if self.buffered_rows >= o.max_rows:
+                    self._write("max_rows")
+                elif self.buffered_bytes >= o.max_bytes:
+                    self._write("max_bytes")
+            except BaseException:
+                if added:
+                    self._unbuffer(batch.cursor)
+                raise
         # Outside this shard's lock: the largest buffer may be another shard's.
-        self.factory.write_largest_if_over(self)
+        try:
+            self.factory.write_largest_if_over(self)
+        except BaseException:  # this shard's own write failed (another's is only logged)
+            if added:
+                with self.lock:
+                    self._unbuffer(batch.cursor)
+            raise
+
+    def _unbuffer(self, cursor: str) -> None:
+        """Take a batch whose `process` fails back out of the buffer (holding `lock`): the
+        daemon retries it (buffering it again) or gives up on it (dead-letters it, and the
+        checkpoint passes it), so it must not stay to be written by a later write, or it
+        would be in the sink twice after a replay. The batches buffered before it stay (their
+        `process` returned: they are deferred, the daemon waits for their acks)."""
+        item = self.buffer.pop(cursor, None)
+        if item is None:
+            return  # written after all (by another shard's write, say)
+        self.buffered_rows -= item.rows.num_rows
+        self.buffered_bytes -= item.rows.nbytes
+        self.factory.buffered(-item.rows.nbytes)
 
     def age(self) -> float:
         with self.lock:
@@ -271,11 +324,20 @@ class ParquetProcessor:
         if at is None:
             return
         # Never waits for a write in progress (this shard's next commit waits for this call):
-        # a busy shard collects at a later commit, with a later cursor.
+        # a busy shard collects at a later commit, with a later cursor. The shard's lock across
+        # processes too: the floor this records is read under it (`_uncovered`).
         if not self.lock.acquire(blocking=False):
             return
         try:
-            removed = self.wal.gc({self.shard: at})
+            if self._unfinished or self._unsettled:
+                # A committed write whose renames are not done yet (its batch may have been
+                # dead-lettered, so the checkpoint passed it): its entry is what finishes them
+                # after a crash, and what tells a replay the rows are there. Kept until then.
+                return
+            with files.shard_lock(self.wal, self.logstore, self.shard, timeout=0):
+                removed = self.wal.gc({self.shard: at}, record_floor=True)
+        except TimeoutError:
+            return  # another process is writing this shard (it lost it): a later commit
         finally:
             self.lock.release()
         if removed:
@@ -301,13 +363,14 @@ class ParquetProcessor:
                 self.buffered_rows = self.buffered_bytes = 0
 
     def _write(self, reason: str) -> None:
-        if not self.buffer:
-            return
+        if not self.buffer and not self._unfinished and not self._unsettled:
+            return  # (a committed write's renames are finished even with nothing buffered)
         items = list(self.buffer.values())
         started = time.perf_counter()
         metrics = self.factory.metrics
         try:
             with files.shard_lock(self.wal, self.logstore, self.shard):
+                self._settle()
                 self._finish_renames()
                 self.wal.refresh(force=True)
                 table = self._uncovered(items)
@@ -334,8 +397,15 @@ class ParquetProcessor:
         )
 
     def _uncovered(self, items: list[Buffered]) -> pa.Table:
-        """The buffered rows minus the log groups committed writes already hold."""
+        """The buffered rows minus the log groups committed writes already hold, and minus
+        everything below the shard's floor (what collected entries held: a daemon that lost
+        the shard while paused must not write it again). Not under a replay: the dead letters
+        it writes lie below the floor and were never written (a dead-lettered batch leaves
+        the buffer, `process`); the replay's own entries keep it from writing them twice."""
         covered = self.wal.coverage(self.shard)
+        floor = None if self._replay else self.wal.floor(self.shard)
+        if floor is not None:
+            covered = merge([*covered, (FLOOR_START, floor)])
         parts: list[pa.RecordBatch] = []
         for item in items:
             rows = item.rows
@@ -385,12 +455,45 @@ class ParquetProcessor:
                 files.write_file(target, tmp, rows, o)
             files.sync_dirs(target, [tmp for tmp, _, _ in plan])
         except BaseException:
-            self.wal.abandon(lease)
+            self.wal.abandon_quietly(lease)  # the write's own error is the one raised
             raise
-        self.wal.commit(lease)  # the renames are recorded: from here on they will happen
+        try:
+            self.wal.commit(lease)  # the renames are recorded: from here on they will happen
+        except BaseException:
+            # Maybe committed: the entry may have reached the disk before the failure (a
+            # directory fsync after the rename, say). Its temporaries must then be renamed
+            # (the retry finds the range covered), else discarded with the entry.
+            lease.release()
+            self._unsettled.append(entry)
+            try:
+                self._settle()
+            except Exception as exc:  # the next write settles it; the commit's error is raised
+                log.warning(
+                    "parquet_settle_failed",
+                    shard=self.shard,
+                    batch=entry.batch,
+                    error=describe_error(exc),
+                )
+            raise
         self._unfinished.append(entry)
         self._finish_renames()
         return int(table.num_rows), len(plan)
+
+    def _settle(self) -> None:
+        """Finish or discard the writes whose commit raised, by the state of their entry on
+        disk: committed, its renames are to be finished (`_unfinished`); pending, its entry and
+        temporary files are removed (the rows are still buffered and written again)."""
+        while self._unsettled:
+            entry = self._unsettled[0]
+            on_disk = self.wal.read(entry.batch)
+            if on_disk is not None and on_disk.state == COMMITTED:
+                self._unfinished.append(entry)
+                log.warning("parquet_commit_reached_disk", shard=self.shard, batch=entry.batch)
+            elif on_disk is not None:
+                lease = self.wal.try_lock(entry)
+                if lease is not None:  # else another process is discarding it
+                    self.wal.abandon_quietly(lease)  # else left for recovery
+            self._unsettled.pop(0)
 
     def _finish_renames(self) -> None:
         target = self.factory.target

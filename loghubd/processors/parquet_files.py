@@ -18,11 +18,14 @@ visible. Recovery (when a shard is granted): a `pending` entry whose writer died
 with its temporary files (nothing of it was visible, and the daemon re-delivers its ranges); a
 `committed` entry whose renames did not all happen has them finished. Committed entries wholly
 below the position a shard is granted at are deleted: nothing there is ever delivered again.
+Each collection first records the shard's floor (loghubd/wal.py): step 1 counts everything
+below it as written, so a daemon that lost the shard while paused writes none of it later.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
@@ -94,19 +97,22 @@ def open_target(path: str, wal_dir: str | None) -> Target:
 
 
 @contextlib.contextmanager
-def shard_lock(wal: Wal, logstore: str, shard: int) -> Iterator[None]:
-    """Exclusive per (logstore, shard) across processes; dropped by the kernel on death."""
+def shard_lock(
+    wal: Wal, logstore: str, shard: int, *, timeout: float = SHARD_LOCK_TIMEOUT_S
+) -> Iterator[None]:
+    """Exclusive per (logstore, shard) across processes; dropped by the kernel on death.
+    TimeoutError when another holds it for `timeout` seconds (0: do not wait)."""
     wal.ensure()
     path = wal.dir / f"shard-{logstore}-{shard}.flock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        deadline = time.monotonic() + SHARD_LOCK_TIMEOUT_S
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
                     raise TimeoutError(f"shard {shard}: {path} held for too long") from None
                 time.sleep(0.02)
         yield
@@ -170,15 +176,29 @@ def _exists(target: Target, path: str) -> bool:
 
 
 def _delete(target: Target, path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    try:
         target.fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:  # a name no file can have: nothing to delete
+            raise
 
 
 def remove_temporaries(target: Target, entry: Entry | None) -> None:
-    """Delete an abandoned write's temporary files (its final files were never made)."""
-    if entry is not None:
-        for temporary, _final in entry.renames:
+    """Delete an abandoned write's temporary files (its final files were never made): each
+    one tried; the first error is raised after the others were."""
+    if entry is None:
+        return
+    failed: OSError | None = None
+    for temporary, _final in entry.renames:
+        try:
             _delete(target, temporary)
+        except OSError as exc:
+            log.warning("parquet_temporary_left", path=temporary, error=repr(exc)[:500])
+            failed = failed or exc
+    if failed is not None:
+        raise failed
 
 
 def recover(target: Target, wal: Wal, shard: int) -> tuple[int, int]:
@@ -212,14 +232,17 @@ def recover(target: Target, wal: Wal, shard: int) -> tuple[int, int]:
             lease = wal.try_lock(entry)
             if lease is None:
                 continue  # a live writer (a daemon that has not noticed it lost the shard)
-            wal.abandon(lease)  # its remove callback deletes the temporary files
+            # Its remove callback deletes the temporary files. What cannot be deleted is
+            # logged and the entry kept for the next recovery: the shard still starts.
+            wal.abandon_quietly(lease)
             discarded += 1
     return finished, discarded
 
 
 def collect_garbage(wal: Wal, shard: int, granted_at: str) -> int:
-    """Delete committed entries of `shard` wholly below where it was granted."""
+    """Delete committed entries of `shard` wholly below where it was granted, recording that
+    position as the shard's floor first (call it holding the shard's lock)."""
     floor = position(granted_at)
     if floor is None:
         return 0
-    return wal.gc({shard: floor})
+    return wal.gc({shard: floor}, record_floor=True)

@@ -11,11 +11,15 @@ Pure: no I/O. A template is a relative path with placeholders, e.g. the default
 | any other name | that field of the log (`__HIVE_DEFAULT_PARTITION__` when a log lacks it) |
 
 Values from logs are made safe as one path segment: characters other than letters, digits,
-`_`, `-`, `.`, `=` become `_`, and a leading `.` does too (no `..`, no hidden directory).
+`_`, `-`, `.`, `=` become `_`, and a leading `.` does too (no `..`, no hidden directory). A
+value longer than `MAX_VALUE_BYTES` is cut to its first `KEEP_BYTES` characters plus `-` and
+the first 16 hex digits of the SHA-256 of the whole (original) value: a file name is at most
+255 bytes, and a longer one would fail every write of the shard (ENAMETOOLONG) for ever.
 """
 
 from __future__ import annotations
 
+import hashlib
 import string
 from dataclasses import dataclass
 
@@ -37,6 +41,10 @@ TIME_FORMATS = {
 }
 GROUP_COLUMNS = {"topic": "__topic__", "source": "__source__"}
 _UNSAFE = r"[^A-Za-z0-9_\-.=]"
+# A value's longest form in a path segment; longer ones keep KEEP_BYTES and a hash. Leaves
+# room in the 255 bytes of a name for the template's literal text around the placeholder.
+MAX_VALUE_BYTES = 120
+KEEP_BYTES = MAX_VALUE_BYTES - 17  # + "-" + 16 hex digits
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +115,7 @@ def partitions(
         if name in TIME_FORMATS:
             values = pc.strftime(dictionary.dictionary, format=TIME_FORMATS[name]).to_pylist()
         else:
-            strings = pc.cast(dictionary.dictionary, pa.string())
-            values = _safe(pa.chunked_array([strings])).to_pylist()
+            values = _safe(pc.cast(dictionary.dictionary, pa.string()))
         indices = pc.cast(pc.fill_null(dictionary.indices, len(values)), pa.int64())
         values.append(NULL_VALUE)  # the index of a null row
         radix = len(values)
@@ -158,14 +165,28 @@ def _encode_time(column: pa.ChunkedArray, unit: str) -> pa.DictionaryArray:
     return pc.dictionary_encode(pc.floor_temporal(column.combine_chunks(), unit=unit))
 
 
-def _safe(values: pa.ChunkedArray) -> pa.ChunkedArray:
-    values = pc.fill_null(values, NULL_VALUE)
+def _safe(strings: pa.Array) -> list[str]:
+    """The distinct values of a column, each made a safe path segment (`_cap`ped)."""
+    values = pc.fill_null(strings, NULL_VALUE)
     values = pc.replace_substring_regex(values, pattern=_UNSAFE, replacement="_")
     values = pc.replace_substring_regex(values, pattern=r"^\.", replacement="_")
-    return pc.if_else(pc.equal(values, ""), NULL_VALUE, values)
+    values = pc.if_else(pc.equal(values, ""), NULL_VALUE, values)
+    return [
+        _cap(str(safe), original)
+        for safe, original in zip(values.to_pylist(), strings.to_pylist(), strict=True)
+    ]
 
 
 def _safe_text(value: str) -> str:
     out = pc.replace_substring_regex(pa.array([value]), pattern=_UNSAFE, replacement="_")
     text = str(out[0].as_py())
-    return "_" + text[1:] if text.startswith(".") else text or NULL_VALUE
+    return _cap("_" + text[1:] if text.startswith(".") else text or NULL_VALUE, value)
+
+
+def _cap(safe: str, original: str | None) -> str:
+    """`safe` if it is short enough, else its first KEEP_BYTES characters and a hash of the
+    whole original value (distinct long values stay distinct). `safe` is ASCII."""
+    if len(safe.encode()) <= MAX_VALUE_BYTES:
+        return safe
+    digest = hashlib.sha256((original or "").encode()).hexdigest()[:16]
+    return f"{safe[:KEEP_BYTES]}-{digest}"

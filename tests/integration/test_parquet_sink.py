@@ -180,6 +180,14 @@ def _run(config: Path) -> subprocess.CompletedProcess[str]:
         ('path = "/tmp/x"\npartition = "{a!r}/"', "processor.parquet.partition:"),
         ('path = "s3://bucket/x"', "processor.parquet."),
         ('path = "/tmp/x"\nmax_rows = 0', "processor.parquet.max_rows: must be >= 1"),
+        (
+            'path = "/tmp/x"\ncompression = "snappy"\ncompression_level = 3',
+            "processor.parquet.compression_level: snappy does not take level 3",
+        ),
+        (
+            'path = "/tmp/x"\ncompression_level = 100',
+            "processor.parquet.compression_level: zstd takes a level from",
+        ),
     ],
 )
 def test_bad_configuration_stops_the_daemon(tmp_path: Path, options: str, message: str) -> None:
@@ -227,3 +235,48 @@ def test_a_long_held_shard_keeps_its_write_ahead_log_short(daemon_pool: Pool) ->
     assert d.events("processor_committed_hook_failed") == []
     assert d.stop() == 0, d.log_tail()
     assert duck(out, "SELECT count(*), count(DISTINCT id) FROM logs")[0] == (count, count)
+
+
+@pytest.mark.timeout(180)
+def test_a_paused_former_owner_writes_nothing_twice(daemon_pool: Pool) -> None:
+    """A buffers the shard's logs and is SIGSTOPped past the group timeout; B takes the
+    shard, writes the logs, commits its checkpoint and deletes its write-ahead entries. A is
+    continued, finds it lost the shard, and its shutdown of the shard writes its buffer:
+    the floor B's collection recorded makes that write empty."""
+    import signal
+
+    pool = daemon_pool
+    out = pool.dir / "paused"
+    count = 1000
+    pool.admin.create_logstore("paused", 1)
+
+    def daemon(name: str, max_age_s: float) -> Daemon:
+        return pool.daemon(
+            "paused",
+            "paused-group",
+            name,
+            processor="parquet",
+            processor_options={"path": str(out), "max_age_s": max_age_s},
+        )
+
+    a = daemon("a", 3600.0).wait_ready()
+    wait_until(lambda: a.held() == {0}, 20, a.log_tail)
+    pool.produce("paused", count=count, group_size=100, prefix="p").wait(60)
+    wait_until(lambda: a.metric("loghubd_parquet_buffered_bytes") > 0, 20, a.log_tail)
+    a.signal(signal.SIGSTOP)
+    try:
+        b = daemon("b", 0.5).wait_ready()
+        wait_until(lambda: rows(out) >= count, 60, b.log_tail)
+        wal = out / "_loghubd_wal"
+        wait_until(lambda: not list(wal.glob("*.json")), 30, b.log_tail)  # collected
+    finally:
+        a.signal(signal.SIGCONT)
+    wait_until(
+        lambda: any(e.get("lost") for e in a.events("shard_stopped")),
+        60,
+        a.log_tail,
+    )
+    shutdown = [e for e in a.events("parquet_written") if e.get("reason") == "shutdown"]
+    assert [e.get("rows") for e in shutdown] == [0], shutdown
+    assert duck(out, "SELECT count(*), count(DISTINCT id) FROM logs")[0] == (count, count)
+    assert b.stop() == 0 and a.stop() == 0

@@ -33,8 +33,11 @@ def context() -> ProcessorContext:
     return make_context(project="p", logstore="ls", group="g", consumer="c")
 
 
-def batch(first: int, groups: int, per_group: int = 3, t: int = HOUR) -> Batch:
-    """`groups` log groups at positions first.. of SHARD; ids `i<position>-<n>`."""
+def batch(
+    first: int, groups: int, per_group: int = 3, t: int = HOUR, extra: dict[str, str] | None = None
+) -> Batch:
+    """`groups` log groups at positions first.. of SHARD; ids `i<position>-<n>`; `extra`:
+    more fields of every log."""
     lgl = pb.LogGroupList(
         LogGroups=[
             pb.LogGroup(
@@ -44,6 +47,7 @@ def batch(first: int, groups: int, per_group: int = 3, t: int = HOUR) -> Batch:
                         Contents=[
                             pb.Log.Content(Key="id", Value=f"i{first + g}-{n}"),
                             pb.Log.Content(Key="level", Value="info" if n else "warn"),
+                            *(pb.Log.Content(Key=k, Value=v) for k, v in (extra or {}).items()),
                         ],
                     )
                     for n in range(per_group)
@@ -421,3 +425,312 @@ def test_a_column_of_unique_values_stops_its_dictionary_at_the_limit(
 def test_dictionary_page_bytes_must_be_a_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"processor\.parquet\.dictionary_page_bytes: must be"):
         factory(tmp_path / "out", dictionary_page_bytes=10)
+
+
+def test_a_paused_former_owner_writes_nothing_its_successor_wrote_and_collected(
+    tmp_path: Path,
+) -> None:
+    """A buffers [0,10) and is paused past the group timeout; B (another process: its own
+    factory) gets the shard at checkpoint 0, writes [0,10), commits the checkpoint at 10 and
+    its `committed` hook deletes the entry. The deletion records the shard's floor first, so
+    A's later write (its shutdown) finds [0,10) covered although no entry says so."""
+    out = tmp_path / "out"
+    a, ta = processor(factory(out)), RecordingTracker()
+    a.process(batch(0, 10), ta)  # buffered (max_rows 1e6)
+    b, tb = processor(factory(out)), RecordingTracker()
+    b.process(batch(0, 10), tb)
+    b.write("max_age")
+    b.committed(cursors.from_seq(SHARD, 10))
+    wal_dir = out / "_loghubd_wal"
+    assert list(wal_dir.glob("*.json")) == []  # collected: no entry covers [0,10) any more
+    a.shutdown(ta)  # A resumes
+    assert ids(out) == expected((0, 10))  # once
+    floor = json.loads((wal_dir / f"floor.p.ls.{SHARD}").read_text())
+    assert floor["position"] == cursors.shard_base(SHARD) + 10
+    # A batch straddling the floor: only its log groups above it are written.
+    c, tc = processor(factory(out)), RecordingTracker()
+    c.process(batch(8, 4), tc)
+    c.shutdown(tc)
+    assert ids(out) == expected((0, 12))
+
+
+def test_the_floor_only_rises_and_a_grant_below_it_does_not_lower_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    b, t = processor(factory(out)), RecordingTracker()
+    b.process(batch(0, 4), t)
+    b.write("max_age")
+    b.committed(cursors.from_seq(SHARD, 4))
+    late = processor(factory(out))  # granted long ago at 0, its first batch only now
+    late.process(batch(0, 2), RecordingTracker())
+    late.write("max_age")
+    assert Wal(out, "p", "ls").floor(SHARD) == cursors.shard_base(SHARD) + 4
+    assert ids(out) == expected((0, 4))
+
+
+def test_a_replay_writes_dead_letters_below_the_floor(tmp_path: Path) -> None:
+    """[0,2) was dead-lettered (never written); the daemon wrote [2,4), committed its
+    checkpoint at 4 and collected its entry, so the floor is at 4. A replay of [0,2) must
+    still write it (once, even when run again); a live daemon holding it writes nothing."""
+    out = tmp_path / "out"
+    live, t = processor(factory(out)), RecordingTracker()
+    live.process(batch(2, 2), t)
+    live.write("max_age")
+    live.committed(cursors.from_seq(SHARD, 4))
+    assert Wal(out, "p", "ls").floor(SHARD) == cursors.shard_base(SHARD) + 4
+
+    for _ in range(2):  # run again after an interruption: its own entry covers it
+        f = ParquetFactory({"path": str(out), "max_age_s": 3600.0})
+        f.bind(make_context(project="p", logstore="ls", group="g", consumer="c", replay=True))
+        replay, rt = processor(f), RecordingTracker()
+        replay.process(batch(0, 2), rt)
+        replay.shutdown(rt)
+        assert len(rt.acked) == 1
+        assert ids(out) == expected((0, 4))
+
+
+def test_a_batch_whose_write_fails_leaves_the_buffer_and_a_replay_writes_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[0,2) is buffered (deferred); [2,12) fills the buffer and the write it starts fails
+    (ENOSPC). The daemon gives up on [2,12) (dead-letters it; the checkpoint passes it): it
+    must not stay buffered to be written with the next batch, or the replay of its dead
+    letter would put it in the lake twice. [0,2), buffered before, still waits to be written."""
+    import errno
+
+    out = tmp_path / "out"
+    f = factory(out, max_rows=30)
+    live, t = processor(f), RecordingTracker()
+    live.process(batch(0, 2), t)  # 6 rows: buffered
+    real_write = parquet_files.write_file
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(parquet_files, "write_file", full)
+    for _attempt in range(2):  # the daemon's retries, then it dead-letters the batch
+        with pytest.raises(OSError, match="No space"):
+            live.process(batch(2, 10), t)
+        assert live.buffered_rows == 6 and list(live.buffer) == [cursors.from_seq(SHARD, 0)]
+        assert f.buffered_bytes == live.buffered_bytes == batch(0, 2).arrow().nbytes
+    monkeypatch.setattr(parquet_files, "write_file", real_write)
+    live.process(batch(12, 10), t)  # 36 rows: written with [0,2)
+    assert ids(out) == expected((0, 2), (12, 22)) and f.buffered_bytes == 0
+    live.committed(cursors.from_seq(SHARD, 22))
+    live.shutdown(t)
+
+    g = ParquetFactory({"path": str(out), "max_age_s": 3600.0})
+    g.bind(make_context(project="p", logstore="ls", group="g", consumer="c", replay=True))
+    replay, rt = processor(g), RecordingTracker()
+    replay.process(batch(2, 10), rt)  # the dead letter
+    replay.shutdown(rt)
+    assert ids(out) == expected((0, 22))
+
+
+def wal_files(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "_loghubd_wal").iterdir() if not p.name.endswith("flock"))
+
+
+def test_a_commit_that_fails_after_it_reached_the_disk_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committed entry is renamed into place, then the directory fsync fails (EIO): the
+    commit raises although the entry is committed on disk. The retry must not take the
+    range as written while its rows are only in temporary files: it renames them."""
+    import errno
+
+    from loghubd import files as loghubd_files
+
+    out = tmp_path / "out"
+    p, t = processor(factory(out)), RecordingTracker()
+    p.process(batch(0, 10), t)
+    wal_dir = out / "_loghubd_wal"
+    real_fsync_dir = loghubd_files.fsync_dir
+
+    def fsync_dir(directory: Path) -> None:
+        committed = [json.loads(e.read_text())["state"] for e in wal_dir.glob("*.json")]
+        if Path(directory) == wal_dir and "committed" in committed:
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync_dir(directory)
+
+    monkeypatch.setattr(loghubd_files, "fsync_dir", fsync_dir)
+    with pytest.raises(OSError, match="Input/output"):
+        p.write("max_age")
+    monkeypatch.undo()
+    assert not t.acked
+    p.write("max_age")  # the retry
+    assert len(t.acked) == 1
+    assert ids(out) == expected((0, 10)) and not list(out.rglob("*.tmp"))
+    p.committed(cursors.from_seq(SHARD, 10))
+    p.shutdown(t)
+    assert ids(out) == expected((0, 10))
+
+
+def test_a_full_disk_at_the_commit_leaves_no_temporary_entry_or_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC writing the committed entry (the entry stays pending on disk): each failed
+    attempt removes its temporary files, its pending entry and its lock, and closes the
+    lock's descriptor; once there is space the rows are written once."""
+    import errno
+    import os
+
+    from loghubd import files as loghubd_files
+
+    out = tmp_path / "out"
+    p, t = processor(factory(out)), RecordingTracker()
+    p.process(batch(0, 10), t)
+    real_write_all = loghubd_files.write_all
+
+    def write_all(fd: int, data: bytes) -> None:
+        if b'"state": "committed"' in data:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write_all(fd, data)
+
+    monkeypatch.setattr(loghubd_files, "write_all", write_all)
+    with pytest.raises(OSError, match="No space"):
+        p.write("max_age")  # (counted after a first attempt: whatever it opens for good)
+    fds = len(os.listdir("/proc/self/fd"))
+    for _attempt in range(3):
+        with pytest.raises(OSError, match="No space"):
+            p.write("max_age")
+        assert not list(out.rglob("*.tmp")) and wal_files(out) == []
+        assert len(os.listdir("/proc/self/fd")) == fds
+    monkeypatch.undo()
+    p.write("max_age")
+    assert len(t.acked) == 1 and ids(out) == expected((0, 10))
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_a_long_partition_value_is_cut_with_a_hash_and_written(tmp_path: Path) -> None:
+    """A file name is at most 255 bytes: a template on a log field whose value is longer
+    failed every write of the shard (ENAMETOOLONG) for ever. Long values are cut, with a
+    hash of the whole value, so distinct long values stay in distinct directories."""
+    import hashlib
+
+    import pyarrow as pa
+
+    long_a, long_b, wide = "h" * 300, "h" * 300 + "x", "é" * 200
+    out = tmp_path / "out"
+    p, t = processor(factory(out, partition="{logstore}/host={host}/")), RecordingTracker()
+    p.process(batch(0, 2, extra={"host": long_a}), t)
+    p.process(batch(2, 2, extra={"host": "web-1"}), t)
+    p.shutdown(t)
+    assert len(t.acked) == 2 and ids(out) == expected((0, 4))
+
+    from loghubd.processors.parquet_layout import KEEP_BYTES, MAX_VALUE_BYTES
+
+    table = pa.table(
+        {
+            "__time__": pa.array([0] * 4, pa.timestamp("us", tz="UTC")),
+            "host": [long_a, long_b, wide, "web-1"],
+        }
+    )
+    groups = partitions(parse_template("h={host}/"), table, project="p", logstore="l", shard=0)
+    dirs = [d for d, _ in groups]
+    assert dirs == [
+        f"h={'h' * KEEP_BYTES}-{hashlib.sha256(long_a.encode()).hexdigest()[:16]}/",
+        f"h={'h' * KEEP_BYTES}-{hashlib.sha256(long_b.encode()).hexdigest()[:16]}/",
+        f"h={'_' * KEEP_BYTES}-{hashlib.sha256(wide.encode()).hexdigest()[:16]}/",
+        "h=web-1/",
+    ]
+    assert all(len(d.encode()) <= len("h=/") + MAX_VALUE_BYTES for d in dirs)
+
+
+def test_a_write_that_cannot_make_its_directory_reports_that_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A directory name the file system refuses (a template literal over 255 bytes): the
+    write's error is the one raised (not the cleanup's, which fails the same way), and its
+    entry and lock are gone; a pending entry left by an older version with such a path
+    (unlocked: its writer exited) does not stop the next owner's start."""
+    import errno
+
+    out = tmp_path / "out"
+    too_long = "x" * 300 + "/"
+    p = processor(factory(out, max_rows=1, partition=too_long))
+    with pytest.raises(OSError, match="name too long") as raised:
+        p.process(batch(0, 2), RecordingTracker())
+    assert raised.value.errno == errno.ENAMETOOLONG
+    assert "delete" not in str(raised.value).lower()
+    assert wal_files(out) == []
+    assert p.buffered_rows == 0  # the batch left the buffer with its failure
+
+    tmp = f"{out}/{too_long}.part-2-old-0.parquet.tmp"
+    entry = Entry(
+        batch="20240101T000000Z-poison",
+        project="p",
+        logstore="ls",
+        ranges=[Range(SHARD, cursors.from_seq(SHARD, 0), cursors.from_seq(SHARD, 2))],
+        renames=[(tmp, tmp.replace("/.part", "/part").removesuffix(".tmp"))],
+    )
+    Wal(out, "p", "ls").begin(entry).release()  # its writer exited
+    successor, t = processor(factory(out, max_rows=1)), RecordingTracker()  # starts
+    assert wal_files(out) == []
+    successor.process(batch(0, 2), t)
+    assert ids(out) == expected((0, 2))
+
+
+@pytest.mark.parametrize(
+    ("compression", "level", "message"),
+    [
+        ("snappy", 3, "snappy does not take level 3"),
+        ("none", 5, "none does not take level 5"),
+        ("gzip", 42, "gzip does not take level 42"),
+        ("zstd", 100, "zstd takes a level from -131072 to 22, got 100"),  # Arrow would clamp it
+        ("brotli", 12, "brotli takes a level from 0 to 11, got 12"),
+    ],
+)
+def test_a_compression_level_the_codec_refuses_stops_the_start(
+    tmp_path: Path, compression: str, level: int, message: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"^processor\.parquet\.compression_level: {message}"):
+        factory(tmp_path / "out", compression=compression, compression_level=level)
+
+
+@pytest.mark.parametrize(("compression", "level"), [("zstd", 3), ("zstd", -5), ("gzip", 9)])
+def test_a_compression_level_the_codec_takes_is_used(
+    tmp_path: Path, compression: str, level: int
+) -> None:
+    out = tmp_path / "out"
+    p, t = (
+        processor(factory(out, compression=compression, compression_level=level)),
+        RecordingTracker(),
+    )
+    p.process(batch(0, 2), t)
+    p.shutdown(t)
+    assert ids(out) == expected((0, 2))
+
+
+def test_an_entry_whose_renames_are_not_done_outlives_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write committed, then its renames failed until the daemon gave up on the batch
+    (dead-lettered: the checkpoint passes it). The entry must stay while its renames are
+    not done: it is what finishes them after a crash, and what tells the replay of the
+    dead letter that the rows are there (else they would be written twice)."""
+    import errno
+
+    out = tmp_path / "out"
+    p, t = processor(factory(out, max_rows=1)), RecordingTracker()
+
+    def rename(*_args: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(parquet_files, "rename", rename)
+    with pytest.raises(OSError, match="Input/output"):
+        p.process(batch(0, 2), t)
+    p.committed(cursors.from_seq(SHARD, 2))  # dead-lettered: the checkpoint passed it
+    wal_dir = out / "_loghubd_wal"
+    assert len(list(wal_dir.glob("*.json"))) == 1  # kept
+    monkeypatch.undo()
+
+    g = ParquetFactory({"path": str(out), "max_age_s": 3600.0})
+    g.bind(make_context(project="p", logstore="ls", group="g", consumer="c", replay=True))
+    replay, rt = processor(g), RecordingTracker()  # its recovery finishes the renames
+    replay.process(batch(0, 2), rt)  # the dead letter: covered
+    replay.shutdown(rt)
+    p.shutdown(t)  # finishes nothing twice
+    assert ids(out) == expected((0, 2))
+    p2 = processor(factory(out))
+    p2.committed(cursors.from_seq(SHARD, 2))
+    assert list(wal_dir.glob("*.json")) == []  # renames done: collected

@@ -213,3 +213,53 @@ def test_entries_of_another_logstore_are_read_once(tmp_path: Path) -> None:
     assert sorted(reads) == ["o0", "o1", "o2"]
     assert wal.coverage(0) == []
     assert len(list((tmp_path / "_loghubd_wal").glob("*.json"))) == 3
+
+
+def test_gc_records_the_floor_before_it_collects_when_asked(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, "p", "ls")
+    wal.commit(wal.begin(entry("b1", rng(0, 0, 10))))
+    assert wal.floor(0) is None
+    base = cursors.shard_base(0)
+    assert wal.gc({0: base + 5}, record_floor=True) == 0  # nothing went: no floor needed
+    assert wal.floor(0) is None
+    assert wal.gc({0: base + 12}) == 1  # the Spark processor's collection: no floor
+    assert wal.floor(0) is None
+    wal.commit(wal.begin(entry("b2", rng(0, 12, 20))))
+    assert wal.gc({0: base + 20}, record_floor=True) == 1
+    assert wal.floor(0) == base + 20
+    assert Wal(tmp_path, "p", "other").floor(0) is None  # per logstore
+    wal.commit(wal.begin(entry("b3", rng(0, 20, 30))))
+    wal.commit(wal.begin(entry("b0", rng(0, 0, 2))))  # a late writer, below the floor
+    assert wal.gc({0: base + 2}, record_floor=True) == 1
+    assert wal.floor(0) == base + 20  # only rises
+    assert not list((tmp_path / "_loghubd_wal").glob(".*"))
+
+
+def test_a_damaged_floor_names_its_file(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, "p", "ls")
+    wal.ensure()
+    wal.floor_path(3).write_text("{")
+    with pytest.raises(ValueError, match=r"floor\.p\.ls\.3: not a write-ahead floor"):
+        wal.floor(3)
+
+
+def test_abandon_raises_holding_the_lease_and_abandon_quietly_releases_it(
+    tmp_path: Path,
+) -> None:
+    """A partition that cannot be deleted: `abandon` raises with the lease still held (the
+    Spark processor retries it); `abandon_quietly` logs it, keeps the entry (pending, its
+    lock free: the next recovery tries again) and always releases the lease."""
+
+    def cannot(batch: str) -> None:
+        raise PermissionError(13, "Permission denied", batch)
+
+    wal = Wal(tmp_path, "p", "ls", remove_partitions=cannot)
+    lease = wal.begin(entry("b1", rng(0, 0, 10)))
+    with pytest.raises(PermissionError):
+        wal.abandon(lease)
+    assert lease.held
+    assert wal.abandon_quietly(lease) is False
+    assert not lease.held
+    kept = wal.read("b1")
+    assert kept is not None and kept.state == PENDING
+    assert wal.try_lock(kept) is not None  # free: a later recovery can take it
