@@ -39,7 +39,6 @@ drops it when the process dies (even on `kill -9`), so "pending and unlocked" me
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -53,7 +52,7 @@ from typing import Any
 import structlog
 
 from loghubd.arrow import Span, position
-from loghubd.files import atomic_write, fsync_dir
+from loghubd.files import atomic_write, fsync_dir, lock_exclusive
 
 log = structlog.get_logger("loghubd.wal")
 
@@ -254,13 +253,8 @@ class Wal:
     def try_lock(self, entry: Entry) -> Lease | None:
         """Hold `entry` exclusively, or None if a live process holds it."""
         path = self._lock_path(entry.batch)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return Lease(entry, fd, path)
+        fd = lock_exclusive(path)
+        return None if fd is None else Lease(entry, fd, path)
 
     def begin(self, entry: Entry) -> Lease:
         """Lock, then record `entry` as pending (the lock comes first, so a pending entry with a

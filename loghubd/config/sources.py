@@ -190,34 +190,53 @@ def _shared_groups(specs: list[SourceSpec]) -> list[str]:
     """Two entries consuming one logstore with one group, however the endpoint is spelt
     (`http://localhost:7100` and `http://127.0.0.1:7100/`): both would hold every shard, each
     heartbeat letting go of what the other holds, and every log would be delivered twice."""
-    problems: list[str] = []
-    seen: dict[tuple[tuple[str, str], str, str, str], str] = {}
-    for spec in specs:
+
+    def where(spec: SourceSpec) -> object:
         s = spec.source
-        where = (service_key(s.endpoint), s.project, s.logstore, spec.consumer.group)
-        if where in seen:
-            problems.append(
-                f"sources.{spec.name}: consumes {s.project}/{s.logstore} with group "
-                f"{spec.consumer.group!r}, like sources.{seen[where]}: one consumer per group"
-            )
-        seen.setdefault(where, spec.name)
-    return problems
+        return (service_key(s.endpoint), s.project, s.logstore, spec.consumer.group)
+
+    def problem(spec: SourceSpec, first: str) -> str:
+        s = spec.source
+        return (
+            f"sources.{spec.name}: consumes {s.project}/{s.logstore} with group "
+            f"{spec.consumer.group!r}, like sources.{first}: one consumer per group"
+        )
+
+    return _clashes(specs, where, problem)
 
 
 def _shared_jsonl_paths(specs: list[SourceSpec]) -> list[str]:
     """Two entries writing `jsonl` into one directory would write one `shard-<n>.jsonl` file
     each for their shard n: one's rotation or retry would cut the other's lines."""
-    problems: list[str] = []
-    seen: dict[str, str] = {}
-    for spec in specs:
+
+    def where(spec: SourceSpec) -> object:
         path = spec.processor.selected_options.get("path")
         if spec.processor.name != "jsonl" or not isinstance(path, str) or not path:
+            return None
+        return os.path.realpath(path)
+
+    def problem(spec: SourceSpec, first: str) -> str:
+        return (
+            f"sources.{spec.name}.processor.jsonl.path: {where(spec)} is also where "
+            f"sources.{first} writes; give each source its own directory"
+        )
+
+    return _clashes(specs, where, problem)
+
+
+def _clashes(
+    specs: list[SourceSpec],
+    where: Callable[[SourceSpec], object],
+    problem: Callable[[SourceSpec, str], str],
+) -> list[str]:
+    """`problem(spec, first)` for each entry whose `where` (not None) an earlier one has."""
+    problems: list[str] = []
+    seen: dict[object, str] = {}
+    for spec in specs:
+        key = where(spec)
+        if key is None:
             continue
-        where = os.path.realpath(path)
-        if where in seen:
-            problems.append(
-                f"sources.{spec.name}.processor.jsonl.path: {where} is also where "
-                f"sources.{seen[where]} writes; give each source its own directory"
-            )
-        seen.setdefault(where, spec.name)
+        if key in seen:
+            problems.append(problem(spec, seen[key]))
+        seen.setdefault(key, spec.name)
     return problems
