@@ -336,7 +336,16 @@ class ShardTask:
     async def _finish(self) -> None:
         if self.status.state != "failed":
             self.status.state = "stopping"
-        if self.tracker is None or self.processor is None:
+        if self.tracker is None:
+            return
+        if self.processor is None:
+            # Stopped before a processor ran (revoked while it was starting, or it could not
+            # start). Without a checkpoint, the next owner would resolve `consumer.start`
+            # again, later: with "end" (or a time) the logs written in between would be read
+            # by nobody. The start position found here is saved for it.
+            if self.tracker.committed is None:
+                await self.commit()
+            self._ended = True
             return
         await self.commit()
         self._shutting_down = True

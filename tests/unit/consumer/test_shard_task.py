@@ -208,6 +208,30 @@ def test_a_refused_resend_of_an_end_already_saved_is_no_ownership_loss() -> None
     assert ctx.metrics.ownership_lost.labels("0")._value.get() == 0
 
 
+class NeverStarts(Recorder):
+    def initialize(self, shard: int) -> None:
+        raise RuntimeError("sink not there yet")
+
+
+@pytest.mark.parametrize(("saved", "commits"), [(None, [at(0)]), (at(2), [])])
+def test_a_shard_stopped_before_its_processor_started_saves_where_it_would_have_begun(
+    saved: str | None, commits: list[str]
+) -> None:
+    """Revoked while its processor could not start: without a checkpoint, the start position
+    is committed (a next owner resolving `start = "end"` later would skip what came in
+    between); with one, nothing is."""
+    checkpoints = {} if saved is None else {0: saved}
+    client = ScriptedClient(shard_data={0: 3}, checkpoints=checkpoints)
+    task = ShardTask(0, context(client, NeverStarts()))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: t.status.processor_error, "a failed start")
+        t.request_stop()
+
+    _, exited = anyio.run(run, task, body)
+    assert exited == [task] and client.commits(0) == commits
+
+
 def test_a_handed_over_shard_keeps_its_final_commit_going_until_it_lands() -> None:
     """A rebalance stop whose final commit fails: the shard is still held (so the server keeps
     it ours) and the commit is retried, rather than handed over from an older checkpoint."""
@@ -397,7 +421,7 @@ def test_a_stop_during_a_hanging_start_shuts_the_processor_down() -> None:
     assert states == ["starting", "stopping"]
     assert processor.events == ["initialize 0", "shutdown"]
     assert processor.batches == [] and exited == [task]
-    assert client.commits(0) == []
+    assert client.commits(0) == [at(0)]  # only where it would have begun (no checkpoint yet)
 
 
 class SavesInShutdown(Recorder):
