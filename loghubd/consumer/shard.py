@@ -355,7 +355,7 @@ class ShardTask:
         except Exception as exc:
             log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
         saved = await self._commit_until(
-            self.no_more_retries, resend=False, patience=HANDOVER_PATIENCE_S
+            self.no_more_retries, resend=False, patience=HANDOVER_PATIENCE_S, while_leased=True
         )
         if not saved and not self.lost and not self.no_more_retries.is_set():
             log.error(
@@ -369,20 +369,26 @@ class ShardTask:
         log.info("shard_stopped", **self._bind, checkpoint=self.tracker.committed, lost=self.lost)
 
     async def _commit_until(
-        self, give_up: StopFlag, *, resend: bool, patience: float | None = None
+        self,
+        give_up: StopFlag,
+        *,
+        resend: bool,
+        patience: float | None = None,
+        while_leased: bool = False,
     ) -> bool:
         """Commit, retried with backoff while it fails (the service is down, the processor's
-        flush fails), until it succeeds (True), the shard is lost, `give_up` is set, our lease
-        expired or `patience` seconds passed.
+        flush fails), until it succeeds (True), the shard is lost, `give_up` is set,
+        `patience` seconds passed or (`while_leased`) our lease expired.
 
         Used where the commit is the shard's last word: on a rebalance, the shard stays held
         (listed in heartbeats, so the server keeps it ours, in TRANSFER) until its final
         position is saved, rather than handed over from an older checkpoint, which would
-        repeat what was done since; and at the end of a read-only shard, whose commit is what
-        tells the server it is OVER."""
+        repeat what was done since (not beyond our lease: the server may have given the shard
+        on by then); and at the end of a read-only shard, whose commit is what tells the
+        server it is OVER (until the shard is stopped: nothing else would send it)."""
         attempt, since = 0, time.monotonic()
         while not await self.commit(resend=resend):
-            if self.lost or give_up.is_set() or not self.ctx.lease_valid():
+            if self.lost or give_up.is_set() or (while_leased and not self.ctx.lease_valid()):
                 return False
             if patience is not None and time.monotonic() - since >= patience:
                 return False

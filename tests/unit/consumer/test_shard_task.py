@@ -4,6 +4,7 @@ processor under the `stop` policy, a failed commit, and what its snapshot says."
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -185,6 +186,27 @@ def test_the_end_of_a_readonly_shard_is_sent_even_if_already_committed_and_retri
 
     anyio.run(run, task, body)
     assert client.commits(0) == [at(2), at(2)]
+
+
+def test_the_end_of_a_readonly_shard_is_retried_through_an_outage_longer_than_the_lease() -> None:
+    """Nothing else would send it: the end commit is retried until it lands (or the shard is
+    stopped), even while heartbeats fail and the lease has expired."""
+    finished: list[int] = []
+    client = ScriptedClient(
+        shard_data={0: 2},
+        readonly=True,
+        checkpoints={0: at(2)},
+        commit_errors=[E.SlsError("unreachable")] * 2,
+    )
+    ctx = context(client, Recorder(), on_finished=lambda: finished.append(0))
+    task = ShardTask(0, dataclasses.replace(ctx, lease_valid=lambda: False))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: finished, "on_finished")
+        t.request_stop()
+
+    anyio.run(run, task, body)
+    assert client.commits(0) == [at(2)] * 3 and client.saved[0] == at(2)
 
 
 def test_a_refused_resend_of_an_end_already_saved_is_no_ownership_loss() -> None:
