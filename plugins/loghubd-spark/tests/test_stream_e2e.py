@@ -225,6 +225,38 @@ def test_a_failed_foreach_batch_is_replayed_with_the_same_id_and_ranges(
     assert_exactly(Counter(int(r[0]) for r in rec.rows()), range(total))
 
 
+@pytest.mark.timeout(240)
+def test_a_query_started_at_the_end_restarts_after_its_first_batch_failed(
+    spark: Any, loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    """startingPosition=end, micro-batch 0 fails (a sink error), logs keep arriving, the query
+    runs again on its checkpoint: Spark asks `initialOffset()` again for batch 0's start, which
+    must still fit batch 0's logged end. Every log written after the first start, once."""
+    server, project = loghubd_server, "streamend"
+    produce(server.endpoint, project, "app", 1000, shards=2)  # before the start: not read
+    rec = Recorder(spark, tmp_path, crash_at=0)
+    opts = {"startingPosition": "end"}
+    query = start_query(spark, server, project, tmp_path, rec, opts)
+    try:  # the first trigger has planned (start taken) or already failed
+        wait_until(lambda: query.lastProgress or query.exception(), 120, "no trigger")
+        produce(server.endpoint, project, "app", 1000, start=1000)
+        with pytest.raises(StreamingQueryException, match="injected failure after writing batch 0"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    produce(server.endpoint, project, "app", 1000, start=2000)  # while it is down
+
+    again = start_query(spark, server, project, tmp_path, rec, opts, available_now=True)
+    try:
+        assert again.awaitTermination(120), "the restarted query did not finish"
+    except StreamingQueryException as exc:
+        pytest.fail(f"the restarted query failed: {str(exc)[:600]}")
+    rows = rec.rows()
+    replayed = [e for e in rec.entries() if e["batch"] == 0]
+    assert len(replayed) == 2 and replayed[0] == replayed[1]  # same batch 0 both times
+    assert_exactly(Counter(int(r[0]) for r in rows), range(1000, 3000))
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("order", [True, False], ids=["ordered", "unordered"])
 def test_children_of_a_split_are_read_after_the_parent_when_ordered(

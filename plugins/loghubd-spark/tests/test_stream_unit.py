@@ -12,6 +12,7 @@ from loghubd_spark import LogHubDataSource
 from loghubd_spark.planning import ShardInfo, admit, lineage, plan
 from loghubd_spark.stream import (
     LogHubStreamReader,
+    OffsetError,
     OptionError,
     StreamOptions,
     partitions,
@@ -213,6 +214,23 @@ def test_partitions_are_one_per_moved_shard() -> None:
     parts = partitions(start, end)
     assert [(p.shard, p.start, p.end) for p in parts] == [(0, cur(0, 1), cur(0, 4))]
     assert pickle.loads(pickle.dumps(parts[0])).end == cur(0, 4)
+
+
+def test_a_range_starting_after_its_end_is_refused_as_inconsistent() -> None:
+    with pytest.raises(OffsetError, match=r"inconsistent offsets for shard 0: .* after its end"):
+        partitions({"0": cur(0, 20)}, {"0": cur(0, 10)})
+
+
+@pytest.mark.parametrize("where", ["begin", "end", "1700000000"])
+def test_the_initial_offset_depends_on_the_options_only(where: str) -> None:
+    """Spark asks again for micro-batch 0's start after a restart: no cursor of the moment
+    (nothing listens on this endpoint: no service call either)."""
+    options = StreamOptions.parse(
+        {**BASE, "endpoint": "http://127.0.0.1:9", "startingPosition": where}
+    )
+    first = LogHubStreamReader(options).initialOffset()
+    assert first == LogHubStreamReader(options).initialOffset() == {"@start": where}
+    assert json.loads(json.dumps(first)) == first
 
 
 def test_the_schema_is_the_processors(spark: Any) -> None:
