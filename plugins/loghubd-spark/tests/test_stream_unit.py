@@ -388,3 +388,26 @@ def test_cli_says_the_plugin_is_missing(
     monkeypatch.setitem(sys.modules, "loghubd_spark.stream_app", None)  # import fails
     assert main(["spark-stream", "-c", "any.toml"]) == 2
     assert "needs the loghubd-spark plugin" in capsys.readouterr().err
+
+
+def test_a_failed_querys_cause_is_the_innermost_python_exception() -> None:
+    from loghubd_spark.jobs import PipelineError
+    from loghubd_spark.stream_app import cause
+
+    spark_message = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+        "perform latestOffset: Traceback (most recent call last):\n"
+        '  File "/x/stream.py", line 1, in _shards\n'
+        "    listing = self.sls.call(lambda c: c.list_shards(logstore))\n"
+        "loghubd.protocol.errors.LogStoreNotExist: LogStoreNotExist: logstore nosuch does not "
+        "exist (request 1)\n SQLSTATE: 38000\n\tat org.apache.spark.Foo(Foo.scala:1)"
+    )
+    error = RuntimeError(spark_message)
+    assert cause(error) == "LogStoreNotExist: logstore nosuch does not exist (request 1)"
+    assert cause(
+        RuntimeError("[STREAM_FAILED] Query [id = 1] terminated with exception: boom")
+    ) == ("boom")
+    batch = PipelineError("spark_stream.sql: [UNRESOLVED_COLUMN] no `x`; line 1\n'Project [x]")
+    assert cause(error, batch) == "spark_stream.sql: [UNRESOLVED_COLUMN] no `x`; line 1"
+    assert cause(error, OSError("disk full\nmore")) == "OSError: disk full"
