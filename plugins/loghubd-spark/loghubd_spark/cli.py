@@ -32,7 +32,12 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    code: int = run_cli(args.config, check=args.check, available_now=args.available_now)
+    code: int = run_cli(
+        args.config,
+        check=args.check,
+        available_now=args.available_now,
+        debug=bool(getattr(args, "debug", False)),  # `loghubd --debug spark-stream ...`
+    )
     return code
 
 

@@ -42,6 +42,8 @@ class PipelineError(ValueError):
 class Pipeline:
     sql: str | None = None
     function: Callable[[Any], Any] | None = None
+    # The config table the pipeline comes from: errors name `<section>.sql`/`.function`.
+    section: str = "processor.spark"
 
     @classmethod
     def from_options(cls, options: SparkOptions) -> Pipeline:
@@ -59,13 +61,13 @@ class Pipeline:
                 out = spark.sql(self.sql.replace(LOGS_PLACEHOLDER, view))
             except Exception as exc:
                 spark.catalog.dropTempView(view)
-                raise PipelineError(f"processor.spark.sql: {exc}") from exc
+                raise PipelineError(f"{self.section}.sql: {exc}") from exc
             return out, lambda: _drop_view(spark, view)
         if self.function is not None:
             out = self.function(df)
             if not isinstance(out, SparkDataFrame):
                 raise PipelineError(
-                    f"processor.spark.function must return a DataFrame, got {type(out).__name__}"
+                    f"{self.section}.function must return a DataFrame, got {type(out).__name__}"
                 )
             return out, lambda: None
         return df, lambda: None

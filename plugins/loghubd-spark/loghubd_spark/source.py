@@ -126,6 +126,12 @@ class SyncSls:
 
     def pieces(self, logstore: str, r: Range, groups: int = PULL_GROUPS) -> Iterator[Piece]:
         """Exactly the log groups of `r`, pull after pull (each pull is one Piece), lazily."""
+        a, b = position(r.start), position(r.end)
+        if a is not None and b is not None and a > b:
+            raise SourceError(
+                f"shard {r.shard}: inconsistent range: it starts at position {a}, after its "
+                f"end {b} ({r.start} > {r.end})"
+            )
         at = r.start
         while at != r.end:
             pulled = self.pull(logstore, r.shard, at, groups, r.end)

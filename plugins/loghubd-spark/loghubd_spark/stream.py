@@ -14,9 +14,15 @@ Python Data Source API (pyspark >= 4.2).
 **Offsets** are `{"<shard>": "<cursor>", ...}` (keys in shard order, so that equal offsets are
 equal JSON): where the next micro-batch of each shard starts. `latestOffset` lists the shards
 and their end cursors; a micro-batch reads `[start, end)` of every shard that moved, one
-partition per shard. A shard that appears (split, merge) enters the offsets at its begin
-cursor and is read from the next micro-batch on; a read-only shard stays at its end once
-read to it (finished); a shard that is gone (deleted, expired) leaves the offsets.
+partition per shard. The initial offset is symbolic, `{"@start": <startingPosition>}`, a
+pure function of the options: Spark's offset log keeps only end offsets and asks
+`initialOffset()` again when it re-runs an unfinished micro-batch 0, so cursors taken at that
+moment (`end` moves) would not fit the end it logged. `begin` and unix seconds resolve to the
+same cursors whenever asked; with `end`, micro-batch 0 is empty and its end (the ends seen
+when it is planned, kept in the offset log) is where reading starts.
+A shard that appears (split, merge) enters the offsets at its begin cursor and is read from
+the next micro-batch on; a read-only shard stays at its end once read to it (finished); a
+shard that is gone (deleted, expired) leaves the offsets.
 
 **Ordering** (`order`, by default the consumer group's own flag): a child shard's offset stays
 at its begin cursor, so no partition reads it, until every parent is finished in the batch's
@@ -61,7 +67,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from loghubd.arrow import convert, split_log_groups, steps_per_group
+from loghubd.arrow import convert, position, split_log_groups, steps_per_group
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
 from loghubd.wal import Range
@@ -108,6 +114,10 @@ OPTIONS = {
 
 class OptionError(ValueError):
     pass
+
+
+class OffsetError(ValueError):
+    """Offsets that cannot describe a micro-batch (a range whose start is after its end)."""
 
 
 def _fail(name: str, why: str) -> OptionError:
@@ -231,12 +241,30 @@ class ShardRange(InputPartition):
         self.shard, self.start, self.end = shard, start, end
 
 
+START_KEY = "@start"  # the initial offset: {"@start": <startingPosition>}, resolved later
+
+
+def symbolic_start(offsets: Mapping[str, str]) -> str | None:
+    """The starting position an initial offset stands for (None: real cursors)."""
+    return offsets.get(START_KEY) if START_KEY in offsets else None
+
+
 def partitions(start: Mapping[str, str], end: Mapping[str, str]) -> list[ShardRange]:
-    """One partition per shard that moved; a shard new in `end` has nothing to read yet."""
+    """One partition per shard that moved; a shard new in `end` has nothing to read yet.
+    A range whose start lies after its end is refused: such offsets belong to no run of
+    this query (another logstore's checkpoint, or a bug), and reading them would fail
+    later with a misleading error."""
     out: list[ShardRange] = []
     for key in sorted(end, key=int):
         begin = start.get(key)
         if begin is not None and begin != end[key]:
+            a, b = position(begin), position(end[key])
+            if a is not None and b is not None and a > b:
+                raise OffsetError(
+                    f"loghub source: inconsistent offsets for shard {key}: the micro-batch "
+                    f"would start at position {a}, after its end {b} (start {begin}, end "
+                    f"{end[key]}); is the checkpoint location another query's?"
+                )
             out.append(ShardRange(int(key), begin, end[key]))
     return out
 
@@ -331,14 +359,26 @@ class LogHubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver: the DataSourceStreamReader API ----------------------------------------------
 
     def initialOffset(self) -> dict[Any, Any]:
-        where = self.options.starting_position
-        offsets = {str(s.shard): self._cursor(s.shard, where) for s in self._shards()}
+        """`{"@start": <startingPosition>}`: symbolic, a pure function of the options. Spark
+        keeps only end offsets in its offset log and asks again for the start of an unfinished
+        micro-batch 0 after a restart: real cursors taken now (`end` moves) would no longer
+        match the end it logged. `latestOffset` and `partitions` resolve it."""
         if self.options.consumer_group:
             try:
                 self._ensure_group()
             except E.SlsError as exc:
                 log.warning("cannot create consumer group %s: %s", self.options.consumer_group, exc)
-        return _ordered(offsets)
+        return {START_KEY: self.options.starting_position}
+
+    def _resolve(self, where: str, shards: Sequence[int]) -> Offsets:
+        """The real start of micro-batch 0 for `startingPosition` = `where`. `begin` and unix
+        seconds resolve to the same cursors whenever asked (while the data is kept); `end` is
+        resolved only where its value is recorded: as batch 0's end (see `partitions`)."""
+        out: dict[str, str] = {}
+        for shard in shards:
+            with contextlib.suppress(E.ShardNotExist):  # gone meanwhile: nothing to read
+                out[str(shard)] = self._cursor(shard, where)
+        return _ordered(out)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_log_groups_per_trigger
@@ -355,11 +395,16 @@ class LogHubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             raise ValueError(f"loghub source: unsupported read limit {limit!r}")
         current = {str(k): str(v) for k, v in start.items()}
+        where = symbolic_start(current)
         now = time.monotonic()
-        if self._targets is None and now < self._idle_until:
+        if where is None and self._targets is None and now < self._idle_until:
             return _ordered(current)  # polled for nothing a moment ago
         shards = self._shards()
         ends = {s.shard: self._end(s) for s in shards}
+        if where == "end":  # batch 0 is empty: it starts where it ends, the ends seen now
+            current = _ordered({str(k): v for k, v in ends.items()})
+        elif where is not None:
+            current = self._resolve(where, [s.shard for s in shards])
         begins = {
             s.shard: self._cursor(s.shard, "begin") for s in shards if str(s.shard) not in current
         }
@@ -375,7 +420,8 @@ class LogHubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest = _ordered({str(k): v for k, v in ends.items()})
         # Spark asks for the next batch once the one ending at `start` is in its commit log:
         # `start` is done (this also records the last batch of Trigger.AvailableNow).
-        self._commit_offsets(current)
+        if where is None:
+            self._commit_offsets(current)
         if end == _ordered(current):
             self._idle_until = now + self.options.min_poll_interval_s
         return end
@@ -384,9 +430,14 @@ class LogHubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest
 
     def partitions(self, start: dict[Any, Any], end: dict[Any, Any]) -> Sequence[InputPartition]:
-        return partitions(
-            {str(k): str(v) for k, v in start.items()}, {str(k): str(v) for k, v in end.items()}
-        )
+        first = {str(k): str(v) for k, v in start.items()}
+        last = {str(k): str(v) for k, v in end.items()}
+        where = symbolic_start(first)
+        if where == "end":
+            first = last  # batch 0 of a query started at the end reads nothing
+        elif where is not None:
+            first = self._resolve(where, [int(k) for k in last])
+        return partitions(first, last)
 
     def commit(self, end: dict[Any, Any]) -> None:
         self._commit_offsets({str(k): str(v) for k, v in end.items()})

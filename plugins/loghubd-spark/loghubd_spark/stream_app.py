@@ -20,12 +20,20 @@ id and the same offsets, so a replay replaces exactly its own partitions: exactl
 Credentials reach the executors inside the source's options (Spark redacts option values whose
 names match `spark.redaction.regex`: `accessKeyId`, `accessKeySecret`, `securityToken`); they
 are never logged (`--check` prints them masked).
+
+Exit codes: 0 done, 1 the query failed (one line names the cause: the exception of our
+`foreachBatch`, or the innermost Python exception in Spark's message), 2 bad configuration,
+including a `sql` pipeline that does not analyse over an empty batch (checked before the
+query starts). Without `--debug` Spark logs only FATAL lines and Python's tracebacks of a
+failing batch are not printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -40,7 +48,20 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-from loghubd_spark.stream_config import APP_NAME, StreamConfig, StreamConfigError, load
+from loghubd_spark.stream_config import (
+    APP_NAME,
+    SECTION,
+    StreamConfig,
+    StreamConfigError,
+    load,
+)
+
+# Without --debug: Spark's console shows no log lines below FATAL (a failed query's Java and
+# Python traces are ERROR lines) and no progress bar; the command prints the cause in one
+# line. `[spark_stream.conf]` wins (e.g. "spark.log.level" = "WARN").
+QUIET_CONF = {"spark.log.level": "FATAL", "spark.ui.showConsoleProgress": "false"}
+# Python loggers that print tracebacks of a failing foreachBatch or SQL analysis.
+NOISY_LOGGERS = ("py4j", "SQLQueryContextLogger")
 
 # -- Spark -------------------------------------------------------------------------------------
 
@@ -50,7 +71,14 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def session(cfg: StreamConfig) -> SparkSession:
+def quiet_python_loggers() -> None:
+    from pyspark.logger import PySparkLogger
+
+    for name in NOISY_LOGGERS:  # pyspark's own logger class: it logs with extra keywords
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def session(cfg: StreamConfig, *, debug: bool = True) -> SparkSession:
     from pyspark.sql import SparkSession
 
     from loghubd_spark.runner import DEFAULT_CONF
@@ -66,7 +94,8 @@ def session(cfg: StreamConfig) -> SparkSession:
     builder = SparkSession.builder
     if master:
         builder = builder.master(master)
-    for key, value in {**DEFAULT_CONF, "spark.app.name": APP_NAME, **cfg.conf}.items():
+    quiet = {} if debug else QUIET_CONF
+    for key, value in {**DEFAULT_CONF, "spark.app.name": APP_NAME, **quiet, **cfg.conf}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
@@ -79,9 +108,10 @@ class BatchWriter:
         from loghubd_spark.jobs import Pipeline
 
         fn = resolve_function(function) if function else None
-        self.pipeline = Pipeline(sql=sql, function=fn)
+        self.pipeline = Pipeline(sql=sql, function=fn, section=SECTION)
         self.sink, self.path = sink, path
         self.tag = ""
+        self.error: BaseException | None = None  # the last micro-batch's failure
         self._bound = threading.Event()
 
     def bind(self, query_id: str) -> None:
@@ -92,16 +122,45 @@ class BatchWriter:
     def batch_name(self, batch_id: int) -> str:
         return f"{self.tag}-{batch_id:010d}"
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
+    @staticmethod
+    def prepare(df: DataFrame, name: str) -> DataFrame:
+        """The batch as the pipeline sees it: the log columns, `dt` and `batch`."""
         from pyspark.sql import functions as F
 
+        from loghubd_spark.jobs import BATCH_COLUMN, DATE_COLUMN
+
+        df = df.withColumn(DATE_COLUMN, F.date_format(F.col("__time__"), "yyyy-MM-dd"))
+        return df.withColumn(BATCH_COLUMN, F.lit(name))
+
+    def check(self, spark: SparkSession) -> None:
+        """Analyse the `sql` pipeline over an empty batch of the source's schema, before the
+        query starts: a typo fails at once, naming the key (`jobs.PipelineError`)."""
+        from loghubd_spark.jobs import with_partitions
+        from loghubd_spark.stream import SCHEMA_DDL
+
+        if self.pipeline.sql is None:
+            return  # a function may rightly refuse an empty batch: it runs with the first one
+        empty = self.prepare(spark.createDataFrame([], SCHEMA_DDL), "check")
+        out, done = self.pipeline.apply(spark, empty)
+        try:
+            with_partitions(out, "check")
+        finally:
+            done()
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        try:
+            self._write(df, batch_id)
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def _write(self, df: DataFrame, batch_id: int) -> None:
         from loghubd_spark.jobs import BATCH_COLUMN, DATE_COLUMN, with_partitions
 
         if not self._bound.wait(120):
             raise RuntimeError("the streaming query's id is not known")
         name = self.batch_name(batch_id)
-        df = df.withColumn(DATE_COLUMN, F.date_format(F.col("__time__"), "yyyy-MM-dd"))
-        df = df.withColumn(BATCH_COLUMN, F.lit(name))
+        df = self.prepare(df, name)
         out, done = self.pipeline.apply(df.sparkSession, df)
         try:
             writer = (
@@ -119,7 +178,11 @@ class BatchWriter:
 
 
 def start(
-    spark: SparkSession, cfg: StreamConfig, *, available_now: bool | None = None
+    spark: SparkSession,
+    cfg: StreamConfig,
+    *,
+    available_now: bool | None = None,
+    writer: BatchWriter | None = None,
 ) -> StreamingQuery:
     """Register the source, start the query; returns it running."""
     from loghubd_spark.stream import LogHubDataSource
@@ -128,7 +191,8 @@ def start(
     reader = spark.readStream.format("loghub")
     for key, value in cfg.source_options().items():
         reader = reader.option(key, value)
-    writer = BatchWriter(cfg.sql, cfg.function, cfg.sink, cfg.path)
+    if writer is None:
+        writer = BatchWriter(cfg.sql, cfg.function, cfg.sink, cfg.path)
     stream = (
         reader.load()
         .writeStream.foreachBatch(writer)
@@ -143,33 +207,91 @@ def start(
     return query
 
 
+# A Python exception line inside a traceback's text: `package.module.Name: message`.
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*): (\S.*)$")
+_STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _named(name: str, message: str) -> str:
+    """`Name: message`, without repeating a name the message already starts with."""
+    message = message.strip()
+    return message if message.startswith(f"{name}:") else f"{name}: {message}"
+
+
+def cause(error: BaseException, batch_error: BaseException | None = None) -> str:
+    """One line naming why a query failed: the exception our foreachBatch raised (it runs in
+    this process), else the innermost Python exception in Spark's message (the source runs
+    in Python workers: their traceback is text inside a Java exception), else the message's
+    first line."""
+    from loghubd_spark.jobs import PipelineError
+
+    if batch_error is not None:
+        if isinstance(batch_error, PipelineError):  # names its key: spark_stream.sql: ...
+            return _first_line(str(batch_error))
+        return _named(type(batch_error).__name__, _first_line(str(batch_error)))
+    text = str(error)
+    lines = text.splitlines()
+    marks = [i for i, line in enumerate(lines) if "Traceback (most recent call last):" in line]
+    if marks:
+        for line in lines[marks[-1] + 1 :]:
+            match = _EXCEPTION_LINE.match(line)
+            if match and not line[:1].isspace():
+                return _named(match.group(1), match.group(2))
+    return _STREAM_FAILED.sub("", _first_line(text)) or type(error).__name__
+
+
 def run(
     cfg: StreamConfig,
     *,
     available_now: bool | None = None,
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    debug: bool = False,
 ) -> int:
-    """Run the pipeline until SIGTERM/SIGINT (or, with available_now, until caught up)."""
+    """Run the pipeline until SIGTERM/SIGINT (or, with available_now, until caught up): 0,
+    1 the query failed (one line says why), 2 the `sql` pipeline does not analyse. Spark's
+    console logging and Python's tracebacks are quiet unless `debug`."""
+    from pyspark.errors import StreamingQueryException
+
+    from loghubd_spark.jobs import PipelineError
+
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    spark = session(cfg)
+    if not debug:
+        quiet_python_loggers()
+    spark = session(cfg, debug=debug)
     code = 0
     try:
-        query = start(spark, cfg, available_now=available_now)
+        writer = BatchWriter(cfg.sql, cfg.function, cfg.sink, cfg.path)
+        try:
+            writer.check(spark)
+        except PipelineError as exc:
+            problem = _first_line(str(exc))
+            if not problem.startswith(f"{SECTION}."):
+                problem = f"{SECTION}.sql: {problem}"
+            say(f"spark-stream: invalid configuration: {problem}")
+            return 2
+        query = start(spark, cfg, available_now=available_now, writer=writer)
         say(f"spark-stream: query {query.id} started, writing to {cfg.path}")
         while not stopping.is_set():
-            if query.awaitTermination(1):
+            try:
+                if query.awaitTermination(1):
+                    break
+            except StreamingQueryException:  # the query failed: reported below
                 break
         if stopping.is_set():
             say("spark-stream: stopping")
             query.stop()
         error = query.exception()
         if error is not None:
-            say(f"spark-stream: the query failed: {error}")
+            say(f"spark-stream: the query failed: {cause(error, writer.error)}")
             code = 1
         else:
             progress = query.lastProgress
@@ -181,8 +303,11 @@ def run(
     return code
 
 
-def run_cli(config: str, *, check: bool = False, available_now: bool = False) -> int:
-    """`loghubd spark-stream`: 0 done, 1 the query failed, 2 bad configuration."""
+def run_cli(
+    config: str, *, check: bool = False, available_now: bool = False, debug: bool = False
+) -> int:
+    """`loghubd spark-stream`: 0 done, 1 the query failed, 2 bad configuration (a `sql`
+    pipeline that does not analyse included)."""
     import json
 
     try:
@@ -195,7 +320,7 @@ def run_cli(config: str, *, check: bool = False, available_now: bool = False) ->
     if check:
         print(json.dumps(cfg.redacted(), indent=2, default=str))
         return 0
-    return run(cfg, available_now=available_now or None)
+    return run(cfg, available_now=available_now or None, debug=debug)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--config", help="loghubd config file with [spark_stream]")
     parser.add_argument("--check", action="store_true", help="validate, print (secrets masked)")
     parser.add_argument("--available-now", action="store_true", help="read what is there, stop")
+    parser.add_argument("--debug", action="store_true", help="Spark's logs and tracebacks too")
     parser.add_argument(
         "--path", action="store_true", help="print this file's path (for spark-submit) and exit"
     )
@@ -214,7 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.config:
         parser.error("-c/--config is required")
-    return run_cli(args.config, check=args.check, available_now=args.available_now)
+    return run_cli(
+        args.config, check=args.check, available_now=args.available_now, debug=args.debug
+    )
 
 
 if __name__ == "__main__":

@@ -225,6 +225,38 @@ def test_a_failed_foreach_batch_is_replayed_with_the_same_id_and_ranges(
     assert_exactly(Counter(int(r[0]) for r in rec.rows()), range(total))
 
 
+@pytest.mark.timeout(240)
+def test_a_query_started_at_the_end_restarts_after_its_first_batch_failed(
+    spark: Any, loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    """startingPosition=end, micro-batch 0 fails (a sink error), logs keep arriving, the query
+    runs again on its checkpoint: Spark asks `initialOffset()` again for batch 0's start, which
+    must still fit batch 0's logged end. Every log written after the first start, once."""
+    server, project = loghubd_server, "streamend"
+    produce(server.endpoint, project, "app", 1000, shards=2)  # before the start: not read
+    rec = Recorder(spark, tmp_path, crash_at=0)
+    opts = {"startingPosition": "end"}
+    query = start_query(spark, server, project, tmp_path, rec, opts)
+    try:  # the first trigger has planned (start taken) or already failed
+        wait_until(lambda: query.lastProgress or query.exception(), 120, "no trigger")
+        produce(server.endpoint, project, "app", 1000, start=1000)
+        with pytest.raises(StreamingQueryException, match="injected failure after writing batch 0"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    produce(server.endpoint, project, "app", 1000, start=2000)  # while it is down
+
+    again = start_query(spark, server, project, tmp_path, rec, opts, available_now=True)
+    try:
+        assert again.awaitTermination(120), "the restarted query did not finish"
+    except StreamingQueryException as exc:
+        pytest.fail(f"the restarted query failed: {str(exc)[:600]}")
+    rows = rec.rows()
+    replayed = [e for e in rec.entries() if e["batch"] == 0]
+    assert len(replayed) == 2 and replayed[0] == replayed[1]  # same batch 0 both times
+    assert_exactly(Counter(int(r[0]) for r in rows), range(1000, 3000))
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("order", [True, False], ids=["ordered", "unordered"])
 def test_children_of_a_split_are_read_after_the_parent_when_ordered(
@@ -327,3 +359,75 @@ def test_loghubd_spark_stream_command_with_signed_requests(
     assert len(desc["shards"]) == 2
     for row in desc["shards"]:
         assert row["lag_log_groups"] == 0 and row["committed_by"] == "spark-cli", row
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("logstore", "pipeline", "code", "says"),
+    [
+        (
+            "nosuch",
+            'sql = "SELECT * FROM {logs}"',
+            1,
+            "spark-stream: the query failed: LogStoreNotExist: logstore nosuch does not exist",
+        ),
+        (
+            "app",
+            'sql = "SELECT nosuchcol FROM {logs}"',
+            2,
+            "spark-stream: invalid configuration: spark_stream.sql: [UNRESOLVED_COLUMN",
+        ),
+        (
+            "app",
+            'function = "spark_pipelines:not_a_dataframe"',
+            1,
+            "spark-stream: the query failed: spark_stream.function must return a DataFrame",
+        ),
+    ],
+    ids=["missing-logstore", "bad-column", "function-fails-in-a-batch"],
+)
+def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
+    loghubd_server: ServerProcess,
+    tmp_path: Path,
+    logstore: str,
+    pipeline: str,
+    code: int,
+    says: str,
+) -> None:
+    """A failed query is the user's problem, not loghubd's: one line naming the cause, no
+    Java or Python traceback, exit 1 (the query failed) or 2 (the pipeline does not analyse:
+    found before the query starts)."""
+    server = loghubd_server
+    produce(server.endpoint, "streamerr", "app", 200, shards=1)
+    config = tmp_path / "stream.toml"
+    config.write_text(
+        f'[source]\nendpoint = "{server.endpoint}"\nproject = "streamerr"\n'
+        f'logstore = "{logstore}"\n'
+        "[spark_stream]\n"
+        f'path = "{tmp_path / "lake"}"\ncheckpoint_location = "{tmp_path / "chk"}"\n'
+        f'{pipeline}\nmaster = "local[1]"\navailable_now = true\n'
+        '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
+        '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
+    )
+    here = str(Path(__file__).resolve().parent)  # spark_pipelines
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=env,
+        cwd=tmp_path,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == code, output[-3000:]
+    for noise in ("Traceback", "\tat ", "Caused by", "unexpected error", "please report"):
+        assert noise not in output, output[-3000:]
+    failures = [
+        line
+        for line in done.stderr.splitlines()
+        if "spark-stream: " in line and "started, writing to" not in line
+    ]
+    assert len(failures) == 1, output[-3000:]
+    assert failures[0].startswith(says), failures[0]
+    assert done.stderr.rstrip().endswith(failures[0])  # the last word is the cause

@@ -12,6 +12,7 @@ from loghubd_spark import LogHubDataSource
 from loghubd_spark.planning import ShardInfo, admit, lineage, plan
 from loghubd_spark.stream import (
     LogHubStreamReader,
+    OffsetError,
     OptionError,
     StreamOptions,
     partitions,
@@ -215,6 +216,23 @@ def test_partitions_are_one_per_moved_shard() -> None:
     assert pickle.loads(pickle.dumps(parts[0])).end == cur(0, 4)
 
 
+def test_a_range_starting_after_its_end_is_refused_as_inconsistent() -> None:
+    with pytest.raises(OffsetError, match=r"inconsistent offsets for shard 0: .* after its end"):
+        partitions({"0": cur(0, 20)}, {"0": cur(0, 10)})
+
+
+@pytest.mark.parametrize("where", ["begin", "end", "1700000000"])
+def test_the_initial_offset_depends_on_the_options_only(where: str) -> None:
+    """Spark asks again for micro-batch 0's start after a restart: no cursor of the moment
+    (nothing listens on this endpoint: no service call either)."""
+    options = StreamOptions.parse(
+        {**BASE, "endpoint": "http://127.0.0.1:9", "startingPosition": where}
+    )
+    first = LogHubStreamReader(options).initialOffset()
+    assert first == LogHubStreamReader(options).initialOffset() == {"@start": where}
+    assert json.loads(json.dumps(first)) == first
+
+
 def test_the_schema_is_the_processors(spark: Any) -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -370,3 +388,26 @@ def test_cli_says_the_plugin_is_missing(
     monkeypatch.setitem(sys.modules, "loghubd_spark.stream_app", None)  # import fails
     assert main(["spark-stream", "-c", "any.toml"]) == 2
     assert "needs the loghubd-spark plugin" in capsys.readouterr().err
+
+
+def test_a_failed_querys_cause_is_the_innermost_python_exception() -> None:
+    from loghubd_spark.jobs import PipelineError
+    from loghubd_spark.stream_app import cause
+
+    spark_message = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+        "perform latestOffset: Traceback (most recent call last):\n"
+        '  File "/x/stream.py", line 1, in _shards\n'
+        "    listing = self.sls.call(lambda c: c.list_shards(logstore))\n"
+        "loghubd.protocol.errors.LogStoreNotExist: LogStoreNotExist: logstore nosuch does not "
+        "exist (request 1)\n SQLSTATE: 38000\n\tat org.apache.spark.Foo(Foo.scala:1)"
+    )
+    error = RuntimeError(spark_message)
+    assert cause(error) == "LogStoreNotExist: logstore nosuch does not exist (request 1)"
+    assert cause(
+        RuntimeError("[STREAM_FAILED] Query [id = 1] terminated with exception: boom")
+    ) == ("boom")
+    batch = PipelineError("spark_stream.sql: [UNRESOLVED_COLUMN] no `x`; line 1\n'Project [x]")
+    assert cause(error, batch) == "spark_stream.sql: [UNRESOLVED_COLUMN] no `x`; line 1"
+    assert cause(error, OSError("disk full\nmore")) == "OSError: disk full"
