@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-GROUPS = {
+GROUPS = {  # the first prefix that matches wins
+    # Its own JVM in a subprocess per case, no shared session: beside the `spark` group.
+    "plugins/loghubd-spark/tests/test_stream_cli.py": "spark-cli",
     "plugins/loghubd-spark/tests/": "spark",
     "tests/reliability/": "reliability",
     "tests/console/": "console",

@@ -1,0 +1,93 @@
+"""`loghubd spark-stream` as a process, when the query fails: one line naming the cause, no
+Java or Python traceback, and the documented exit code.
+
+Its own scheduling group (conftest.py at the repository root): each case starts a JVM of its
+own in a subprocess and shares nothing with the `spark` group's SparkSession, so it runs
+beside that group rather than lengthening it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from spark_harness import produce
+
+from loghubd.testing import ServerProcess
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("logstore", "pipeline", "code", "says"),
+    [
+        (
+            "nosuch",
+            'sql = "SELECT * FROM {logs}"',
+            1,
+            "spark-stream: the query failed: LogStoreNotExist: logstore nosuch does not exist",
+        ),
+        (
+            "app",
+            'sql = "SELECT nosuchcol FROM {logs}"',
+            2,
+            "spark-stream: invalid configuration: spark_stream.sql: [UNRESOLVED_COLUMN",
+        ),
+        (
+            "app",
+            'function = "spark_pipelines:not_a_dataframe"',
+            1,
+            "spark-stream: the query failed: spark_stream.function must return a DataFrame",
+        ),
+    ],
+    ids=["missing-logstore", "bad-column", "function-fails-in-a-batch"],
+)
+def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
+    loghubd_server: ServerProcess,
+    tmp_path: Path,
+    logstore: str,
+    pipeline: str,
+    code: int,
+    says: str,
+) -> None:
+    """A failed query is the user's problem, not loghubd's: one line naming the cause, no
+    Java or Python traceback, exit 1 (the query failed) or 2 (the pipeline does not analyse:
+    found before the query starts)."""
+    server = loghubd_server
+    produce(server.endpoint, "streamerr", "app", 200, shards=1)
+    config = tmp_path / "stream.toml"
+    config.write_text(
+        f'[source]\nendpoint = "{server.endpoint}"\nproject = "streamerr"\n'
+        f'logstore = "{logstore}"\n'
+        "[spark_stream]\n"
+        f'path = "{tmp_path / "lake"}"\ncheckpoint_location = "{tmp_path / "chk"}"\n'
+        f'{pipeline}\nmaster = "local[1]"\navailable_now = true\n'
+        '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
+        '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
+    )
+    here = str(Path(__file__).resolve().parent)  # spark_pipelines
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=env,
+        cwd=tmp_path,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == code, output[-3000:]
+    for noise in ("Traceback", "\tat ", "Caused by", "unexpected error", "please report"):
+        assert noise not in output, output[-3000:]
+    failures = [
+        line
+        for line in done.stderr.splitlines()
+        if "spark-stream: " in line and "started, writing to" not in line
+    ]
+    assert len(failures) == 1, output[-3000:]
+    assert failures[0].startswith(says), failures[0]
+    assert done.stderr.rstrip().endswith(failures[0])  # the last word is the cause
