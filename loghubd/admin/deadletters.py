@@ -56,6 +56,17 @@ class DeadLetter:
     next_cursor: str
     log_groups: int
     error: str
+    # Where the batch came from (project, logstore, group), as the daemon wrote it; empty
+    # for letters written before notes had it.
+    origin: tuple[tuple[str, str], ...] = ()
+
+    def belongs_to(self, spec: SourceSpec) -> bool:
+        """Whether this letter is `spec`'s (a letter without an origin is anybody's)."""
+        return not self.origin or dict(self.origin) == dict(spec.letter_origin)
+
+    def origin_text(self) -> str:
+        o = dict(self.origin)
+        return f"{o.get('project')}/{o.get('logstore')} group {o.get('group')}"
 
     def batch(self) -> Batch:
         raw = self.data.read_bytes()
@@ -110,6 +121,7 @@ def scan(directory: Path) -> Found:
                     next_cursor=str(meta.get("next_cursor", "")),
                     log_groups=int(meta.get("log_groups", 0)),
                     error=str(meta.get("error", "")),
+                    origin=_origin(meta.get("origin")),
                 )
             )
         except KeyError as exc:
@@ -124,6 +136,14 @@ def scan(directory: Path) -> Found:
         key=lambda p: p.name,
     )
     return Found(found, unreadable, incomplete)
+
+
+def _origin(value: object) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise TypeError(f"origin is a JSON {type(value).__name__}, not an object")
+    return tuple(sorted((str(k), str(v)) for k, v in value.items()))
 
 
 def _older(path: Path, than: float) -> bool:
@@ -201,32 +221,57 @@ async def replay(factory: LoadedFactory, letters: list[DeadLetter]) -> tuple[int
         await factory.start()
     try:
         for shard, batch_letters in sorted(by_shard.items()):
-            processor = factory.processor(shard)
-            await processor.initialize(shard)
-            tried: list[tuple[DeadLetter, _Tracker]] = []
-            for letter in batch_letters:
-                tracker = _Tracker(letter.cursor)
-                try:
-                    reread = await processor.process(letter.batch(), tracker)
-                except Exception as exc:
-                    failures.append(f"{letter.note}: {exc!r}")
-                    continue
-                if isinstance(reread, str):
-                    failures.append(f"{letter.note}: {declined(letter, reread)}")
-                    continue
-                tried.append((letter, tracker))
-            if processor.flush is not None:
-                await processor.flush()
-            await processor.shutdown(_Tracker(""))
-            for letter, tracker in tried:
-                if tracker.finished:
-                    letter.remove()
-                    ok += 1
-                else:
-                    failures.append(f"{letter.note}: the processor did not mark it done")
+            done, failed = await _replay_shard(factory, shard, batch_letters)
+            ok += done
+            failures += failed
     finally:
         if factory.close is not None:
             await factory.close()
+    return ok, failures
+
+
+async def _replay_shard(
+    factory: LoadedFactory, shard: int, letters: list[DeadLetter]
+) -> tuple[int, list[str]]:
+    """One shard's letters through one processor. A failure of the processor itself (its
+    start, flush or shutdown) fails this shard's letters (they stay), not the other shards'."""
+    ok, failures = 0, []
+    tried: list[tuple[DeadLetter, _Tracker]] = []
+    processor = factory.processor(shard)
+    try:
+        await processor.initialize(shard)
+    except Exception as exc:
+        return 0, [f"{letter.note}: the processor could not start: {exc!r}" for letter in letters]
+    try:
+        for letter in letters:
+            tracker = _Tracker(letter.cursor)
+            try:
+                reread = await processor.process(letter.batch(), tracker)
+            except Exception as exc:
+                failures.append(f"{letter.note}: {exc!r}")
+                continue
+            if isinstance(reread, str):
+                failures.append(f"{letter.note}: {declined(letter, reread)}")
+                continue
+            tried.append((letter, tracker))
+        if processor.flush is not None:
+            await processor.flush()
+    except Exception as exc:  # the flush: nothing tried is known to be durable
+        failures += [f"{letter.note}: the processor's flush failed: {exc!r}" for letter, _ in tried]
+        tried = []
+    try:
+        await processor.shutdown(_Tracker(""))
+    except Exception as exc:
+        failures += [
+            f"{letter.note}: the processor's shutdown failed: {exc!r}" for letter, _ in tried
+        ]
+        tried = []
+    for letter, tracker in tried:
+        if tracker.finished:
+            letter.remove()
+            ok += 1
+        else:
+            failures.append(f"{letter.note}: the processor did not mark it done")
     return ok, failures
 
 
@@ -287,11 +332,18 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
     spec = specs[0]
     directory = _directory(args.dir, spec.consumer.dead_letter_dir)
     found = scan(directory) if directory.is_dir() else Found([], [])
+    # Several sources may share the directory: only this source's letters are its own.
+    others = [d for d in found.letters if not d.belongs_to(spec)]
+    found = Found(
+        [d for d in found.letters if d.belongs_to(spec)], found.unreadable, found.incomplete
+    )
     if args.action == "list":
         for d in found.letters:
             print(f"{d.note}  shard {d.shard}  {d.log_groups} log groups  {d.error[:120]}")
         for u in found.unreadable:
             print(f"{u.note}  unreadable: {u.reason}")
+        for d in others:
+            print(f"{d.note}  another source's: {d.origin_text()} (not {spec.name}'s)")
         for pb in found.incomplete:
             print(
                 f"{pb}  incomplete: no note names it (the daemon stopped while setting the "
@@ -300,7 +352,9 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
         bad = f" ({len(found.unreadable)} unreadable)" if found.unreadable else ""
         if not directory.exists():
             bad = " (it does not exist yet: the daemon makes it for the first dead letter)"
-        print(f"{found.total} dead letter(s) in {directory}{bad}")
+        mine = f" for {spec.source.project}/{spec.source.logstore} group {spec.consumer.group}"
+        more = f", {len(others)} of other sources" if others else ""
+        print(f"{found.total} dead letter(s){mine if others else ''} in {directory}{bad}{more}")
         return OK
     if args.action == "print":
         failures = [u.line() for u in found.unreadable] + print_logs(found.letters)

@@ -294,6 +294,13 @@ class SourceSpec:
     consumer: ConsumerConfig
     processor: ProcessorConfig = field(default_factory=ProcessorConfig)
 
+    @property
+    def letter_origin(self) -> tuple[tuple[str, str], ...]:
+        """What this source's dead letters say they come from (their note's `origin`):
+        `loghubd dead-letters` takes only the letters of the source it is given."""
+        s = self.source
+        return (("project", s.project), ("logstore", s.logstore), ("group", self.consumer.group))
+
     def __post_init__(self) -> None:
         ok = bool(_SOURCE_NAME.fullmatch(self.name))
         _validate(

@@ -28,7 +28,7 @@ import structlog
 from loghubd.backoff import Backoff
 from loghubd.consumer.tracking import until_stopping
 from loghubd.errors import describe_error, leaves
-from loghubd.files import atomic_write
+from loghubd.files import atomic_write, fsync_dir
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import BatchInterrupted, BatchRejected, StopSignal, Tracker
@@ -48,6 +48,9 @@ class RetryPolicy:
     # synchronise (`consumer.retry_initial_backoff`, `processor_retry_max_backoff`).
     backoff: Backoff = PROCESSOR_BACKOFF
     dead_letter_dir: Path = Path("dead-letter")
+    # Where the batches come from, written into each dead letter's note (`origin`): several
+    # sources may share one directory, and a replay takes only its own source's letters.
+    origin: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +117,7 @@ async def process_with_retry(
             if rejected or (policy.max_attempts and attempt >= policy.max_attempts):
                 if policy.on_failure == "dead_letter":
                     path = await anyio.to_thread.run_sync(
-                        _write_dead_letter, policy.dead_letter_dir, batch, exc, attempt, rejected
+                        _write_dead_letter, policy, batch, exc, attempt, rejected
                     )
                     mark_done()
                     failing("")
@@ -208,16 +211,31 @@ async def start_with_retry(
 
 
 def _write_dead_letter(
-    directory: Path, batch: Batch, exc: BaseException, attempts: int, rejected: bool
+    policy: RetryPolicy, batch: Batch, exc: BaseException, attempts: int, rejected: bool
 ) -> Path:
     """The batch's raw LogGroupList (lossless) plus a JSON note of where and why; fsynced.
     Returns the note's absolute path (logged: a relative dead_letter_dir is the daemon's
-    working directory's, not the operator's)."""
-    folder = directory / f"shard-{batch.shard}"
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = f"{time.time_ns()}-{batch.cursor.rstrip('=')}"
+    working directory's, not the operator's).
+
+    A letter for the same range of the same origin written before (a daemon that crashed
+    after setting the batch aside, before its checkpoint passed it, read it again and set it
+    aside again) is removed once this one is whole: one letter per range, so a replay does
+    not send it twice."""
+    folder = policy.dead_letter_dir / f"shard-{batch.shard}"
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        for made in (folder.parent, folder.parent.parent):  # the new names, before a
+            fsync_dir(made)  # checkpoint passes the batch
+    cursor_part = batch.cursor.rstrip("=")
+    earlier = [
+        note
+        for note in folder.glob(f"*-{cursor_part}.json")
+        if _same_letter(note, batch, dict(policy.origin))
+    ]
+    stem = f"{time.time_ns()}-{cursor_part}"
     raw_path = folder / f"{stem}.pb"
     meta = {
+        "origin": dict(policy.origin),
         "shard": batch.shard,
         "cursor": batch.cursor,
         "next_cursor": batch.next_cursor,
@@ -232,4 +250,21 @@ def _write_dead_letter(
     # not there at all, so a crash never leaves a note cut short.
     atomic_write(raw_path, batch.raw)
     atomic_write(folder / f"{stem}.json", json.dumps(meta, indent=2).encode())
+    for note in earlier:  # the note first: a .pb without one is listed as incomplete
+        note.unlink(missing_ok=True)
+        note.with_suffix(".pb").unlink(missing_ok=True)
     return (folder / f"{stem}.json").absolute()
+
+
+def _same_letter(note: Path, batch: Batch, origin: dict[str, str]) -> bool:
+    """Whether the letter `note` holds exactly `batch`'s range, from the same origin."""
+    try:
+        meta = json.loads(note.read_text())
+    except (OSError, ValueError):
+        return False  # unreadable: not ours to remove (`dead-letters list` names it)
+    return (
+        isinstance(meta, dict)
+        and meta.get("cursor") == batch.cursor
+        and meta.get("next_cursor") == batch.next_cursor
+        and meta.get("origin", {}) == origin
+    )

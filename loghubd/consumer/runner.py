@@ -135,6 +135,7 @@ class SourceRunner:
                     jitter=0.5,
                 ),
                 dead_letter_dir=Path(c.dead_letter_dir),
+                origin=self.spec.letter_origin,
             ),
             metrics=self.metrics,
             budget=ByteBudget(c.max_bytes_in_flight, self.metrics),
