@@ -36,15 +36,30 @@ class ShapeError(TypeError):
     """A plugin's factory or processor does not have the shape `loghubd.plugins.api` says."""
 
 
+class ProcessorCrashed(RuntimeError):
+    """A plain (threaded) plugin method raised what is not an `Exception`: SystemExit,
+    KeyboardInterrupt, a CancelledError of its own. Raised in the worker thread, it would end
+    the daemon (or look like an operator's Ctrl-C, or a cancellation): it is a failure of that
+    call, and the retry policy applies to it like to any other."""
+
+
 def as_async(fn: Callable[..., Any], what: str, *, abandon_on_cancel: bool = False) -> AsyncCall:
     """`fn` as a coroutine function: itself when it is one, else a call in a worker thread.
     `abandon_on_cancel`: a cancelled caller does not wait for the thread (process, shutdown)."""
     if inspect.iscoroutinefunction(fn):
         return fn
 
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:
+            raise
+        except BaseException as exc:  # only the plugin's own code runs in this thread
+            raise ProcessorCrashed(f"{what} raised {exc!r}") from exc
+
     async def in_thread(*args: Any) -> Any:
         result = await anyio.to_thread.run_sync(
-            lambda: fn(*args), abandon_on_cancel=abandon_on_cancel
+            lambda: call(*args), abandon_on_cancel=abandon_on_cancel
         )
         if inspect.isawaitable(result):
             if inspect.iscoroutine(result):

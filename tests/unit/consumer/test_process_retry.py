@@ -4,6 +4,7 @@ gets the policy at once; a stop of the shard ends the retrying (`Interrupted`)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -24,7 +25,7 @@ from loghubd.consumer.processing import (
     process_with_retry,
 )
 from loghubd.ops.metrics import Metrics
-from loghubd.plugins.loaded import LoadedProcessor
+from loghubd.plugins.loaded import LoadedProcessor, load_factory
 from loghubd.testing import RecordingTracker, make_batch
 
 FAST = Backoff(initial=0.001, cap=0.002, jitter=0.0)
@@ -220,3 +221,51 @@ def test_a_stop_set_before_the_batch_still_gets_one_attempt() -> None:
         stop_after_calls=0, error=ValueError("down"), policy=RetryPolicy(backoff=SLOW)
     )
     assert isinstance(outcome, Interrupted) and calls == 1
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [SystemExit(3), KeyboardInterrupt(), asyncio.CancelledError()],
+    ids=["SystemExit", "KeyboardInterrupt", "CancelledError"],
+)
+def test_a_plain_processor_raising_a_base_exception_is_a_failed_attempt(
+    raised: BaseException,
+) -> None:
+    """Raised in the worker thread, it would end the daemon (or pass for a Ctrl-C, or a
+    cancellation of the shard): it is a failure of that attempt, retried like any other."""
+    calls = 0
+
+    def process(batch: Any, tracker: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise raised
+
+    processor = load_factory("plain", lambda shard: Plain(process)).processor(2)
+    reasons: list[str] = []
+
+    async def go() -> Outcome:
+        return await process_with_retry(
+            processor,
+            make_batch([{"id": "1"}], shard=2),
+            RecordingTracker(),
+            RetryPolicy(max_attempts=3, backoff=FAST),
+            Metrics(),
+            mark_done=lambda: None,
+            bind={},
+            failing=reasons.append,
+        )
+
+    assert isinstance(anyio.run(go), Processed) and calls == 2
+    assert "ProcessorCrashed" in reasons[0] and type(raised).__name__ in reasons[0]
+
+
+class Plain:
+    def __init__(self, process: Any) -> None:
+        self.process = process
+
+    def initialize(self, shard: int) -> None:
+        pass
+
+    def shutdown(self, tracker: Any) -> None:
+        pass
