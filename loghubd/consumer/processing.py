@@ -116,9 +116,11 @@ async def process_with_retry(
             )
             if rejected or (policy.max_attempts and attempt >= policy.max_attempts):
                 if policy.on_failure == "dead_letter":
-                    path = await anyio.to_thread.run_sync(
-                        _write_dead_letter, policy, batch, exc, attempt, rejected
+                    path = await _set_aside(
+                        policy, batch, exc, attempt, rejected, tracker, bind, failing
                     )
+                    if path is None:  # the shard began to stop while the letter could not be
+                        return _interrupted(batch, attempt, error, bind)  # written
                     mark_done()
                     failing("")
                     metrics.dead_lettered.labels(str(batch.shard)).inc()
@@ -208,6 +210,43 @@ async def start_with_retry(
             failing("")
         assert processor is not None
         return processor
+
+
+async def _set_aside(
+    policy: RetryPolicy,
+    batch: Batch,
+    exc: BaseException,
+    attempts: int,
+    rejected: bool,
+    tracker: Tracker,
+    bind: dict[str, Any],
+    failing: Callable[[str], None],
+) -> Path | None:
+    """Write the dead letter, retried with the policy's backoff while it cannot be written
+    (a full disk, a directory not writable): the batch is set aside only once its letter is
+    there, and a brief problem must not stop the shard. None if the shard begins to stop
+    first (the batch is then left unfinished, and read again)."""
+    tries = 0
+    while True:
+        try:
+            return await anyio.to_thread.run_sync(
+                _write_dead_letter, policy, batch, exc, attempts, rejected
+            )
+        except OSError as write_error:
+            tries += 1
+            wait = policy.backoff.wait(tries)
+            where = policy.dead_letter_dir.absolute()
+            failing(f"cannot write the dead letter to {where}: {describe_error(write_error)}"[:300])
+            log.error(
+                "dead_letter_write_failed",
+                **bind,
+                cursor=batch.cursor,
+                directory=str(where),
+                error=describe_error(write_error)[:300],
+                retry_in_s=round(wait, 2),
+            )
+            if await stopped_within(wait, tracker.stopping):
+                return None
 
 
 def _write_dead_letter(

@@ -269,3 +269,79 @@ class Plain:
 
     def shutdown(self, tracker: Any) -> None:
         pass
+
+
+def test_a_dead_letter_that_cannot_be_written_yet_is_retried_until_it_can(tmp_path: Path) -> None:
+    """A brief problem with the directory (here: a file where the directory should be) does
+    not stop the shard: the letter is written once it can be, and the batch set aside."""
+    blocked = tmp_path / "dl"
+    blocked.write_text("not a directory")
+    policy = RetryPolicy(
+        max_attempts=1, on_failure="dead_letter", backoff=FAST, dead_letter_dir=blocked
+    )
+    reasons: list[str] = []
+
+    async def process(batch: Any, tracker: Any) -> None:
+        raise ValueError("sink down")
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    async def clear_the_way() -> None:
+        while not any("cannot write the dead letter" in r for r in reasons):  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        blocked.unlink()
+
+    async def go() -> Outcome:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(clear_the_way)
+            outcome = await process_with_retry(
+                LoadedProcessor("failing", nothing, process, nothing, None),
+                make_batch([{"id": "1"}], shard=0),
+                RecordingTracker(),
+                policy,
+                Metrics(),
+                mark_done=lambda: None,
+                bind={},
+                failing=reasons.append,
+            )
+        return outcome
+
+    outcome = anyio.run(go)
+    assert isinstance(outcome, DeadLettered) and outcome.path.exists()
+    assert reasons[-1] == ""  # the shard's status no longer shows a failure
+
+
+def test_a_stop_while_the_dead_letter_cannot_be_written_leaves_the_batch_unfinished(
+    tmp_path: Path,
+) -> None:
+    blocked = tmp_path / "dl"
+    blocked.write_text("not a directory")
+    policy = RetryPolicy(
+        max_attempts=1, on_failure="dead_letter", backoff=FAST, dead_letter_dir=blocked
+    )
+    tracker = RecordingTracker()
+
+    async def process(batch: Any, tracker: Any) -> None:
+        raise ValueError("sink down")
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    def stop_on_the_letter_failure(reason: str) -> None:
+        if "cannot write the dead letter" in reason:
+            tracker.stopping.set()
+
+    async def go() -> Outcome:
+        return await process_with_retry(
+            LoadedProcessor("failing", nothing, process, nothing, None),
+            make_batch([{"id": "1"}], shard=0),
+            tracker,
+            policy,
+            Metrics(),
+            mark_done=lambda: None,
+            bind={},
+            failing=stop_on_the_letter_failure,
+        )
+
+    assert isinstance(anyio.run(go), Interrupted)
