@@ -17,11 +17,17 @@ One flush = one Spark write covering every buffered shard:
 4. mark the entry committed;
 5. ack every included batch (`ack.done(persist=True)`): only now can checkpoints pass them.
 
-A write that fails stays the *pending write*: it is retried as it is (same batch id, same
-batches, same entry) before anything else is written, so its partitions are only ever
-replaced by a complete rewrite.
+A write that fails is abandoned through the write-ahead log (its entry and any partitions go)
+and each daemon batch it held is then written on its own: one bad batch must not block every
+shard. A batch whose own write fails in its own `process()` leaves the buffer and the error is
+raised, so the daemon's retry and failure policy (`on_failure = "dead_letter"`) applies to
+exactly that batch; one whose own write fails elsewhere (another batch's `process()`, the timer)
+stays buffered and its shard is asked to re-deliver it (`process` returns a rollback cursor), so
+that it fails in its own `process()` next. A failed write that cannot be abandoned (a job still
+running, a file that cannot be deleted) stays the *pending write* and is retried as it is (same
+batch id, same batches, same entry) before anything else is written.
 
-Why one module of some 560 lines: the buffer, the pending write, the timer and recovery share
+Why one module of some 700 lines: the buffer, the pending write, the timer and recovery share
 one lock and one write-ahead log, and each step above relies on what the others hold under
 that lock; split over modules, those invariants would be spread too. The buffered values
 themselves (`Item`, `PendingWrite`) live in `items`.
@@ -121,6 +127,7 @@ class Engine:
         self._rows = self._bytes = 0
         self._pending: PendingWrite | None = None
         self._failed = False  # `_pending` is a write that failed and awaits its retry
+        self._isolated: set[tuple[int, str]] = set()  # batches written alone (see `solo`)
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         n = options.convert_processes
@@ -220,6 +227,7 @@ class Engine:
         item = Item(
             batch.shard, batch.cursor, batch.next_cursor, start, batch.group_count, data, [ack]
         )
+        item.solo = key in self._isolated
         with self._lock:
             if key in self._items:  # raced with itself? keep the first, finish both
                 self._items[key].acks.append(ack)
@@ -262,10 +270,33 @@ class Engine:
             return self._pool.convert(shard, cursor, raw, keep, per_group=per_group)
         return convert(shard, cursor, raw, keep, per_group=per_group)
 
-    def due(self) -> bool:
+    def due(self, key: tuple[int, str] | None = None) -> bool:
+        """A write is due: a threshold is reached, a failed write awaits its retry, or the
+        batch `key` (the caller's) is one that is written alone."""
         o = self.options
         with self._lock:
+            if key is not None:
+                it = self._items.get(key)
+                if it is not None and it.solo:
+                    return True
             return self._failed or self._rows >= o.max_rows or self._bytes >= o.max_bytes
+
+    def take_rollback(self, shard: int) -> str | None:
+        """Where `shard` should be re-read from: the first of its batches whose own write
+        failed outside its own `process()` (asked once per failure), else None."""
+        with self._lock:
+            asked = [
+                it
+                for it in self._items.values()
+                if it.shard == shard and it.suspect and not it.rollback_asked
+            ]
+            if not asked:
+                return None
+            first = min(asked, key=lambda it: (it.start is None, it.start or 0, it.added))
+            for it in asked:
+                it.rollback_asked = True
+            log.warning("spark_batch_redelivery_asked", shard=shard, cursor=first.cursor)
+            return first.cursor
 
     def oldest_age(self) -> float | None:
         with self._lock:
@@ -273,11 +304,22 @@ class Engine:
                 return None
             return time.monotonic() - min(it.added for it in self._items.values())
 
-    def _take(self) -> list[Item]:
+    def _take(self, *, solo: bool = False, own: tuple[int, str] | None = None) -> list[Item]:
+        """The buffered items that are written together (or, `solo`, those written alone,
+        except the ones waiting for their re-delivery, unless it is `own`)."""
         with self._lock:
-            items = list(self._items.values())
-            self._items.clear()
-            self._rows = self._bytes = 0
+            if solo:
+                items = [
+                    it
+                    for it in self._items.values()
+                    if it.solo and (not it.suspect or it.key == own)
+                ]
+            else:
+                items = [it for it in self._items.values() if not it.solo]
+            for it in items:
+                del self._items[it.key]
+                self._rows -= it.rows
+                self._bytes -= it.nbytes
             return items
 
     def _restore(self, items: list[Item]) -> None:
@@ -293,23 +335,66 @@ class Engine:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def flush(self, reason: str, *, timeout: float | None = None) -> None:
-        """Write everything buffered (after the pending write, if one failed before)."""
+    def flush(
+        self,
+        reason: str,
+        *,
+        timeout: float | None = None,
+        own: tuple[int, str] | None = None,
+    ) -> None:
+        """Write everything buffered (after the pending write, if one failed before); the
+        batches written alone each in a write of its own. `own`: the batch of the calling
+        `process()`, whose own failure is raised."""
         with self._flush_lock:
-            if self._pending is not None:
-                self._write(self._pending, reason, timeout)
-            items = self._take()
-            if not items:
-                return
+            self._flush_locked(reason, timeout, own)
+
+    def _flush_locked(
+        self, reason: str, timeout: float | None, own: tuple[int, str] | None
+    ) -> None:
+        if self._pending is not None:
+            self._write(self._pending, reason, timeout, own)
+        self._write_solo(reason, timeout, own)
+        items = self._take()
+        if not items:
+            return
+        try:
+            pending = self._prepare(items)
+        except BaseException:
+            self._restore(items)
+            raise
+        if pending is None:
+            return
+        self._pending = pending
+        self._write(pending, reason, timeout, own)
+
+    def _write_solo(self, reason: str, timeout: float | None, own: tuple[int, str] | None) -> None:
+        """Write each batch that is written alone, in a write of its own. Raise only the
+        failure of `own`; the others wait for their re-delivery (`take_rollback`)."""
+        items = self._take(solo=True, own=own)
+        items.sort(key=lambda it: it.key != own)  # the caller's first
+        error: BaseException | None = None
+        for i, it in enumerate(items):
             try:
-                pending = self._prepare(items)
+                pending = self._prepare([it])
             except BaseException:
-                self._restore(items)
+                self._restore(items[i:])
                 raise
             if pending is None:
-                return
+                self._isolated.discard(it.key)
+                continue
             self._pending = pending
-            self._write(pending, reason, timeout)
+            try:
+                self._write(pending, reason, timeout, own)
+            except Exception as exc:
+                if self._pending is pending:  # could not be abandoned: retried as it is
+                    self._restore(items[i + 1 :])
+                    raise
+                if it.key == own:
+                    error = exc
+            else:
+                self._isolated.discard(it.key)
+        if error is not None:
+            raise error
 
     def _prepare(self, items: list[Item]) -> PendingWrite | None:
         self.wal.refresh(force=True)
@@ -360,13 +445,59 @@ class Engine:
         if seen:
             self.wal.refresh(force=True)
 
-    def _write(self, pw: PendingWrite, reason: str, timeout: float | None) -> None:
+    def _write(
+        self, pw: PendingWrite, reason: str, timeout: float | None, own: tuple[int, str] | None
+    ) -> None:
         try:
             self._attempt(pw, reason, timeout)
+        except Exception as exc:
+            if not self._drop_failed(pw):
+                self._failed = True  # retried as it is: by process(), the timer, or shutdown
+                raise
+            if len(pw.items) > 1:
+                # One bad batch must not block them all: each is written on its own next.
+                log.warning(
+                    "spark_write_split",
+                    batch=pw.entry.batch,
+                    daemon_batches=len(pw.items),
+                    error=str(exc)[:500],
+                )
+                for it in pw.items:
+                    it.solo = True
+                    self._isolated.add(it.key)
+                self._restore(pw.items)
+                self._write_solo(reason, timeout, own)
+                return
+            [it] = pw.items
+            if it.key == own:
+                # Failed in its own process(): raised, so the daemon's policy applies to it;
+                # its retry buffers it again (alone), a dead letter leaves it out for good.
+                log.warning("spark_batch_write_failed", shard=it.shard, cursor=it.cursor)
+                raise
+            it.suspect, it.rollback_asked = True, False
+            self._restore([it])
+            log.warning("spark_batch_awaits_redelivery", shard=it.shard, cursor=it.cursor)
+            raise
         except BaseException:
-            self._failed = True  # retried as it is: by process(), the timer, or shutdown
+            self._failed = True
             raise
         self._failed = False
+
+    def _drop_failed(self, pw: PendingWrite) -> bool:
+        """Abandon a failed write through the write-ahead log (its partitions, its entry), so
+        its batches can be written otherwise. False if it must stay pending: a job that is
+        still running (a timeout being cancelled), or files that could not be deleted."""
+        if self.runner.busy:
+            return False
+        if pw.lease is not None:
+            try:
+                self.wal.abandon(pw.lease)
+            except Exception as exc:
+                log.error("spark_abandon_failed", batch=pw.entry.batch, error=repr(exc)[:500])
+                return False
+        self._pending = None
+        self._failed = False
+        return True
 
     def _attempt(self, pw: PendingWrite, reason: str, timeout: float | None) -> None:
         entry = pw.entry
@@ -449,29 +580,36 @@ class Engine:
 
     def _forget_shard(self, shard: int) -> None:
         with self._flush_lock:
-            with self._lock:
-                for key in [k for k in self._items if k[0] == shard]:
-                    it = self._items.pop(key)
-                    self._rows -= it.rows
-                    self._bytes -= it.nbytes
-            pw = self._pending
-            if pw is None or all(it.shard != shard for it in pw.items):
+            self._forget_shard_locked(shard)
+
+    def _drop_shard_items(self, shard: int) -> None:
+        for key in [k for k in self._items if k[0] == shard]:
+            it = self._items.pop(key)
+            self._rows -= it.rows
+            self._bytes -= it.nbytes
+        self._isolated = {k for k in self._isolated if k[0] != shard}
+
+    def _forget_shard_locked(self, shard: int) -> None:
+        with self._lock:
+            self._drop_shard_items(shard)
+        pw = self._pending
+        if pw is None or all(it.shard != shard for it in pw.items):
+            return
+        if self.runner.busy:
+            # A cancelled job may still be writing this batch's partitions: deleting them
+            # now could race with it. Keep the write pending (a restart recovers it).
+            log.error("spark_write_still_running", batch=pw.entry.batch, shard=shard)
+            return
+        if pw.lease is not None:
+            try:
+                self.wal.abandon(pw.lease)
+            except Exception as exc:
+                log.error("spark_abandon_failed", batch=pw.entry.batch, error=repr(exc))
                 return
-            if self.runner.busy:
-                # A cancelled job may still be writing this batch's partitions: deleting them
-                # now could race with it. Keep the write pending (a restart recovers it).
-                log.error("spark_write_still_running", batch=pw.entry.batch, shard=shard)
-                return
-            if pw.lease is not None:
-                try:
-                    self.wal.abandon(pw.lease)
-                except Exception as exc:
-                    log.error("spark_abandon_failed", batch=pw.entry.batch, error=repr(exc))
-                    return
-            self._pending = None
-            self._failed = False
-            self._restore([it for it in pw.items if it.shard != shard])
-            log.warning("spark_write_abandoned", batch=pw.entry.batch, shard=shard)
+        self._pending = None
+        self._failed = False
+        self._restore([it for it in pw.items if it.shard != shard])
+        log.warning("spark_write_abandoned", batch=pw.entry.batch, shard=shard)
 
     # -- the timer (max_delay, and retries of a failed write) ------------------------------------
 
