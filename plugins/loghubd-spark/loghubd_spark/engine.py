@@ -27,6 +27,10 @@ that it fails in its own `process()` next. A failed write that cannot be abandon
 running, a file that cannot be deleted) stays the *pending write* and is retried as it is (same
 batch id, same batches, same entry) before anything else is written.
 
+A shard's shutdown and `close()` wait for a running write only within their budget: then its
+jobs are cancelled by tag and the write is left pending (abandoned, or recovered by the next
+start), never waited for up to `write_timeout`.
+
 Why one module of some 700 lines: the buffer, the pending write, the timer and recovery share
 one lock and one write-ahead log, and each step above relies on what the others hold under
 that lock; split over modules, those invariants would be spread too. The buffered values
@@ -70,11 +74,17 @@ MAX_RETRY_BACKOFF_S = 30.0
 # A failed timed write (max_delay, retries of a failed write), and a shard's last write.
 TIMER_BACKOFF = Backoff(initial=0.5, cap=MAX_RETRY_BACKOFF_S, jitter=0.5)
 SHUTDOWN_BACKOFF = Backoff(initial=0.5, cap=5.0)
+# A shutdown waiting for a write another thread runs cancels it this long before its budget ends.
+CANCEL_MARGIN_S = 5.0
 GC_INTERVAL_S = 300.0  # write-ahead entries below the committed checkpoints are deleted
 
 
 class WaitForWriter(SparkError):
     """Another live process is writing (or recovering) the same source range: retry later."""
+
+
+class WriteCancelled(SparkError):
+    """A shutdown cancelled the running write (its budget ran out): nothing more is written."""
 
 
 def _ack(items: list[Item], lock: threading.Lock) -> None:
@@ -128,6 +138,7 @@ class Engine:
         self._pending: PendingWrite | None = None
         self._failed = False  # `_pending` is a write that failed and awaits its retry
         self._isolated: set[tuple[int, str]] = set()  # batches written alone (see `solo`)
+        self._cancelling = False  # a shutdown cancelled the running write: do not split it
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         n = options.convert_processes
@@ -177,17 +188,22 @@ class Engine:
         """Stop the timer, write what is left (bounded), stop Spark. A write that still fails
         keeps its entry pending: the next start recovers it."""
         self._stop.set()
-        if self._timer is not None:
-            self._timer.join(SHUTDOWN_BUDGET_S)
+        deadline = time.monotonic() + SHUTDOWN_BUDGET_S
         try:
-            if self.buffered_rows or self._pending is not None:
-                self.flush("close", timeout=SHUTDOWN_BUDGET_S)
+            if self.buffered_rows or self._pending is not None or self.runner.busy:
+                self.flush("close", timeout=SHUTDOWN_BUDGET_S, deadline=deadline)
         except Exception as exc:
             log.error("spark_final_write_failed", error=str(exc)[:1000])
-        with self._flush_lock:
-            if self._pending is not None and self._pending.lease is not None:
-                self._pending.lease.release()
-            self._pending = None
+        if self._timer is not None:
+            self._timer.join(max(0.0, deadline - time.monotonic()))
+        if self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            try:
+                if self._pending is not None and self._pending.lease is not None:
+                    self._pending.lease.release()
+                self._pending = None
+            finally:
+                self._flush_lock.release()
+        # Otherwise a cancelled write is still unwinding: its lock goes with the process.
         if self._pool is not None:
             self._pool.close()
         self.runner.stop()
@@ -340,13 +356,40 @@ class Engine:
         reason: str,
         *,
         timeout: float | None = None,
+        deadline: float | None = None,
         own: tuple[int, str] | None = None,
     ) -> None:
         """Write everything buffered (after the pending write, if one failed before); the
         batches written alone each in a write of its own. `own`: the batch of the calling
-        `process()`, whose own failure is raised."""
-        with self._flush_lock:
+        `process()`, whose own failure is raised. `deadline` (shutdown): a write another
+        thread runs is waited for until shortly before it, then cancelled (WriteCancelled)."""
+        self._acquire(deadline)
+        try:
             self._flush_locked(reason, timeout, own)
+        finally:
+            self._flush_lock.release()
+
+    def _acquire(self, deadline: float | None) -> None:
+        if deadline is None:
+            self._flush_lock.acquire()
+            return
+        if self._flush_lock.acquire(
+            timeout=max(0.0, deadline - CANCEL_MARGIN_S - time.monotonic())
+        ):
+            return
+        # A write is running (the timer, another shard's process()): the budget does not
+        # allow waiting for it. Cancel its jobs; it then fails and stays pending.
+        self._cancelling = True
+        log.warning("spark_write_cancelled_for_shutdown", budget_s=SHUTDOWN_BUDGET_S)
+        self.runner.cancel()
+        if not self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise WriteCancelled(
+                "a cancelled Spark write is still running at the end of the shutdown budget; "
+                "its write-ahead entry stays pending and is recovered by the next start"
+            )
+        self._cancelling = False
+        self._flush_lock.release()
+        raise WriteCancelled("the running Spark write was cancelled: the shutdown budget ran out")
 
     def _flush_locked(
         self, reason: str, timeout: float | None, own: tuple[int, str] | None
@@ -374,6 +417,9 @@ class Engine:
         items.sort(key=lambda it: it.key != own)  # the caller's first
         error: BaseException | None = None
         for i, it in enumerate(items):
+            if self._cancelling:
+                self._restore(items[i:])
+                raise WriteCancelled("the running Spark write was cancelled by a shutdown")
             try:
                 pending = self._prepare([it])
             except BaseException:
@@ -385,6 +431,9 @@ class Engine:
             self._pending = pending
             try:
                 self._write(pending, reason, timeout, own)
+            except WriteCancelled:
+                self._restore(items[i + 1 :])
+                raise
             except Exception as exc:
                 if self._pending is pending:  # could not be abandoned: retried as it is
                     self._restore(items[i + 1 :])
@@ -451,6 +500,10 @@ class Engine:
         try:
             self._attempt(pw, reason, timeout)
         except Exception as exc:
+            if self._cancelling:  # a shutdown cancelled it: it stays pending
+                self._cancelling = False
+                self._failed = True
+                raise WriteCancelled(f"the write was cancelled by a shutdown: {exc}") from exc
             if not self._drop_failed(pw):
                 self._failed = True  # retried as it is: by process(), the timer, or shutdown
                 raise
@@ -560,7 +613,10 @@ class Engine:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                self.flush("shutdown", timeout=max(1.0, remaining))
+                self.flush("shutdown", timeout=max(1.0, remaining), deadline=deadline)
+                break
+            except WriteCancelled as exc:
+                log.error("spark_shutdown_write_cancelled", shard=shard, error=str(exc)[:1000])
                 break
             except Exception as exc:
                 failures += 1
@@ -569,7 +625,7 @@ class Engine:
                     log.error("spark_shutdown_write_failed", shard=shard, error=str(exc)[:1000])
                     break
                 time.sleep(wait)
-        self._forget_shard(shard)
+        self._forget_shard(shard, deadline)
 
     def _remove_partitions(self, batch: str) -> None:
         self.runner.run(
@@ -578,9 +634,17 @@ class Engine:
             timeout=self.options.write_timeout,
         )
 
-    def _forget_shard(self, shard: int) -> None:
-        with self._flush_lock:
+    def _forget_shard(self, shard: int, deadline: float) -> None:
+        if not self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            # A write still runs (cancelled): a restart recovers its entry if it stays pending.
+            log.error("spark_forget_shard_timed_out", shard=shard)
+            with self._lock:
+                self._drop_shard_items(shard)
+            return
+        try:
             self._forget_shard_locked(shard)
+        finally:
+            self._flush_lock.release()
 
     def _drop_shard_items(self, shard: int) -> None:
         for key in [k for k in self._items if k[0] == shard]:
