@@ -320,18 +320,20 @@ class Engine:
                 return None
             return time.monotonic() - min(it.added for it in self._items.values())
 
-    def _take(self, *, solo: bool = False, own: tuple[int, str] | None = None) -> list[Item]:
+    def _take(
+        self, *, solo: bool = False, own: tuple[int, str] | None = None, suspects: bool = False
+    ) -> list[Item]:
         """The buffered items that are written together (or, `solo`, those written alone,
-        except the ones waiting for their re-delivery, unless it is `own`)."""
+        except the ones waiting for their re-delivery unless it is `own` or `suspects`)."""
         with self._lock:
             if solo:
                 items = [
                     it
                     for it in self._items.values()
-                    if it.solo and (not it.suspect or it.key == own)
+                    if (it.solo or it.suspect) and (not it.suspect or suspects or it.key == own)
                 ]
             else:
-                items = [it for it in self._items.values() if not it.solo]
+                items = [it for it in self._items.values() if not (it.solo or it.suspect)]
             for it in items:
                 del self._items[it.key]
                 self._rows -= it.rows
@@ -358,14 +360,18 @@ class Engine:
         timeout: float | None = None,
         deadline: float | None = None,
         own: tuple[int, str] | None = None,
+        suspects: bool = False,
     ) -> None:
         """Write everything buffered (after the pending write, if one failed before); the
         batches written alone each in a write of its own. `own`: the batch of the calling
-        `process()`, whose own failure is raised. `deadline` (shutdown): a write another
-        thread runs is waited for until shortly before it, then cancelled (WriteCancelled)."""
+        `process()`, whose own failure is raised (without it, the first failure is). The
+        batches waiting for their re-delivery are tried too only with `suspects` (the timer,
+        with its backoff: a shard that receives nothing more never re-delivers them).
+        `deadline` (shutdown): a write another thread runs is waited for until shortly
+        before it, then cancelled (WriteCancelled)."""
         self._acquire(deadline)
         try:
-            self._flush_locked(reason, timeout, own)
+            self._flush_locked(reason, timeout, own, suspects)
         finally:
             self._flush_lock.release()
 
@@ -392,11 +398,11 @@ class Engine:
         raise WriteCancelled("the running Spark write was cancelled: the shutdown budget ran out")
 
     def _flush_locked(
-        self, reason: str, timeout: float | None, own: tuple[int, str] | None
+        self, reason: str, timeout: float | None, own: tuple[int, str] | None, suspects: bool
     ) -> None:
         if self._pending is not None:
             self._write(self._pending, reason, timeout, own)
-        self._write_solo(reason, timeout, own)
+        self._write_solo(reason, timeout, own, suspects)
         items = self._take()
         if not items:
             return
@@ -410,10 +416,17 @@ class Engine:
         self._pending = pending
         self._write(pending, reason, timeout, own)
 
-    def _write_solo(self, reason: str, timeout: float | None, own: tuple[int, str] | None) -> None:
-        """Write each batch that is written alone, in a write of its own. Raise only the
-        failure of `own`; the others wait for their re-delivery (`take_rollback`)."""
-        items = self._take(solo=True, own=own)
+    def _write_solo(
+        self,
+        reason: str,
+        timeout: float | None,
+        own: tuple[int, str] | None,
+        suspects: bool = False,
+    ) -> None:
+        """Write each batch that is written alone, in a write of its own. In a `process()`,
+        raise only the failure of `own`; elsewhere (timer, shutdown) the first failure. The
+        batches that failed wait for their re-delivery (`take_rollback`)."""
+        items = self._take(solo=True, own=own, suspects=suspects)
         items.sort(key=lambda it: it.key != own)  # the caller's first
         error: BaseException | None = None
         for i, it in enumerate(items):
@@ -438,7 +451,7 @@ class Engine:
                 if self._pending is pending:  # could not be abandoned: retried as it is
                     self._restore(items[i + 1 :])
                     raise
-                if it.key == own:
+                if it.key == own or (own is None and error is None):
                     error = exc
             else:
                 self._isolated.discard(it.key)
@@ -527,7 +540,8 @@ class Engine:
                 # its retry buffers it again (alone), a dead letter leaves it out for good.
                 log.warning("spark_batch_write_failed", shard=it.shard, cursor=it.cursor)
                 raise
-            it.suspect, it.rollback_asked = True, False
+            it.solo, it.suspect, it.rollback_asked = True, True, False
+            self._isolated.add(it.key)
             self._restore([it])
             log.warning("spark_batch_awaits_redelivery", shard=it.shard, cursor=it.cursor)
             raise
@@ -694,7 +708,7 @@ class Engine:
             ):
                 continue
             try:
-                self.flush("max_delay" if not failed else "retry")
+                self.flush("max_delay" if not failed else "retry", suspects=True)
                 failures, retry_at = 0, 0.0
             except Exception as exc:
                 failures += 1
