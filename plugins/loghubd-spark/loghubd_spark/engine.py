@@ -56,7 +56,7 @@ from loghubd.arrow import (
     split_log_groups,
     steps_per_group,
 )
-from loghubd.wal import COMMITTED, Entry, Lease, Wal, new_batch_id
+from loghubd.wal import COMMITTED, FLOOR_START, Entry, Lease, Wal, merge, new_batch_id, uncovered
 from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
 from loghubd_spark.items import Item, PendingWrite
@@ -228,7 +228,7 @@ class Engine:
         keep = None
         self.wal.refresh()
         if start is not None:
-            spans = self.wal.uncovered(batch.shard, start, start + batch.group_count)
+            spans = self._uncovered(batch.shard, start, batch.group_count)
             if not spans:
                 ack.done(persist=False)  # written before a crash, re-delivered: skip it
                 _log_skip(batch, batch.group_count)
@@ -465,7 +465,7 @@ class Engine:
         done: list[Item] = []
         for it in items:
             if it.start is not None:
-                spans = self.wal.uncovered(it.shard, it.start, it.start + it.group_count)
+                spans = self._uncovered(it.shard, it.start, it.group_count)
                 if spans != [(0, it.group_count)]:
                     it.data = it.data.keep(spans)
             (kept if it.rows else done).append(it)
@@ -485,6 +485,21 @@ class Engine:
             replay=self.context is not None and self.context.replay,
         )
         return PendingWrite(entry, kept)
+
+    def _uncovered(self, shard: int, start: int, count: int) -> list[Span]:
+        """Which of the `count` log groups from `start` no committed write holds yet, nor
+        the shard's floor: the collection (`collect_garbage`) records it before deleting
+        entries, so a range whose entries went, which this process never read (it was paused
+        with the batch buffered, and the shard went to another owner), still counts as
+        written. Read after the entries (`refresh`): the floor is raised before they go. Not
+        under a replay: the dead letters it writes lie below the floor and were never written
+        (the replay's own entries keep it from writing them twice)."""
+        covered = self.wal.coverage(shard)
+        replay = self.context is not None and self.context.replay
+        floor = None if replay else self.wal.floor(shard)
+        if floor is not None:
+            covered = merge([*covered, (FLOOR_START, floor)])
+        return uncovered(start, start + count, covered)
 
     def _settle_overlaps(self, items: list[Item]) -> None:
         """Pending entries of other writers that hold some of our ranges: recover those of
@@ -768,11 +783,16 @@ class Engine:
         return True
 
     def collect_garbage(self) -> int:
-        """Drop committed entries below the group's committed checkpoints (best effort)."""
+        """Drop committed entries below the group's committed checkpoints (best effort),
+        recording each shard's floor first (`_uncovered`): a former owner still holding a
+        batch from there never writes it again. Not by a replay (`loghubd dead-letters
+        replay`): it writes below the floor, and leaves the floors to the daemons."""
         if self.context is None:
             return 0
         try:
-            removed = self.wal.gc(committed_checkpoints(self.context))
+            removed = self.wal.gc(
+                committed_checkpoints(self.context), record_floor=not self.context.replay
+            )
         except Exception as exc:
             log.warning("spark_wal_gc_failed", error=repr(exc)[:300])
             return 0

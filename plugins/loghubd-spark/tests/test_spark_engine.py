@@ -456,6 +456,38 @@ def test_arrow_table_goes_to_spark_without_pandas(spark: Any) -> None:
     assert isinstance(table, pa.Table)
 
 
+def test_a_paused_former_owner_never_rewrites_a_collected_range(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two daemons on one sink: the former owner of shard 0 holds a batch (paused); the new
+    owner writes the same range, the checkpoint passes it and the collection deletes its
+    entry. The former owner, resuming, never read that entry, yet the floor the collection
+    recorded first makes it ack the batch without writing it again."""
+    import loghubd_spark.engine as engine_module
+
+    checkpoints: dict[int, int] = {}
+    monkeypatch.setattr(engine_module, "committed_checkpoints", lambda ctx: dict(checkpoints))
+    former = engines(context=make_context())
+    batch = make_batch(0, 0, 3, 5, first_id=0)
+    held = FakeAck()
+    former.add(batch, held)  # buffered, then the process is paused and loses the shard
+    owner = engines(context=make_context())
+    ack = FakeAck()
+    owner.add(batch, ack)
+    owner.flush("test")
+    assert ack.calls == 1
+    checkpoints[0] = cursors.decode(batch.next_cursor)
+    assert owner.collect_garbage() == 1
+    assert entries(tmp_path / "out") == []
+    former.flush("test")  # resumes
+    assert held.calls == 1
+    assert ids_in(spark, tmp_path / "out") == list(range(15))
+    redelivered = FakeAck()
+    fresh = engines(context=make_context())  # a process that never saw the entry
+    fresh.add(batch, redelivered)
+    assert redelivered.calls == 1 and fresh.buffered_rows == 0
+
+
 def test_a_sink_given_as_a_uri_keeps_its_write_ahead_log_in_wal_dir(
     spark: Any, engines: Callable[..., Engine], tmp_path: Path
 ) -> None:
