@@ -17,11 +17,21 @@ One flush = one Spark write covering every buffered shard:
 4. mark the entry committed;
 5. ack every included batch (`ack.done(persist=True)`): only now can checkpoints pass them.
 
-A write that fails stays the *pending write*: it is retried as it is (same batch id, same
-batches, same entry) before anything else is written, so its partitions are only ever
-replaced by a complete rewrite.
+A write that fails is abandoned through the write-ahead log (its entry and any partitions go)
+and each daemon batch it held is then written on its own: one bad batch must not block every
+shard. A batch whose own write fails in its own `process()` leaves the buffer and the error is
+raised, so the daemon's retry and failure policy (`on_failure = "dead_letter"`) applies to
+exactly that batch; one whose own write fails elsewhere (another batch's `process()`, the timer)
+stays buffered and its shard is asked to re-deliver it (`process` returns a rollback cursor), so
+that it fails in its own `process()` next. A failed write that cannot be abandoned (a job still
+running, a file that cannot be deleted) stays the *pending write* and is retried as it is (same
+batch id, same batches, same entry) before anything else is written.
 
-Why one module of some 560 lines: the buffer, the pending write, the timer and recovery share
+A shard's shutdown and `close()` wait for a running write only within their budget: then its
+jobs are cancelled by tag and the write is left pending (abandoned, or recovered by the next
+start), never waited for up to `write_timeout`.
+
+Why one module of some 700 lines: the buffer, the pending write, the timer and recovery share
 one lock and one write-ahead log, and each step above relies on what the others hold under
 that lock; split over modules, those invariants would be spread too. The buffered values
 themselves (`Item`, `PendingWrite`) live in `items`.
@@ -46,7 +56,7 @@ from loghubd.arrow import (
     split_log_groups,
     steps_per_group,
 )
-from loghubd.wal import COMMITTED, Entry, Lease, Wal, new_batch_id
+from loghubd.wal import COMMITTED, FLOOR_START, Entry, Lease, Wal, merge, new_batch_id, uncovered
 from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
 from loghubd_spark.items import Item, PendingWrite
@@ -64,11 +74,17 @@ MAX_RETRY_BACKOFF_S = 30.0
 # A failed timed write (max_delay, retries of a failed write), and a shard's last write.
 TIMER_BACKOFF = Backoff(initial=0.5, cap=MAX_RETRY_BACKOFF_S, jitter=0.5)
 SHUTDOWN_BACKOFF = Backoff(initial=0.5, cap=5.0)
+# A shutdown waiting for a write another thread runs cancels it this long before its budget ends.
+CANCEL_MARGIN_S = 5.0
 GC_INTERVAL_S = 300.0  # write-ahead entries below the committed checkpoints are deleted
 
 
 class WaitForWriter(SparkError):
     """Another live process is writing (or recovering) the same source range: retry later."""
+
+
+class WriteCancelled(SparkError):
+    """A shutdown cancelled the running write (its budget ran out): nothing more is written."""
 
 
 def _ack(items: list[Item], lock: threading.Lock) -> None:
@@ -121,6 +137,8 @@ class Engine:
         self._rows = self._bytes = 0
         self._pending: PendingWrite | None = None
         self._failed = False  # `_pending` is a write that failed and awaits its retry
+        self._isolated: set[tuple[int, str]] = set()  # batches written alone (see `solo`)
+        self._cancelling = False  # a shutdown cancelled the running write: do not split it
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         n = options.convert_processes
@@ -170,17 +188,22 @@ class Engine:
         """Stop the timer, write what is left (bounded), stop Spark. A write that still fails
         keeps its entry pending: the next start recovers it."""
         self._stop.set()
-        if self._timer is not None:
-            self._timer.join(SHUTDOWN_BUDGET_S)
+        deadline = time.monotonic() + SHUTDOWN_BUDGET_S
         try:
-            if self.buffered_rows or self._pending is not None:
-                self.flush("close", timeout=SHUTDOWN_BUDGET_S)
+            if self.buffered_rows or self._pending is not None or self.runner.busy:
+                self.flush("close", timeout=SHUTDOWN_BUDGET_S, deadline=deadline)
         except Exception as exc:
             log.error("spark_final_write_failed", error=str(exc)[:1000])
-        with self._flush_lock:
-            if self._pending is not None and self._pending.lease is not None:
-                self._pending.lease.release()
-            self._pending = None
+        if self._timer is not None:
+            self._timer.join(max(0.0, deadline - time.monotonic()))
+        if self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            try:
+                if self._pending is not None and self._pending.lease is not None:
+                    self._pending.lease.release()
+                self._pending = None
+            finally:
+                self._flush_lock.release()
+        # Otherwise a cancelled write is still unwinding: its lock goes with the process.
         if self._pool is not None:
             self._pool.close()
         self.runner.stop()
@@ -205,7 +228,7 @@ class Engine:
         keep = None
         self.wal.refresh()
         if start is not None:
-            spans = self.wal.uncovered(batch.shard, start, start + batch.group_count)
+            spans = self._uncovered(batch.shard, start, batch.group_count)
             if not spans:
                 ack.done(persist=False)  # written before a crash, re-delivered: skip it
                 _log_skip(batch, batch.group_count)
@@ -220,6 +243,7 @@ class Engine:
         item = Item(
             batch.shard, batch.cursor, batch.next_cursor, start, batch.group_count, data, [ack]
         )
+        item.solo = key in self._isolated
         with self._lock:
             if key in self._items:  # raced with itself? keep the first, finish both
                 self._items[key].acks.append(ack)
@@ -262,10 +286,33 @@ class Engine:
             return self._pool.convert(shard, cursor, raw, keep, per_group=per_group)
         return convert(shard, cursor, raw, keep, per_group=per_group)
 
-    def due(self) -> bool:
+    def due(self, key: tuple[int, str] | None = None) -> bool:
+        """A write is due: a threshold is reached, a failed write awaits its retry, or the
+        batch `key` (the caller's) is one that is written alone."""
         o = self.options
         with self._lock:
+            if key is not None:
+                it = self._items.get(key)
+                if it is not None and it.solo:
+                    return True
             return self._failed or self._rows >= o.max_rows or self._bytes >= o.max_bytes
+
+    def take_rollback(self, shard: int) -> str | None:
+        """Where `shard` should be re-read from: the first of its batches whose own write
+        failed outside its own `process()` (asked once per failure), else None."""
+        with self._lock:
+            asked = [
+                it
+                for it in self._items.values()
+                if it.shard == shard and it.suspect and not it.rollback_asked
+            ]
+            if not asked:
+                return None
+            first = min(asked, key=lambda it: (it.start is None, it.start or 0, it.added))
+            for it in asked:
+                it.rollback_asked = True
+            log.warning("spark_batch_redelivery_asked", shard=shard, cursor=first.cursor)
+            return first.cursor
 
     def oldest_age(self) -> float | None:
         with self._lock:
@@ -273,11 +320,24 @@ class Engine:
                 return None
             return time.monotonic() - min(it.added for it in self._items.values())
 
-    def _take(self) -> list[Item]:
+    def _take(
+        self, *, solo: bool = False, own: tuple[int, str] | None = None, suspects: bool = False
+    ) -> list[Item]:
+        """The buffered items that are written together (or, `solo`, those written alone,
+        except the ones waiting for their re-delivery unless it is `own` or `suspects`)."""
         with self._lock:
-            items = list(self._items.values())
-            self._items.clear()
-            self._rows = self._bytes = 0
+            if solo:
+                items = [
+                    it
+                    for it in self._items.values()
+                    if (it.solo or it.suspect) and (not it.suspect or suspects or it.key == own)
+                ]
+            else:
+                items = [it for it in self._items.values() if not (it.solo or it.suspect)]
+            for it in items:
+                del self._items[it.key]
+                self._rows -= it.rows
+                self._bytes -= it.nbytes
             return items
 
     def _restore(self, items: list[Item]) -> None:
@@ -293,23 +353,110 @@ class Engine:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def flush(self, reason: str, *, timeout: float | None = None) -> None:
-        """Write everything buffered (after the pending write, if one failed before)."""
-        with self._flush_lock:
-            if self._pending is not None:
-                self._write(self._pending, reason, timeout)
-            items = self._take()
-            if not items:
-                return
+    def flush(
+        self,
+        reason: str,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        own: tuple[int, str] | None = None,
+        suspects: bool = False,
+    ) -> None:
+        """Write everything buffered (after the pending write, if one failed before); the
+        batches written alone each in a write of its own. `own`: the batch of the calling
+        `process()`, whose own failure is raised (without it, the first failure is). The
+        batches waiting for their re-delivery are tried too only with `suspects` (the timer,
+        with its backoff: a shard that receives nothing more never re-delivers them).
+        `deadline` (shutdown): a write another thread runs is waited for until shortly
+        before it, then cancelled (WriteCancelled)."""
+        self._acquire(deadline)
+        try:
+            self._flush_locked(reason, timeout, own, suspects)
+        finally:
+            self._flush_lock.release()
+
+    def _acquire(self, deadline: float | None) -> None:
+        if deadline is None:
+            self._flush_lock.acquire()
+            return
+        if self._flush_lock.acquire(
+            timeout=max(0.0, deadline - CANCEL_MARGIN_S - time.monotonic())
+        ):
+            return
+        # A write is running (the timer, another shard's process()): the budget does not
+        # allow waiting for it. Cancel its jobs; it then fails and stays pending.
+        self._cancelling = True
+        log.warning("spark_write_cancelled_for_shutdown", budget_s=SHUTDOWN_BUDGET_S)
+        self.runner.cancel()
+        if not self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise WriteCancelled(
+                "a cancelled Spark write is still running at the end of the shutdown budget; "
+                "its write-ahead entry stays pending and is recovered by the next start"
+            )
+        self._cancelling = False
+        self._flush_lock.release()
+        raise WriteCancelled("the running Spark write was cancelled: the shutdown budget ran out")
+
+    def _flush_locked(
+        self, reason: str, timeout: float | None, own: tuple[int, str] | None, suspects: bool
+    ) -> None:
+        if self._pending is not None:
+            self._write(self._pending, reason, timeout, own)
+        self._write_solo(reason, timeout, own, suspects)
+        items = self._take()
+        if not items:
+            return
+        try:
+            pending = self._prepare(items)
+        except BaseException:
+            self._restore(items)
+            raise
+        if pending is None:
+            return
+        self._pending = pending
+        self._write(pending, reason, timeout, own)
+
+    def _write_solo(
+        self,
+        reason: str,
+        timeout: float | None,
+        own: tuple[int, str] | None,
+        suspects: bool = False,
+    ) -> None:
+        """Write each batch that is written alone, in a write of its own. In a `process()`,
+        raise only the failure of `own`; elsewhere (timer, shutdown) the first failure. The
+        batches that failed wait for their re-delivery (`take_rollback`)."""
+        items = self._take(solo=True, own=own, suspects=suspects)
+        items.sort(key=lambda it: it.key != own)  # the caller's first
+        error: BaseException | None = None
+        for i, it in enumerate(items):
+            if self._cancelling:
+                self._restore(items[i:])
+                raise WriteCancelled("the running Spark write was cancelled by a shutdown")
             try:
-                pending = self._prepare(items)
+                pending = self._prepare([it])
             except BaseException:
-                self._restore(items)
+                self._restore(items[i:])
                 raise
             if pending is None:
-                return
+                self._isolated.discard(it.key)
+                continue
             self._pending = pending
-            self._write(pending, reason, timeout)
+            try:
+                self._write(pending, reason, timeout, own)
+            except WriteCancelled:
+                self._restore(items[i + 1 :])
+                raise
+            except Exception as exc:
+                if self._pending is pending:  # could not be abandoned: retried as it is
+                    self._restore(items[i + 1 :])
+                    raise
+                if it.key == own or (own is None and error is None):
+                    error = exc
+            else:
+                self._isolated.discard(it.key)
+        if error is not None:
+            raise error
 
     def _prepare(self, items: list[Item]) -> PendingWrite | None:
         self.wal.refresh(force=True)
@@ -318,7 +465,7 @@ class Engine:
         done: list[Item] = []
         for it in items:
             if it.start is not None:
-                spans = self.wal.uncovered(it.shard, it.start, it.start + it.group_count)
+                spans = self._uncovered(it.shard, it.start, it.group_count)
                 if spans != [(0, it.group_count)]:
                     it.data = it.data.keep(spans)
             (kept if it.rows else done).append(it)
@@ -338,6 +485,21 @@ class Engine:
             replay=self.context is not None and self.context.replay,
         )
         return PendingWrite(entry, kept)
+
+    def _uncovered(self, shard: int, start: int, count: int) -> list[Span]:
+        """Which of the `count` log groups from `start` no committed write holds yet, nor
+        the shard's floor: the collection (`collect_garbage`) records it before deleting
+        entries, so a range whose entries went, which this process never read (it was paused
+        with the batch buffered, and the shard went to another owner), still counts as
+        written. Read after the entries (`refresh`): the floor is raised before they go. Not
+        under a replay: the dead letters it writes lie below the floor and were never written
+        (the replay's own entries keep it from writing them twice)."""
+        covered = self.wal.coverage(shard)
+        replay = self.context is not None and self.context.replay
+        floor = None if replay else self.wal.floor(shard)
+        if floor is not None:
+            covered = merge([*covered, (FLOOR_START, floor)])
+        return uncovered(start, start + count, covered)
 
     def _settle_overlaps(self, items: list[Item]) -> None:
         """Pending entries of other writers that hold some of our ranges: recover those of
@@ -360,13 +522,64 @@ class Engine:
         if seen:
             self.wal.refresh(force=True)
 
-    def _write(self, pw: PendingWrite, reason: str, timeout: float | None) -> None:
+    def _write(
+        self, pw: PendingWrite, reason: str, timeout: float | None, own: tuple[int, str] | None
+    ) -> None:
         try:
             self._attempt(pw, reason, timeout)
+        except Exception as exc:
+            if self._cancelling:  # a shutdown cancelled it: it stays pending
+                self._cancelling = False
+                self._failed = True
+                raise WriteCancelled(f"the write was cancelled by a shutdown: {exc}") from exc
+            if not self._drop_failed(pw):
+                self._failed = True  # retried as it is: by process(), the timer, or shutdown
+                raise
+            if len(pw.items) > 1:
+                # One bad batch must not block them all: each is written on its own next.
+                log.warning(
+                    "spark_write_split",
+                    batch=pw.entry.batch,
+                    daemon_batches=len(pw.items),
+                    error=str(exc)[:500],
+                )
+                for it in pw.items:
+                    it.solo = True
+                    self._isolated.add(it.key)
+                self._restore(pw.items)
+                self._write_solo(reason, timeout, own)
+                return
+            [it] = pw.items
+            if it.key == own:
+                # Failed in its own process(): raised, so the daemon's policy applies to it;
+                # its retry buffers it again (alone), a dead letter leaves it out for good.
+                log.warning("spark_batch_write_failed", shard=it.shard, cursor=it.cursor)
+                raise
+            it.solo, it.suspect, it.rollback_asked = True, True, False
+            self._isolated.add(it.key)
+            self._restore([it])
+            log.warning("spark_batch_awaits_redelivery", shard=it.shard, cursor=it.cursor)
+            raise
         except BaseException:
-            self._failed = True  # retried as it is: by process(), the timer, or shutdown
+            self._failed = True
             raise
         self._failed = False
+
+    def _drop_failed(self, pw: PendingWrite) -> bool:
+        """Abandon a failed write through the write-ahead log (its partitions, its entry), so
+        its batches can be written otherwise. False if it must stay pending: a job that is
+        still running (a timeout being cancelled), or files that could not be deleted."""
+        if self.runner.busy:
+            return False
+        if pw.lease is not None:
+            try:
+                self.wal.abandon(pw.lease)
+            except Exception as exc:
+                log.error("spark_abandon_failed", batch=pw.entry.batch, error=repr(exc)[:500])
+                return False
+        self._pending = None
+        self._failed = False
+        return True
 
     def _attempt(self, pw: PendingWrite, reason: str, timeout: float | None) -> None:
         entry = pw.entry
@@ -429,7 +642,10 @@ class Engine:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                self.flush("shutdown", timeout=max(1.0, remaining))
+                self.flush("shutdown", timeout=max(1.0, remaining), deadline=deadline)
+                break
+            except WriteCancelled as exc:
+                log.error("spark_shutdown_write_cancelled", shard=shard, error=str(exc)[:1000])
                 break
             except Exception as exc:
                 failures += 1
@@ -438,7 +654,7 @@ class Engine:
                     log.error("spark_shutdown_write_failed", shard=shard, error=str(exc)[:1000])
                     break
                 time.sleep(wait)
-        self._forget_shard(shard)
+        self._forget_shard(shard, deadline)
 
     def _remove_partitions(self, batch: str) -> None:
         self.runner.run(
@@ -447,31 +663,46 @@ class Engine:
             timeout=self.options.write_timeout,
         )
 
-    def _forget_shard(self, shard: int) -> None:
-        with self._flush_lock:
+    def _forget_shard(self, shard: int, deadline: float) -> None:
+        if not self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            # A write still runs (cancelled): a restart recovers its entry if it stays pending.
+            log.error("spark_forget_shard_timed_out", shard=shard)
             with self._lock:
-                for key in [k for k in self._items if k[0] == shard]:
-                    it = self._items.pop(key)
-                    self._rows -= it.rows
-                    self._bytes -= it.nbytes
-            pw = self._pending
-            if pw is None or all(it.shard != shard for it in pw.items):
+                self._drop_shard_items(shard)
+            return
+        try:
+            self._forget_shard_locked(shard)
+        finally:
+            self._flush_lock.release()
+
+    def _drop_shard_items(self, shard: int) -> None:
+        for key in [k for k in self._items if k[0] == shard]:
+            it = self._items.pop(key)
+            self._rows -= it.rows
+            self._bytes -= it.nbytes
+        self._isolated = {k for k in self._isolated if k[0] != shard}
+
+    def _forget_shard_locked(self, shard: int) -> None:
+        with self._lock:
+            self._drop_shard_items(shard)
+        pw = self._pending
+        if pw is None or all(it.shard != shard for it in pw.items):
+            return
+        if self.runner.busy:
+            # A cancelled job may still be writing this batch's partitions: deleting them
+            # now could race with it. Keep the write pending (a restart recovers it).
+            log.error("spark_write_still_running", batch=pw.entry.batch, shard=shard)
+            return
+        if pw.lease is not None:
+            try:
+                self.wal.abandon(pw.lease)
+            except Exception as exc:
+                log.error("spark_abandon_failed", batch=pw.entry.batch, error=repr(exc))
                 return
-            if self.runner.busy:
-                # A cancelled job may still be writing this batch's partitions: deleting them
-                # now could race with it. Keep the write pending (a restart recovers it).
-                log.error("spark_write_still_running", batch=pw.entry.batch, shard=shard)
-                return
-            if pw.lease is not None:
-                try:
-                    self.wal.abandon(pw.lease)
-                except Exception as exc:
-                    log.error("spark_abandon_failed", batch=pw.entry.batch, error=repr(exc))
-                    return
-            self._pending = None
-            self._failed = False
-            self._restore([it for it in pw.items if it.shard != shard])
-            log.warning("spark_write_abandoned", batch=pw.entry.batch, shard=shard)
+        self._pending = None
+        self._failed = False
+        self._restore([it for it in pw.items if it.shard != shard])
+        log.warning("spark_write_abandoned", batch=pw.entry.batch, shard=shard)
 
     # -- the timer (max_delay, and retries of a failed write) ------------------------------------
 
@@ -492,7 +723,7 @@ class Engine:
             ):
                 continue
             try:
-                self.flush("max_delay" if not failed else "retry")
+                self.flush("max_delay" if not failed else "retry", suspects=True)
                 failures, retry_at = 0, 0.0
             except Exception as exc:
                 failures += 1
@@ -552,11 +783,16 @@ class Engine:
         return True
 
     def collect_garbage(self) -> int:
-        """Drop committed entries below the group's committed checkpoints (best effort)."""
+        """Drop committed entries below the group's committed checkpoints (best effort),
+        recording each shard's floor first (`_uncovered`): a former owner still holding a
+        batch from there never writes it again. Not by a replay (`loghubd dead-letters
+        replay`): it writes below the floor, and leaves the floors to the daemons."""
         if self.context is None:
             return 0
         try:
-            removed = self.wal.gc(committed_checkpoints(self.context))
+            removed = self.wal.gc(
+                committed_checkpoints(self.context), record_floor=not self.context.replay
+            )
         except Exception as exc:
             log.warning("spark_wal_gc_failed", error=repr(exc)[:300])
             return 0

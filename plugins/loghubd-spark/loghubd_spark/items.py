@@ -27,6 +27,12 @@ class Item:
     data: Converted
     acks: list[Ack]
     added: float = field(default_factory=time.monotonic)
+    # Written alone, in a write of its own: a write that held it with other batches failed.
+    solo: bool = False
+    # Its own write failed in another batch's `process()` or the timer: it waits for its
+    # shard to re-deliver it (a rollback), so that it fails in its own `process()`.
+    suspect: bool = False
+    rollback_asked: bool = False
 
     @property
     def key(self) -> tuple[int, str]:

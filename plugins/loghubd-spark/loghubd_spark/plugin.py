@@ -24,11 +24,18 @@ class SparkProcessor:
     def initialize(self, shard: int) -> None:
         self.factory.engine  # noqa: B018 - fails clearly if the factory was never started
 
-    def process(self, batch: Batch, tracker: Tracker) -> None:
+    def process(self, batch: Batch, tracker: Tracker) -> str | None:
+        """Buffer; write when due. A batch written alone (a write holding it with others
+        failed) is written here, so its own failure reaches the daemon's failure policy. The
+        result is a rollback cursor when one of this shard's buffered batches failed outside
+        its own `process()` and must be delivered again."""
         engine = self.factory.engine
+        key = (batch.shard, batch.cursor)
         engine.add(batch, tracker.defer())
-        if engine.due():
-            engine.flush("size")
+        if engine.due(key):
+            engine.flush("size", own=key)
+        rollback: str | None = engine.take_rollback(self.shard)
+        return rollback
 
     def shutdown(self, tracker: Tracker) -> None:
         self.factory.engine.shutdown_shard(self.shard)

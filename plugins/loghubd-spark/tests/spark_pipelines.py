@@ -31,3 +31,30 @@ def fail_while_flagged(df: Any) -> Any:
 
 def not_a_dataframe(df: Any) -> Any:
     return 42
+
+
+SLOW_FLAG = "LOGHUBD_SPARK_TEST_SLOW_FILE"
+SLOW_ID = "777"
+
+
+def slow_while_flagged(df: Any) -> Any:
+    """A Python UDF that holds the write on the log with id 777 while the file named by
+    $LOGHUBD_SPARK_TEST_SLOW_FILE exists (up to 10 minutes); it touches `<file>.sleeping`
+    when it starts waiting. Other logs (the warm-up's ids are 0..15) pass at once."""
+    from pyspark.sql import functions as F
+
+    flag = os.environ.get(SLOW_FLAG, "")
+
+    @F.udf("string")  # type: ignore[misc]
+    def hold(value: str | None) -> str | None:
+        import time
+
+        if value == SLOW_ID and flag and os.path.exists(flag):
+            with open(flag + ".sleeping", "w"):
+                pass
+            deadline = time.monotonic() + 600
+            while os.path.exists(flag) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return value
+
+    return df.withColumn("held", hold(F.col("contents")["id"]))

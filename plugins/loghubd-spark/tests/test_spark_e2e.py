@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -24,7 +25,9 @@ from typing import Any
 
 import pytest
 from spark_harness import Source, SparkDaemon, produce, wait_until
+from spark_pipelines import SLOW_FLAG
 
+from loghubd.protocol import pb
 from loghubd.testing import ServerProcess
 from tests.integration.prometheus import Prometheus, expand, panel_queries, spark_query
 
@@ -323,3 +326,114 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+@pytest.mark.timeout(600)
+def test_one_bad_log_is_dead_lettered_alone_and_every_other_log_is_written_once(
+    spark: Any, loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    """A SQL pipeline that fails on one log (division by zero) with on_failure =
+    "dead_letter": the failed write is split into one write per daemon batch, so exactly the
+    batch holding that log is dead-lettered, every other log is in the sink once, and every
+    shard's checkpoint reaches the end (nothing keeps failing in other batches' process())."""
+    server = loghubd_server
+    total = 2000
+    produce(server.endpoint, "sparkdl", "app", total, shards=2, group_size=50)
+    out, dead_letters = tmp_path / "out", tmp_path / "dead-letter"
+    daemon = SparkDaemon(
+        tmp_path / "daemon",
+        server.endpoint,
+        "sparkdl",
+        "app",
+        {
+            "path": str(out),
+            "master": "local[1]",
+            "max_rows": 300,
+            "max_delay": 1.0,
+            "convert_processes": 0,
+            "sql": "SELECT *, 1 / (CAST(contents['id'] AS INT) - 150) AS x FROM {logs}",
+        },
+        consumer={
+            "max_attempts": 3,
+            "on_failure": "dead_letter",
+            "dead_letter_dir": str(dead_letters),
+            "max_fetch_log_groups": 2,
+        },
+    )
+    source = Source(server.endpoint, "sparkdl", "app")
+    try:
+        daemon.start().wait_ready(120)
+        wait_until(lambda: source.caught_up(daemon.group), 240, daemon.log_tail)
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        daemon.kill()
+    notes = sorted(dead_letters.rglob("*.json"))
+    assert len(notes) == 1, notes
+    assert daemon.count("batch_dead_lettered") == 1
+    note = json.loads(notes[0].read_text())
+    groups = pb.LogGroupList()
+    groups.ParseFromString((notes[0].parent / note["data"]).read_bytes())
+    dead = {
+        int(c.Value)
+        for g in groups.LogGroups
+        for entry in g.Logs
+        for c in entry.Contents
+        if c.Key == "id"
+    }
+    assert 150 in dead and len(dead) <= 100, sorted(dead)  # one fetch: at most 2 groups
+    assert_exactly(read_ids(spark, out), set(range(total)) - dead)
+    states = {json.loads(p.read_text())["state"] for p in (out / "_loghubd_wal").glob("*.json")}
+    assert states == {"committed"}
+
+
+# The shard's shutdown budget (engine.SHUTDOWN_BUDGET_S, README "Shutdown / rebalance") plus
+# what the daemon's stop adds around it: leaving the group, stopping Spark. A write left to
+# run would hold the stop for write_timeout (600 s); the held write below lasts 10 minutes.
+STOP_BOUND_S = 60
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_during_a_slow_write_stops_within_the_shutdown_budget_and_loses_nothing(
+    spark: Any, loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    server = loghubd_server
+    total = 1000
+    produce(server.endpoint, "sparkterm", "app", total, shards=2, group_size=50)
+    out, flag = tmp_path / "out", tmp_path / "slow"
+    flag.touch()
+    daemon = SparkDaemon(
+        tmp_path / "daemon",
+        server.endpoint,
+        "sparkterm",
+        "app",
+        {
+            "path": str(out),
+            "master": "local[1]",
+            "max_delay": 1.0,
+            "convert_processes": 0,
+            "function": "spark_pipelines:slow_while_flagged",
+        },
+    )
+    source = Source(server.endpoint, "sparkterm", "app")
+    env = {SLOW_FLAG: str(flag)}
+    try:
+        daemon.start(env).wait_ready(120)
+        sleeping = Path(f"{flag}.sleeping")
+        wait_until(sleeping.exists, 120, daemon.log_tail)  # the write is held in the UDF
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait_exit(STOP_BOUND_S)
+        except Exception as exc:
+            raise AssertionError(
+                f"the daemon did not stop within {STOP_BOUND_S}s: {daemon.log_tail()}"
+            ) from exc
+        assert daemon.count("spark_write_cancelled_for_shutdown") >= 1, daemon.log_tail()
+        assert daemon.count("spark_batch_written") == 0, daemon.log_tail()
+        flag.unlink()
+        daemon.start(env).wait_ready(120)
+        wait_until(lambda: source.caught_up(daemon.group), 180, daemon.log_tail)
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        daemon.kill()
+    assert_exactly(read_ids(spark, out), set(range(total)))

@@ -26,7 +26,7 @@ from loghubd.plugins.api import ProcessorContext
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.testing import ServerProcess, make_context
-from loghubd.wal import COMMITTED, PENDING, Entry, Range
+from loghubd.wal import COMMITTED, Entry, Range
 
 pytestmark = pytest.mark.spark
 
@@ -171,9 +171,12 @@ def test_redelivered_data_is_acked_without_writing_it_again(
     assert ack.calls == 1 and fresh.buffered_rows == 0
 
 
-def test_a_failing_write_fails_process_and_the_retry_writes_once(
+def test_a_failing_write_fails_process_and_each_batch_is_then_written_alone(
     spark: Any, engines: Callable[..., Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A failed write of two daemon batches is abandoned (no entry, no partitions are left)
+    and each batch is written on its own: the caller's failure is raised, the other waits to
+    be re-delivered (a rollback returned by its shard's next successful process())."""
     flag = tmp_path / "fail"
     monkeypatch.setenv(FAIL_FLAG, str(flag))
     engine = engines(function="spark_pipelines:fail_while_flagged", max_rows=40)
@@ -183,29 +186,65 @@ def test_a_failing_write_fails_process_and_the_retry_writes_once(
     processor = SparkProcessor(factory, 0)
     tracker = FakeTracker()
     small = make_batch(0, 0, 2, 10, first_id=0)
-    processor.process(small, tracker)  # below max_rows: buffered
+    assert processor.process(small, tracker) is None  # below max_rows: buffered
     big = make_batch(0, 2, 3, 10, first_id=20)
     with pytest.raises(SparkError, match="injected pipeline failure"):
         processor.process(big, tracker)
     assert all(a.calls == 0 for a in tracker.acks)
-    [entry] = entries(tmp_path / "out")
-    assert entry["state"] == PENDING  # recorded before the write, kept for the retry
+    assert entries(tmp_path / "out") == []  # abandoned through the write-ahead log
     with pytest.raises(SparkError):
-        processor.process(big, tracker)  # the daemon's retry: same batch, still failing
+        processor.process(big, tracker)  # the daemon's retry: written alone, still failing
     flag.unlink()
-    processor.process(big, tracker)  # succeeds: the pending write, same batch id
-    assert [a.calls for a in tracker.acks] == [1, 1, 1, 1]
-    [after] = entries(tmp_path / "out")
-    assert after["batch"] == entry["batch"] and after["state"] == COMMITTED
+    # Succeeds alone; the shard is asked to deliver `small` again (it failed in this call's
+    # predecessor, not in its own process()).
+    assert processor.process(big, tracker) == small.cursor
+    assert processor.process(small, tracker) is None  # the re-delivery writes it alone
+    assert [a.calls for a in tracker.acks] == [1, 0, 0, 1, 1]
+    assert [e["state"] for e in entries(tmp_path / "out")] == [COMMITTED, COMMITTED]
     assert ids_in(spark, tmp_path / "out") == list(range(50))
-    # What /metrics would say: two failed attempts, then one write of the 50 rows.
+    # What /metrics would say: the pair, then each alone, then big's retry; two writes.
     assert _samples(engine) == {
-        "loghubd_spark_write_failures_total": 2.0,
-        "loghubd_spark_writes_total": 1.0,
+        "loghubd_spark_write_failures_total": 4.0,
+        "loghubd_spark_writes_total": 2.0,
         "loghubd_spark_written_rows_total": 50.0,
-        "loghubd_spark_write_duration_seconds_count": 1.0,
+        "loghubd_spark_write_duration_seconds_count": 2.0,
         "loghubd_spark_buffered_rows": 0.0,
     }
+
+
+def test_one_bad_batch_fails_alone_and_leaves_the_buffer_when_given_up(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """A log the pipeline cannot take (division by zero) in one daemon batch of a write that
+    holds batches of two shards: the innocent batches are written and acked at once; the bad
+    one fails in its own process() (after its re-delivery) and, once the daemon gives it up
+    (dead letter), no later write holds it."""
+    engine = engines(
+        sql="SELECT *, 1 / (CAST(contents['id'] AS INT) - 1042) AS x FROM {logs}", max_rows=60
+    )
+    factory = SparkFactory({"path": str(tmp_path / "out")})
+    factory._engine = engine
+    shard0, shard1 = SparkProcessor(factory, 0), SparkProcessor(factory, 1)
+    t0, t1 = FakeTracker(), FakeTracker()
+    bad = make_batch(1, 0, 2, 10, first_id=1040)  # holds id 1042
+    assert shard1.process(bad, t1) is None
+    assert shard0.process(make_batch(0, 0, 2, 10, first_id=0), t0) is None
+    # Crosses max_rows on shard 0: the write of all three fails, then each is written alone.
+    assert shard0.process(make_batch(0, 2, 2, 10, first_id=20), t0) is None
+    assert [a.calls for a in t0.acks] == [1, 1] and t1.acks[0].calls == 0
+    assert ids_in(spark, tmp_path / "out") == list(range(40))
+    # Shard 1's next batch gets the rollback; the re-delivered bad batch fails on its own.
+    after = make_batch(1, 2, 1, 10, first_id=1060)
+    assert shard1.process(after, t1) == bad.cursor
+    for _ in range(3):  # the daemon's attempts; then it dead-letters the batch
+        with pytest.raises(SparkError, match="DIVIDE_BY_ZERO"):
+            shard1.process(bad, t1)
+    assert engine.buffered_rows == 10  # `after` only: the bad batch left the buffer
+    assert shard1.process(after, t1) is None
+    engine.flush("test")
+    assert ids_in(spark, tmp_path / "out") == [*range(40), *range(1060, 1070)]
+    assert t1.acks[1].calls == 1 and all(a.calls == 0 for a in t1.acks[2:5])
+    assert {e["state"] for e in entries(tmp_path / "out")} == {COMMITTED}
 
 
 def _samples(engine: Engine) -> dict[str, float | None]:
@@ -228,10 +267,13 @@ def test_max_delay_timer_writes_and_retries_with_backoff(
     flag.touch()  # after the warm-up
     ack = FakeAck()
     engine.add(make_batch(1, 0, 2, 5, first_id=0), ack)
+    # Failed, then retried by the timer (alone: its shard delivers nothing more, so it is
+    # never re-delivered to a process()), each failed write abandoned.
     wait_until(
-        lambda: (tmp_path / "out" / "_loghubd_wal").exists() and entries(tmp_path / "out"), 10
+        lambda: (_samples(engine)["loghubd_spark_write_failures_total"] or 0) >= 2,
+        30,
+        "the timer did not retry the failed write",
     )
-    time.sleep(0.5)
     assert ack.calls == 0
     flag.unlink()
     wait_until(lambda: ack.calls == 1, 30, "the timer never retried the failed write")
@@ -412,6 +454,38 @@ def test_arrow_table_goes_to_spark_without_pandas(spark: Any) -> None:
     assert dict(df.dtypes)["__time__"] == "timestamp"
     assert "pandas" not in sys.modules
     assert isinstance(table, pa.Table)
+
+
+def test_a_paused_former_owner_never_rewrites_a_collected_range(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two daemons on one sink: the former owner of shard 0 holds a batch (paused); the new
+    owner writes the same range, the checkpoint passes it and the collection deletes its
+    entry. The former owner, resuming, never read that entry, yet the floor the collection
+    recorded first makes it ack the batch without writing it again."""
+    import loghubd_spark.engine as engine_module
+
+    checkpoints: dict[int, int] = {}
+    monkeypatch.setattr(engine_module, "committed_checkpoints", lambda ctx: dict(checkpoints))
+    former = engines(context=make_context())
+    batch = make_batch(0, 0, 3, 5, first_id=0)
+    held = FakeAck()
+    former.add(batch, held)  # buffered, then the process is paused and loses the shard
+    owner = engines(context=make_context())
+    ack = FakeAck()
+    owner.add(batch, ack)
+    owner.flush("test")
+    assert ack.calls == 1
+    checkpoints[0] = cursors.decode(batch.next_cursor)
+    assert owner.collect_garbage() == 1
+    assert entries(tmp_path / "out") == []
+    former.flush("test")  # resumes
+    assert held.calls == 1
+    assert ids_in(spark, tmp_path / "out") == list(range(15))
+    redelivered = FakeAck()
+    fresh = engines(context=make_context())  # a process that never saw the entry
+    fresh.add(batch, redelivered)
+    assert redelivered.calls == 1 and fresh.buffered_rows == 0
 
 
 def test_a_sink_given_as_a_uri_keeps_its_write_ahead_log_in_wal_dir(
