@@ -312,3 +312,17 @@ class SparkDaemon:
     def wait_exit(self, timeout: float) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)
+
+
+def spark_stream(
+    config: Path, env: Mapping[str, str], cwd: Path, timeout: float = 200
+) -> subprocess.CompletedProcess[str]:
+    """`loghubd spark-stream -c config` as a process, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(env),
+        cwd=cwd,
+    )

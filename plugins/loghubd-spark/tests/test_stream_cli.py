@@ -9,12 +9,10 @@ beside that group rather than lengthening it.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from spark_harness import produce
+from spark_harness import produce, spark_stream
 
 from loghubd.testing import ServerProcess
 
@@ -71,14 +69,7 @@ def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
     )
     here = str(Path(__file__).resolve().parent)  # spark_pipelines
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env=env,
-        cwd=tmp_path,
-    )
+    done = spark_stream(config, env, tmp_path)
     output = done.stdout + done.stderr
     assert done.returncode == code, output[-3000:]
     for noise in ("Traceback", "\tat ", "Caused by", "unexpected error", "please report"):

@@ -27,7 +27,7 @@ import pytest
 from loghubd_spark import LogHubDataSource
 from loghubd_spark.source import SyncSls
 from pyspark.errors import StreamingQueryException
-from spark_harness import produce, wait_until
+from spark_harness import produce, spark_stream, wait_until
 
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol.signing import Credentials
@@ -333,14 +333,7 @@ def test_loghubd_spark_stream_command_with_signed_requests(
     )
     env = {**os.environ, "LOGHUBD_SOURCE__ACCESS_KEY_SECRET": secret}
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env=env,
-        cwd=tmp_path,
-    )
+    done = spark_stream(config, env, tmp_path)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert secret not in output

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,26 @@ from loghubd.testing import RecordingTracker, make_batch
 FAST = Backoff(initial=0.001, cap=0.002, jitter=0.0)
 
 
+async def one_batch(
+    processor: LoadedProcessor,
+    policy: RetryPolicy,
+    *,
+    failing: Callable[[str], None],
+    tracker: RecordingTracker | None = None,
+) -> Outcome:
+    """`process_with_retry` of one small batch of shard 2."""
+    return await process_with_retry(
+        processor,
+        make_batch([{"id": str(i)} for i in range(3)], shard=2),
+        tracker or RecordingTracker(),
+        policy,
+        Metrics(),
+        mark_done=lambda: None,
+        bind={},
+        failing=failing,
+    )
+
+
 def run(errors: list[BaseException], policy: RetryPolicy) -> tuple[Outcome, int, list[str]]:
     """Process one batch with a processor that raises `errors` in turn, then succeeds."""
     calls = 0
@@ -46,19 +67,9 @@ def run(errors: list[BaseException], policy: RetryPolicy) -> tuple[Outcome, int,
         return None
 
     processor = LoadedProcessor("scripted", nothing, process, nothing, None)
-    batch = make_batch([{"id": str(i)} for i in range(3)], shard=2)
 
     async def go() -> Outcome:
-        return await process_with_retry(
-            processor,
-            batch,
-            RecordingTracker(),
-            policy,
-            Metrics(),
-            mark_done=lambda: None,
-            bind={},
-            failing=reasons.append,
-        )
+        return await one_batch(processor, policy, failing=reasons.append)
 
     return anyio.run(go), calls, reasons
 
@@ -245,15 +256,8 @@ def test_a_plain_processor_raising_a_base_exception_is_a_failed_attempt(
     reasons: list[str] = []
 
     async def go() -> Outcome:
-        return await process_with_retry(
-            processor,
-            make_batch([{"id": "1"}], shard=2),
-            RecordingTracker(),
-            RetryPolicy(max_attempts=3, backoff=FAST),
-            Metrics(),
-            mark_done=lambda: None,
-            bind={},
-            failing=reasons.append,
+        return await one_batch(
+            processor, RetryPolicy(max_attempts=3, backoff=FAST), failing=reasons.append
         )
 
     assert isinstance(anyio.run(go), Processed) and calls == 2
@@ -295,14 +299,9 @@ def test_a_dead_letter_that_cannot_be_written_yet_is_retried_until_it_can(tmp_pa
     async def go() -> Outcome:
         async with anyio.create_task_group() as tg:
             tg.start_soon(clear_the_way)
-            outcome = await process_with_retry(
+            outcome = await one_batch(
                 LoadedProcessor("failing", nothing, process, nothing, None),
-                make_batch([{"id": "1"}], shard=0),
-                RecordingTracker(),
                 policy,
-                Metrics(),
-                mark_done=lambda: None,
-                bind={},
                 failing=reasons.append,
             )
         return outcome
@@ -333,15 +332,11 @@ def test_a_stop_while_the_dead_letter_cannot_be_written_leaves_the_batch_unfinis
             tracker.stopping.set()
 
     async def go() -> Outcome:
-        return await process_with_retry(
+        return await one_batch(
             LoadedProcessor("failing", nothing, process, nothing, None),
-            make_batch([{"id": "1"}], shard=0),
-            tracker,
             policy,
-            Metrics(),
-            mark_done=lambda: None,
-            bind={},
             failing=stop_on_the_letter_failure,
+            tracker=tracker,
         )
 
     assert isinstance(anyio.run(go), Interrupted)
