@@ -384,8 +384,14 @@ class Wal:
         if entry.replay:
             self._replayed[entry.batch] = entry.created
 
-    def coverage(self, shard: int) -> list[tuple[int, int]]:
-        return list(self._coverage.get(shard, []))
+    def coverage(self, shard: int, *, below_floor: bool = False) -> list[tuple[int, int]]:
+        """The intervals of `shard` committed writes hold; with `below_floor`, also everything
+        below the shard's floor (what collected entries held: a daemon that lost the shard
+        while paused must not write it again). A dead-letter replay leaves the floor out: the
+        letters it writes lie below it and were never written."""
+        covered = list(self._coverage.get(shard, []))
+        floor = self.floor(shard) if below_floor else None
+        return covered if floor is None else merge([*covered, (FLOOR_START, floor)])
 
     def floor(self, shard: int) -> int | None:
         """The position below which `gc` collected this shard's entries (None: never): every

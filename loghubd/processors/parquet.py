@@ -31,7 +31,7 @@ from loghubd.plugins.api import Ack, ProcessorContext, Tracker
 from loghubd.processors import parquet_files as files
 from loghubd.processors import parquet_layout as layout
 from loghubd.processors.options import check_options
-from loghubd.wal import COMMITTED, FLOOR_START, Entry, Range, Wal, merge, new_batch_id
+from loghubd.wal import COMMITTED, Entry, Range, Wal, new_batch_id
 
 log = structlog.get_logger("loghubd.parquet")
 
@@ -402,10 +402,7 @@ class ParquetProcessor:
         the shard while paused must not write it again). Not under a replay: the dead letters
         it writes lie below the floor and were never written (a dead-lettered batch leaves
         the buffer, `process`); the replay's own entries keep it from writing them twice."""
-        covered = self.wal.coverage(self.shard)
-        floor = None if self._replay else self.wal.floor(self.shard)
-        if floor is not None:
-            covered = merge([*covered, (FLOOR_START, floor)])
+        covered = self.wal.coverage(self.shard, below_floor=not self._replay)
         parts: list[pa.RecordBatch] = []
         for item in items:
             rows = item.rows

@@ -56,7 +56,7 @@ from loghubd.arrow import (
     split_log_groups,
     steps_per_group,
 )
-from loghubd.wal import COMMITTED, FLOOR_START, Entry, Lease, Wal, merge, new_batch_id, uncovered
+from loghubd.wal import COMMITTED, Entry, Lease, Wal, new_batch_id, uncovered
 from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
 from loghubd_spark.items import Item, PendingWrite
@@ -494,11 +494,8 @@ class Engine:
         written. Read after the entries (`refresh`): the floor is raised before they go. Not
         under a replay: the dead letters it writes lie below the floor and were never written
         (the replay's own entries keep it from writing them twice)."""
-        covered = self.wal.coverage(shard)
         replay = self.context is not None and self.context.replay
-        floor = None if replay else self.wal.floor(shard)
-        if floor is not None:
-            covered = merge([*covered, (FLOOR_START, floor)])
+        covered = self.wal.coverage(shard, below_floor=not replay)
         return uncovered(start, start + count, covered)
 
     def _settle_overlaps(self, items: list[Item]) -> None:
