@@ -1,15 +1,21 @@
 """How the suite is spread over pytest-xdist workers (scripts/test.sh runs `-n 4`).
 
 Most tests wait on real processes (heartbeats, timeouts, fsyncs) far more than they use the
-CPU, so each goes to whichever worker is free. Three families stay together, each on one
+CPU, so each goes to whichever worker is free. Some families stay together, each on one
 worker, in collection order:
 
-- `spark`: the plugin's tests share ONE SparkSession per worker (a JVM of ~400 MiB that
-  takes seconds to start), and their end-to-end tests start JVMs of their own;
+- `spark`, `spark-e2e`: the plugin's tests share ONE SparkSession per worker (a JVM of ~400
+  MiB that takes seconds to start); the end-to-end daemons (`spark-e2e`, ~8 minutes) start
+  JVMs of their own and read their output back through their worker's session, beside the
+  rest of the plugin's tests on another worker (`spark`);
+- `spark-cli`: `loghubd-spark stream` failure runs, a JVM of their own per case;
 - `reliability`: the chaos, fault-proxy and fuzz runs apply faults on a wall-clock schedule
   and check recovery times; two of them side by side would measure each other;
 - `console`: the browser tests share ONE headless Chromium and one `loghubd serve` per
   worker (session fixtures in tests/console/conftest.py).
+
+The groups are handed out first, longest first (GROUP_ORDER): the suite's wall time is at
+least its longest group's, so that one must start at once.
 
 This is a scheduler of our own rather than `--dist loadgroup` with `xdist_group` marks:
 pytest-xdist 3.8 tags grouped tests by rewriting `Item._nodeid`, which pytest 9.2 no longer
@@ -23,10 +29,16 @@ from typing import Any
 GROUPS = {  # the first prefix that matches wins
     # Its own JVM in a subprocess per case, no shared session: beside the `spark` group.
     "plugins/loghubd-spark/tests/test_stream_cli.py": "spark-cli",
+    "plugins/loghubd-spark/tests/test_spark_e2e.py": "spark-e2e",
     "plugins/loghubd-spark/tests/": "spark",
     "tests/reliability/": "reliability",
     "tests/console/": "console",
 }
+
+
+# Longest first (minutes in a CI run): spark-e2e ~8, reliability ~4.5, spark ~3, spark-cli
+# ~2, console ~1.
+GROUP_ORDER = ("spark-e2e", "reliability", "spark", "spark-cli", "console")
 
 
 def group_of(nodeid: str) -> str:
@@ -44,11 +56,27 @@ except ImportError:  # pragma: no cover - xdist is a test dependency
 else:
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def __init__(self, config: Any, log: Any = None) -> None:
+            super().__init__(config, log)
+            # Hand scopes out in collection order (pytest_collection_modifyitems below puts
+            # the groups first), not by their number of tests.
+            config.option.loadscopereorder = False
+
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
 
     def pytest_xdist_make_scheduler(config: Any, log: Any) -> GroupScheduling:
         return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    """The groups first, in GROUP_ORDER, then everything else; each keeps its own order."""
+
+    def rank(item: Any) -> int:
+        group = group_of(item.nodeid)
+        return GROUP_ORDER.index(group) if group in GROUP_ORDER else len(GROUP_ORDER)
+
+    items.sort(key=rank)
 
 
 # Property-based tests check behaviour, not speed: hypothesis's default 200 ms deadline per

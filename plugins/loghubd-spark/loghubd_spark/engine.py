@@ -68,13 +68,12 @@ from loghubd_spark.warmup import synthetic_batch
 
 log = structlog.get_logger("loghubd.spark")
 
-# The last flush at shard shutdown must end before the daemon's 30 s processor-shutdown limit.
-SHUTDOWN_BUDGET_S = 25.0
 MAX_RETRY_BACKOFF_S = 30.0
 # A failed timed write (max_delay, retries of a failed write), and a shard's last write.
 TIMER_BACKOFF = Backoff(initial=0.5, cap=MAX_RETRY_BACKOFF_S, jitter=0.5)
 SHUTDOWN_BACKOFF = Backoff(initial=0.5, cap=5.0)
-# A shutdown waiting for a write another thread runs cancels it this long before its budget ends.
+# A shutdown waiting for a write another thread runs cancels it this long before its budget
+# ends (at most half the budget).
 CANCEL_MARGIN_S = 5.0
 GC_INTERVAL_S = 300.0  # write-ahead entries below the committed checkpoints are deleted
 
@@ -188,10 +187,11 @@ class Engine:
         """Stop the timer, write what is left (bounded), stop Spark. A write that still fails
         keeps its entry pending: the next start recovers it."""
         self._stop.set()
-        deadline = time.monotonic() + SHUTDOWN_BUDGET_S
+        budget = self.options.shutdown_budget
+        deadline = time.monotonic() + budget
         try:
             if self.buffered_rows or self._pending is not None or self.runner.busy:
-                self.flush("close", timeout=SHUTDOWN_BUDGET_S, deadline=deadline)
+                self.flush("close", timeout=budget, deadline=deadline)
         except Exception as exc:
             log.error("spark_final_write_failed", error=str(exc)[:1000])
         if self._timer is not None:
@@ -379,14 +379,14 @@ class Engine:
         if deadline is None:
             self._flush_lock.acquire()
             return
-        if self._flush_lock.acquire(
-            timeout=max(0.0, deadline - CANCEL_MARGIN_S - time.monotonic())
-        ):
+        budget = self.options.shutdown_budget
+        margin = min(CANCEL_MARGIN_S, budget / 2)
+        if self._flush_lock.acquire(timeout=max(0.0, deadline - margin - time.monotonic())):
             return
         # A write is running (the timer, another shard's process()): the budget does not
         # allow waiting for it. Cancel its jobs; it then fails and stays pending.
         self._cancelling = True
-        log.warning("spark_write_cancelled_for_shutdown", budget_s=SHUTDOWN_BUDGET_S)
+        log.warning("spark_write_cancelled_for_shutdown", budget_s=budget)
         self.runner.cancel()
         if not self._flush_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise WriteCancelled(
@@ -631,10 +631,10 @@ class Engine:
     # -- shard shutdown --------------------------------------------------------------------------
 
     def shutdown_shard(self, shard: int) -> None:
-        """Write what is buffered (every shard's: one write), within SHUTDOWN_BUDGET_S. What
+        """Write what is buffered (every shard's: one write), within `shutdown_budget`. What
         of `shard` could not be written is forgotten, so it never reaches the sink after the
         shard may have gone to another consumer (it was never acked: it will be read again)."""
-        deadline = time.monotonic() + SHUTDOWN_BUDGET_S
+        deadline = time.monotonic() + self.options.shutdown_budget
         failures = 0
         while True:
             remaining = deadline - time.monotonic()

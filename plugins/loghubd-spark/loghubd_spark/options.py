@@ -23,6 +23,10 @@ DEFAULT_MAX_ROWS = 100_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered before a write
 DEFAULT_MAX_DELAY = 10.0
 DEFAULT_WRITE_TIMEOUT = 600.0
+# A shard's last write at shutdown or rebalance must end before the daemon's 30 s limit on a
+# processor's shutdown; less suits a pod whose terminationGracePeriodSeconds is short.
+DEFAULT_SHUTDOWN_BUDGET = 25.0
+MAX_SHUTDOWN_BUDGET = 25.0
 
 
 def default_convert_processes() -> int:
@@ -43,6 +47,7 @@ KEYS = (
     "max_bytes",
     "max_delay",
     "write_timeout",
+    "shutdown_budget",
     "convert_processes",
 )
 
@@ -97,6 +102,17 @@ def _positive_seconds(options: Mapping[str, Any], key: str, default: float) -> f
     return float(value)
 
 
+def _shutdown_budget(options: Mapping[str, Any]) -> float:
+    value = _positive_seconds(options, "shutdown_budget", DEFAULT_SHUTDOWN_BUDGET)
+    if not 1.0 <= value <= MAX_SHUTDOWN_BUDGET:
+        raise _fail(
+            "shutdown_budget",
+            f"must be between 1 and {MAX_SHUTDOWN_BUDGET:g} seconds (the daemon allows a "
+            f"processor's shutdown 30 s), got {value:g}",
+        )
+    return value
+
+
 def _conf(options: Mapping[str, Any]) -> dict[str, str]:
     value = options.get("conf", {})
     if not isinstance(value, Mapping):
@@ -146,6 +162,7 @@ class SparkOptions:
     max_bytes: int = DEFAULT_MAX_BYTES
     max_delay: float = DEFAULT_MAX_DELAY
     write_timeout: float = DEFAULT_WRITE_TIMEOUT
+    shutdown_budget: float = DEFAULT_SHUTDOWN_BUDGET
     convert_processes: int = field(default_factory=default_convert_processes)
 
     @classmethod
@@ -201,5 +218,6 @@ class SparkOptions:
             max_bytes=_positive_int(options, "max_bytes", DEFAULT_MAX_BYTES),
             max_delay=_positive_seconds(options, "max_delay", DEFAULT_MAX_DELAY),
             write_timeout=_positive_seconds(options, "write_timeout", DEFAULT_WRITE_TIMEOUT),
+            shutdown_budget=_shutdown_budget(options),
             convert_processes=_count(options, "convert_processes", default_convert_processes()),
         )

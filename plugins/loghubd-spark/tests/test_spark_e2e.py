@@ -386,10 +386,11 @@ def test_one_bad_log_is_dead_lettered_alone_and_every_other_log_is_written_once(
     assert states == {"committed"}
 
 
-# The shard's shutdown budget (engine.SHUTDOWN_BUDGET_S, README "Shutdown / rebalance") plus
-# what the daemon's stop adds around it: leaving the group, stopping Spark. A write left to
-# run would hold the stop for write_timeout (600 s); the held write below lasts 10 minutes.
-STOP_BOUND_S = 60
+# The shard's shutdown budget (`shutdown_budget`, README "Shutdown / rebalance"; short here)
+# plus what the daemon's stop adds around it: leaving the group, stopping Spark. A write left
+# to run would hold the stop for write_timeout (600 s); the held write below lasts 10 minutes.
+SHUTDOWN_BUDGET_S = 4.0
+STOP_BOUND_S = 40
 
 
 @pytest.mark.timeout(600)
@@ -412,6 +413,7 @@ def test_sigterm_during_a_slow_write_stops_within_the_shutdown_budget_and_loses_
             "max_delay": 1.0,
             "convert_processes": 0,
             "function": "spark_pipelines:slow_while_flagged",
+            "shutdown_budget": SHUTDOWN_BUDGET_S,
         },
     )
     source = Source(server.endpoint, "sparkterm", "app")

@@ -18,6 +18,7 @@ def test_defaults() -> None:
     assert o.sink == "parquet"
     assert o.max_rows == DEFAULT_MAX_ROWS == 100_000
     assert o.max_delay == 10.0
+    assert o.shutdown_budget == 25.0
     assert o.sql is None and o.function is None
     assert dict(o.conf) == {}
     assert 1 <= o.convert_processes <= 4
@@ -34,7 +35,9 @@ def test_everything_given() -> None:
         max_bytes=1024,
         max_delay=0.5,
         write_timeout=30,
+        shutdown_budget=5,
     )
+    assert o.shutdown_budget == 5.0
     assert o.master == "spark://h:7077"
     assert dict(o.conf) == {
         "spark.driver.memory": "4g",
@@ -71,6 +74,9 @@ def test_function_is_resolved() -> None:
         ({"convert_processes": 1.5}, "processor.spark.convert_processes: expected an integer"),
         ({"max_delay": 0}, "processor.spark.max_delay: must be a finite number > 0"),
         ({"write_timeout": float("inf")}, "processor.spark.write_timeout: must be a finite"),
+        ({"shutdown_budget": 0.5}, "processor.spark.shutdown_budget: must be between 1 and 25"),
+        ({"shutdown_budget": 30}, "processor.spark.shutdown_budget: must be between 1 and 25"),
+        ({"shutdown_budget": "5"}, "processor.spark.shutdown_budget: expected a number"),
         ({"sink": "csv"}, "processor.spark.sink: expected one of parquet, jsonl"),
         ({"master": ["local"]}, "processor.spark.master: expected a string, got list"),
         ({"conf": "x"}, "processor.spark.conf: expected a table"),
