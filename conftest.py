@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 GROUPS = {  # the first prefix that matches wins
     # Its own JVM in a subprocess per case, no shared session: beside the `spark` group.
     "plugins/loghubd-spark/tests/test_stream_cli.py": "spark-cli",
@@ -77,6 +79,20 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
         return GROUP_ORDER.index(group) if group in GROUP_ORDER else len(GROUP_ORDER)
 
     items.sort(key=rank)
+
+
+# In-process runs of a command line (`loghubd.cli.main`, in the admin tests and the spark
+# plugin's) must keep the test session's logging. `cli.main` configures structlog for the
+# whole process, with loggers cached on first use on the stream of that moment: pytest's
+# captured output, closed once the test ends. Every later test on that worker would then log
+# into a closed file ("ValueError: I/O operation on closed file", unrelated failures that
+# depend on which tests ran first). Tests that need the real set-up run the CLI in a
+# subprocess (tests/integration/test_cli_errors.py).
+@pytest.fixture(autouse=True)
+def _keep_the_sessions_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loghubd import logging as loghubd_logging
+
+    monkeypatch.setattr(loghubd_logging, "configure", lambda *args, **kwargs: None)
 
 
 # Property-based tests check behaviour, not speed: hypothesis's default 200 ms deadline per
