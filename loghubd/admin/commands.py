@@ -26,7 +26,8 @@ Fmt = DefaultsFormatter
 
 # argparse takes a word that starts with "-" and is not a plain number for an option, so the
 # documented `--shift-by -1h` failed with "expected one argument"; `join_dash_values` joins
-# such a value to its flag ("--shift-by=-1h"), the form argparse reads as a value.
+# such a value to its flag ("--shift-by=-1h"), the form argparse reads as a value. So does an
+# abbreviation argparse accepts ("--shift -1h"; an ambiguous one stays argparse's error).
 DASH_VALUE_FLAGS = ("--shift-by",)
 _DASH_VALUE = re.compile(r"-[\d.]")
 
@@ -41,13 +42,22 @@ def join_dash_values(argv: Sequence[str]) -> list[str]:
         if word == "--":  # the rest are positional arguments
             return out + list(argv[i:])
         following = argv[i + 1] if i + 1 < len(argv) else ""
-        if word in DASH_VALUE_FLAGS and _DASH_VALUE.match(following):
+        if _takes_dash_values(word) and _DASH_VALUE.match(following):
             out.append(f"{word}={following}")
             i += 2
             continue
         out.append(word)
         i += 1
     return out
+
+
+def _takes_dash_values(word: str) -> bool:
+    """`word` is one of DASH_VALUE_FLAGS, or an abbreviation of one."""
+    return (
+        len(word) > 2
+        and word.startswith("--")
+        and any(f.startswith(word) for f in DASH_VALUE_FLAGS)
+    )
 
 
 def _where(p: argparse.ArgumentParser) -> None:

@@ -29,6 +29,22 @@ def test_shift_by_takes_a_negative_duration_after_a_space(value: str) -> None:
     assert joined.shift_by == value
 
 
+@pytest.mark.parametrize("flag", ["--shift", "--shi", "--shift-b"])
+def test_an_abbreviated_shift_by_takes_a_negative_duration_too(flag: str) -> None:
+    argv = ["group", "reset", "g", *WHERE, flag, "-1h"]
+    assert cli.build_parser().parse_args(join_dash_values(argv)).shift_by == "-1h"
+
+
+def test_an_ambiguous_abbreviation_stays_argparses_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["group", "reset", "g", *WHERE, "--sh", "-1h"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "ambiguous option: --sh=-1h could match --shift-by, --shards" in err
+
+
 def test_shift_by_without_a_value_is_still_an_error_and_other_words_are_kept() -> None:
     assert join_dash_values(["--shift-by", "--execute"]) == ["--shift-by", "--execute"]
     assert join_dash_values(["--to", "-5", "--", "--shift-by", "-1h"]) == [
