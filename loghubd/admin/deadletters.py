@@ -17,12 +17,17 @@ A note that cannot be read is not skipped: `list` names it as unreadable, `print
 `replay` count it as not done (exit 1), and it stays. A relative `consumer.dead_letter_dir`
 is read from the current directory, as the daemon reads it from its own working directory;
 a configured directory that does not exist yet holds no dead letters (exit 0).
+
+One replay at a time per directory: `replay` holds an exclusive `flock` on `.replay.lock` in
+it, and a second one started meanwhile stops (exit 1) before reading a letter. Two replays of
+the same letters would each feed them to the processor (an `http` sink would send twice).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import time
@@ -37,6 +42,7 @@ from loghubd.admin.errors import FAILED, OK, USAGE, UserError
 from loghubd.admin.helpfmt import DefaultsFormatter
 from loghubd.config import Config, SourceSpec
 from loghubd.consumer.tracking import StopFlag
+from loghubd.files import lock_exclusive
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext
 from loghubd.plugins.loaded import LoadedFactory
@@ -45,6 +51,7 @@ from loghubd.sls import provider_for
 # A .pb without its note is only called incomplete once it is this old (seconds): the daemon
 # writes the note right after it, and `list` may run in between.
 INCOMPLETE_AFTER_S = 60.0
+REPLAY_LOCK = ".replay.lock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,13 +338,36 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
         raise UserError(USAGE, f"the config has several sources ({names}): pick one with --source")
     spec = specs[0]
     directory = _directory(args.dir, spec.consumer.dead_letter_dir)
+    lock = _replay_lock(directory) if args.action == "replay" else None
+    try:
+        return _act(args.action, spec, directory, cfg)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _replay_lock(directory: Path) -> int | None:
+    """The replay lock of `directory` (None when it does not exist: nothing to replay)."""
+    if not directory.is_dir():
+        return None
+    lock = lock_exclusive(directory / REPLAY_LOCK)
+    if lock is None:
+        raise UserError(
+            FAILED,
+            f"another `loghubd dead-letters replay` is running on {directory} (it holds "
+            f"{REPLAY_LOCK}): wait for it to end, then run this again for what it left",
+        )
+    return lock
+
+
+def _act(action: str, spec: SourceSpec, directory: Path, cfg: Config) -> int:
     found = scan(directory) if directory.is_dir() else Found([], [])
     # Several sources may share the directory: only this source's letters are its own.
     others = [d for d in found.letters if not d.belongs_to(spec)]
     found = Found(
         [d for d in found.letters if d.belongs_to(spec)], found.unreadable, found.incomplete
     )
-    if args.action == "list":
+    if action == "list":
         for d in found.letters:
             print(f"{d.note}  shard {d.shard}  {d.log_groups} log groups  {d.error[:120]}")
         for u in found.unreadable:
@@ -356,7 +386,7 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
         more = f", {len(others)} of other sources" if others else ""
         print(f"{found.total} dead letter(s){mine if others else ''} in {directory}{bad}{more}")
         return OK
-    if args.action == "print":
+    if action == "print":
         failures = [u.line() for u in found.unreadable] + print_logs(found.letters)
         for line in failures:
             print(f"not printed: {line}", file=sys.stderr)

@@ -6,6 +6,8 @@ directory the daemon has not made yet holds no dead letters (exit 0)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -131,3 +133,39 @@ def test_data_no_note_names_is_listed_as_incomplete_not_as_a_letter(
     assert code == 0 and f"{orphan}  incomplete: no note names it" in out, out
     assert out.count("incomplete") == 1, out
     assert f"2 dead letter(s) in {letters}" in out, out
+
+
+def test_a_second_replay_at_once_stops_before_touching_a_letter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two replays of the same letters would feed each to the processor twice (an http sink
+    sends twice): while one holds the directory's replay lock (here: another process), a
+    second one stops, exit 1, and every letter stays; once the first is done, it runs."""
+    letters = tmp_path / "dl"
+    dead_letter(letters, 1, 10)
+    config = write_config(tmp_path / "c.toml", str(letters), tmp_path / "out")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            f"f = open({str(letters / '.replay.lock')!r}, 'a')\n"
+            "fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        code, out, err = dead_letters(capsys, "replay", "-c", str(config))
+        assert code == 1, out + err
+        assert f"another `loghubd dead-letters replay` is running on {letters}" in err, err
+        assert len(scan(letters).letters) == 1 and not (tmp_path / "out").exists()
+        code, out, err = dead_letters(capsys, "list", "-c", str(config))  # list needs no lock
+        assert code == 0 and "1 dead letter(s)" in out, out
+    finally:
+        holder.kill()
+        holder.communicate()
+    code, out, err = dead_letters(capsys, "replay", "-c", str(config))
+    assert code == 0 and "replayed 1 of 1" in out, out + err
+    assert scan(letters).letters == []
