@@ -20,6 +20,7 @@ import anyio
 
 from loghubd.admin.errors import ENV_KEYS, USAGE, Context, UserError, check_endpoint
 from loghubd.config import Config
+from loghubd.config.layers import source_env_prefix
 from loghubd.protocol.signing import Credentials
 from loghubd.sls.credentials import CredentialsProvider, StaticCredentials, provider_for
 
@@ -70,8 +71,12 @@ def credentials_origin(cfg: Config | None, path: str | None) -> str:
         )
     if kind in ("file", "command"):
         return f'what credentials = "{kind}" in the {section} of {path} gives'
-    env = "" if cfg.multi else f", or {ENV_KEYS}, which override it"
-    return f"the {section} of {path}{env}"
+    if cfg.multi:
+        prefix = source_env_prefix(spec.name)
+        env = f"{prefix}__ACCESS_KEY_ID and {prefix}__ACCESS_KEY_SECRET"
+    else:
+        env = ENV_KEYS
+    return f"the {section} of {path}, or {env}, which override it"
 
 
 def positive_seconds(flag: str, value: float) -> float:

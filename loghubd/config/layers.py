@@ -24,6 +24,12 @@ def _env_name(source: str) -> str:
     return source.lower().replace("-", "_")
 
 
+def source_env_prefix(source: str) -> str:
+    """The env vars of `[[sources]]` entry `source`: `my-app` → `LOGHUBD_SOURCES_MY_APP`
+    (then `__<KEY>`)."""
+    return f"{ENV_PREFIX}SOURCES_{_env_name(source).upper()}"
+
+
 class _Tables:
     """The raw core values and processor option tables of one scope (the top level, or one
     `[[sources]]` entry), merged over the layers."""

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from loghubd.config.layers import ENV_PREFIX, _env_name, _Layers
+from loghubd.config.layers import ENV_PREFIX, _Layers, source_env_prefix
 from loghubd.config.sections import (
     _DEFAULT_HEARTBEAT,
     _PER_SOURCE,
@@ -122,7 +122,7 @@ def _source_label(
 
 def _source_hint(name: str, section: str) -> Callable[[str], str]:
     if section == "source":
-        env = f"{ENV_PREFIX}SOURCES_{_env_name(name).upper()}"
+        env = source_env_prefix(name)
         return lambda key: f"set it in the [[sources]] entry named {name!r} or {env}__{key.upper()}"
     return lambda key: f"set it in [{section}] or in this entry's [sources.{section}]"
 

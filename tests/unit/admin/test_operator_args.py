@@ -95,6 +95,30 @@ def test_with_dash_c_a_refused_signature_names_the_file() -> None:
     assert connect.credentials_origin(None, None) == ""
 
 
+def test_with_several_sources_a_refused_signature_names_the_sources_own_variables() -> None:
+    multi = loads(
+        '[[sources]]\nname = "web-app"\nendpoint = "http://h.example:1"\nproject = "proj"\n'
+        'logstore = "store"\naccess_key_id = "id"\naccess_key_secret = "secret"\n'
+        '[consumer]\ngroup = "grp"\n',
+        environ={},
+    )
+    origin = connect.credentials_origin(multi, "/etc/qs.toml")
+    assert origin == (
+        "the [[sources]] 'web-app' of /etc/qs.toml, or LOGHUBD_SOURCES_WEB_APP__ACCESS_KEY_ID "
+        "and LOGHUBD_SOURCES_WEB_APP__ACCESS_KEY_SECRET, which override it"
+    )
+    # ... and those are the variables the config reads.
+    overridden = loads(
+        '[[sources]]\nname = "web-app"\nendpoint = "http://h.example:1"\nproject = "proj"\n'
+        'logstore = "store"\n[consumer]\ngroup = "grp"\n',
+        environ={
+            "LOGHUBD_SOURCES_WEB_APP__ACCESS_KEY_ID": "env-id",
+            "LOGHUBD_SOURCES_WEB_APP__ACCESS_KEY_SECRET": "env-secret",
+        },
+    )
+    assert overridden.sources[0].source.access_key_id == "env-id"
+
+
 def test_a_permission_denial_shows_the_services_reason() -> None:
     denied = E.Unauthorized(
         "access key 'ro' may not perform log:ConsumerGroupUpdateCheckPoint on acs:log:...",
