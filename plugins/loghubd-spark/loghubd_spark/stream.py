@@ -39,7 +39,11 @@ are the target).
 
 **Reads** run in executors' Python workers: `read` pulls exactly `[start, end)` with loghubd's
 SLS client (`source.SyncSls`) and yields Arrow record batches in the `spark` processor's
-schema (`arrow.SCHEMA`), converted by the same code (`arrow.convert`).
+schema (`arrow.SCHEMA`), converted by the same code (`arrow.convert`). Log groups that expired
+(past the logstore's TTL) before their micro-batch read them fail it (`DataLost`, naming
+`failOnDataLoss`); with `failOnDataLoss` false they are skipped with a warning and the read
+goes on from the oldest retained log group. A refused cursor that is not older than the
+retained data (another logstore's, past the end) always fails.
 
 **Progress**: the offsets of every finished micro-batch become the consumer group's
 checkpoints (forced, no heartbeat needed), when Spark asks for the next batch (`latestOffset`
@@ -108,12 +112,17 @@ OPTIONS = {
         "maxLogGroupsPerTrigger",
         "order",
         "minPollIntervalMs",
+        "failOnDataLoss",
     )
 }
 
 
 class OptionError(ValueError):
     pass
+
+
+class DataLost(RuntimeError):
+    """A micro-batch's log groups expired before it read them (failOnDataLoss is true)."""
 
 
 class OffsetError(ValueError):
@@ -142,6 +151,7 @@ class StreamOptions:
     max_log_groups_per_trigger: int | None = None
     order: bool | None = None  # None: the consumer group's own flag (False without a group)
     min_poll_interval_s: float = DEFAULT_MIN_POLL_INTERVAL_MS / 1000
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StreamOptions:
@@ -183,12 +193,7 @@ class StreamOptions:
         limit: int | None = None
         if "maxLogGroupsPerTrigger" in given:
             limit = _positive_int("maxLogGroupsPerTrigger", given["maxLogGroupsPerTrigger"])
-        order: bool | None = None
-        if "order" in given:
-            flag = given["order"].strip().lower()
-            if flag not in ("true", "false"):
-                raise _fail("order", f"expected true or false, got {given['order']!r}")
-            order = flag == "true"
+        order = _flag(given, "order")
         poll_ms = DEFAULT_MIN_POLL_INTERVAL_MS
         if "minPollIntervalMs" in given:
             poll_ms = _positive_int("minPollIntervalMs", given["minPollIntervalMs"], zero=True)
@@ -207,6 +212,7 @@ class StreamOptions:
             max_log_groups_per_trigger=limit,
             order=order,
             min_poll_interval_s=poll_ms / 1000,
+            fail_on_data_loss=_flag(given, "failOnDataLoss") is not False,
         )
 
     def credentials(self) -> Credentials:
@@ -221,6 +227,16 @@ class StreamOptions:
             region=self.region,
             user_agent=f"loghubd-spark/0.1-stream-{purpose}",
         )
+
+
+def _flag(given: Mapping[str, str], name: str) -> bool | None:
+    """A true/false option; None when not given."""
+    if name not in given:
+        return None
+    flag = given[name].strip().lower()
+    if flag not in ("true", "false"):
+        raise _fail(name, f"expected true or false, got {given[name]!r}")
+    return flag == "true"
 
 
 def _positive_int(name: str, value: str, *, zero: bool = False) -> int:
@@ -270,15 +286,53 @@ def partitions(start: Mapping[str, str], end: Mapping[str, str]) -> list[ShardRa
 
 
 def read_range(options: StreamOptions, part: ShardRange) -> Iterator[pa.RecordBatch]:
-    """Exactly the log groups of `part`, as Arrow record batches of `arrow.SCHEMA`."""
+    """Exactly the log groups of `part`, as Arrow record batches of `arrow.SCHEMA`. Log groups
+    the service no longer keeps (past the logstore's TTL) fail the read (DataLost), or with
+    `failOnDataLoss` false are skipped: the read goes on from the oldest retained one."""
     with options.client("read") as sls:
-        for piece in sls.pieces(options.logstore, Range(part.shard, part.start, part.end)):
-            count = len(split_log_groups(piece.raw))
-            per_group = steps_per_group(piece.cursor, piece.next_cursor, count) is not None
-            table = convert(part.shard, piece.cursor, piece.raw, per_group=per_group).table
-            for batch in table.to_batches():
-                if batch.num_rows:
-                    yield batch
+        at = part.start
+        while at != part.end:
+            try:
+                for piece in sls.pieces(options.logstore, Range(part.shard, at, part.end)):
+                    count = len(split_log_groups(piece.raw))
+                    per_group = steps_per_group(piece.cursor, piece.next_cursor, count) is not None
+                    table = convert(part.shard, piece.cursor, piece.raw, per_group=per_group).table
+                    for batch in table.to_batches():
+                        if batch.num_rows:
+                            yield batch
+                    at = piece.next_cursor
+            except E.InvalidCursor as exc:
+                at = _past_expired(options, sls, part, at, exc)
+            else:
+                return
+
+
+def _past_expired(
+    options: StreamOptions, sls: SyncSls, part: ShardRange, at: str, exc: E.SlsError
+) -> str:
+    """Where reading `part` goes on after the service refused cursor `at`: the oldest retained
+    log group, when `at` is older (expired) and failOnDataLoss is false; `part.end` when the
+    whole rest of the range expired. Anything else is raised."""
+    begin = sls.call(lambda c: c.get_cursor(options.logstore, part.shard, "begin"))
+    a, b, end = position(at), position(begin), position(part.end)
+    if a is None or b is None or end is None or b <= a:
+        raise exc  # not an expiry: a foreign or malformed cursor
+    if options.fail_on_data_loss:
+        raise DataLost(
+            f"shard {part.shard}: the logs from cursor {at} expired (the service keeps a "
+            f"logstore's data for its TTL) before this micro-batch read them; to skip what "
+            "expired and go on (it is lost either way), set the option failOnDataLoss to "
+            "false (spark-stream: fail_on_data_loss = false)"
+        ) from exc
+    resume = part.end if b >= end else begin
+    log.warning(
+        "loghub_data_lost shard=%s from=%s to=%s: expired before this micro-batch read it "
+        "(failOnDataLoss is false)",
+        part.shard,
+        at,
+        resume,
+    )
+    return resume
 
 
 class LogHubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -55,6 +55,7 @@ STREAM_KEYS = (
     "available_now",
     "max_log_groups_per_trigger",
     "min_poll_interval",
+    "fail_on_data_loss",
 )
 # What `[processor.spark]` can lend to a missing `[spark_stream]` key.
 FROM_PROCESSOR = ("path", "sql", "function", "sink", "master", "conf")
@@ -92,6 +93,7 @@ class StreamConfig:
     available_now: bool = False
     max_log_groups_per_trigger: int = 0  # 0: no limit
     min_poll_interval: float = 0.5
+    fail_on_data_loss: bool = True
 
     def source_options(self) -> dict[str, str]:
         """The `loghub` source's options (credentials included: never log this)."""
@@ -102,6 +104,7 @@ class StreamConfig:
             "authVersion": self.auth_version,
             "startingPosition": self.start,
             "minPollIntervalMs": str(round(self.min_poll_interval * 1000)),
+            "failOnDataLoss": "true" if self.fail_on_data_loss else "false",
         }
         optional = {
             "accessKeyId": self.access_key_id,
@@ -329,6 +332,7 @@ def parse(data: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> 
         available_now=bool(spark.boolean("available_now", False)),
         max_log_groups_per_trigger=int(spark.number("max_log_groups_per_trigger", 0, integer=True)),
         min_poll_interval=spark.number("min_poll_interval", 0.5),
+        fail_on_data_loss=spark.boolean("fail_on_data_loss", True) is not False,
     )
     if cfg.auth_version == "v4" and not cfg.region:
         problems.append("source.region: required with auth_version v4")

@@ -62,6 +62,8 @@ def test_options_parse_case_insensitively_and_keep_secrets_out_of_repr() -> None
     assert opts.starting_position == "1700000000"
     assert opts.max_log_groups_per_trigger == 500
     assert opts.order is True
+    assert opts.fail_on_data_loss is True  # the default, as Kafka's
+    assert StreamOptions.parse({**BASE, "FAILONDATALOSS": "False"}).fail_on_data_loss is False
     text = repr(opts)
     assert "s3cr3t-value" not in text and "AKID-123" not in text
 
@@ -74,6 +76,7 @@ def test_options_parse_case_insensitively_and_keep_secrets_out_of_repr() -> None
         ({**BASE, "maxLogGroupsPerTrigger": "0"}, "'maxLogGroupsPerTrigger': must be > 0"),
         ({**BASE, "maxLogGroupsPerTrigger": "many"}, "expected an integer"),
         ({**BASE, "order": "maybe"}, "'order': expected true or false"),
+        ({**BASE, "failOnDataLoss": "no"}, "'failOnDataLoss': expected true or false"),
         ({**BASE, "accessKeyId": "x"}, "'accessKeySecret': give both or neither"),
         ({**BASE, "authVersion": "v4"}, "'region': required with authVersion v4"),
         ({**BASE, "maxLogGroups": "5"}, "'maxLogGroups': unknown option"),
@@ -277,6 +280,9 @@ def test_config_maps_onto_the_source_options_and_masks_secrets() -> None:
     assert opts["startingPosition"] == "1714492800"
     assert opts["maxLogGroupsPerTrigger"] == "300" and opts["order"] == "true"
     assert opts["consumerGroup"] == "g"
+    assert opts["failOnDataLoss"] == "true"
+    lossy = {**FILE, "spark_stream": {**FILE["spark_stream"], "fail_on_data_loss": False}}
+    assert parse(lossy, {}).source_options()["failOnDataLoss"] == "false"
     assert cfg.conf == {"spark.sql.shuffle.partitions": "4"}
     shown = json.dumps(cfg.redacted())
     assert "env-secret" not in shown and "AKID" not in shown and "file-secret" not in shown
