@@ -352,3 +352,55 @@ def test_loghubd_spark_stream_command_with_signed_requests(
     assert len(desc["shards"]) == 2
     for row in desc["shards"]:
         assert row["lag_log_groups"] == 0 and row["committed_by"] == "spark-cli", row
+
+
+@pytest.mark.timeout(240)
+def test_a_replayed_micro_batch_whose_logs_expired_fails_or_skips_them_with_fail_on_data_loss(
+    spark: Any, loghubd_server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Micro-batch 1 is planned (its offsets logged) and fails; its logs expire (TTL) before
+    the query runs again. The re-run of batch 1 then fails naming `failOnDataLoss`; with
+    `failOnDataLoss` false it reads nothing (what expired is gone) and the query goes on with
+    what was written since. Through real Spark: the option reaches the executors' reads."""
+    ttl_day = 20.0  # long enough for the re-runs to read what is written after the expiry
+    server = loghubd_server_factory(
+        "ttl", extra_args=["--ttl-day-seconds", str(ttl_day), "--expire-interval", "0.2"]
+    )
+    project = "streamttl"
+    with sls(server, project) as client:
+        client.call(lambda c: c.create_project())
+        client.call(lambda c: c.create_logstore("app", 1, ttl=1))
+    produce(server.endpoint, project, "app", 100, group_size=10)
+    with sls(server, project) as client:
+        expired_end = cursors.decode(client.call(lambda c: c.get_cursor("app", 0, "end")))
+    rec = Recorder(spark, tmp_path, crash_at=1)
+    opts = {"maxLogGroupsPerTrigger": "5"}  # 10 log groups: batches 0 and 1
+    query = start_query(spark, server, project, tmp_path, rec, opts)
+    try:
+        with pytest.raises(StreamingQueryException, match="injected failure after writing batch 1"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+
+    def begin() -> int:
+        with sls(server, project) as client:
+            return cursors.decode(client.call(lambda c: c.get_cursor("app", 0, "begin")))
+
+    wait_until(lambda: begin() >= expired_end, ttl_day * 3, "the 100 logs did not expire")
+    produce(server.endpoint, project, "app", 50, start=100, group_size=10)
+
+    strict = start_query(spark, server, project, tmp_path, rec, opts, available_now=True)
+    with pytest.raises(StreamingQueryException, match="set the option failOnDataLoss to false"):
+        strict.awaitTermination(120)
+    strict.stop()
+
+    lossy = {**opts, "failOnDataLoss": "false"}
+    again = start_query(spark, server, project, tmp_path, rec, lossy, available_now=True)
+    try:
+        assert again.awaitTermination(120), "the query did not finish"
+    except StreamingQueryException as exc:
+        pytest.fail(f"the query failed: {str(exc)[:600]}")
+    replays = [e for e in rec.entries() if e["batch"] == 1]
+    assert [e["rows"] for e in replays] == [50, 0]  # read once, then expired: nothing
+    ids = Counter(int(r[0]) for r in rec.rows())
+    assert sorted(ids) == [*range(50), *range(100, 150)] and max(ids.values()) == 1
