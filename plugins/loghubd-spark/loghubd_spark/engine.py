@@ -529,7 +529,7 @@ class Engine:
                 self._cancelling = False
                 self._failed = True
                 raise WriteCancelled(f"the write was cancelled by a shutdown: {exc}") from exc
-            if not self._drop_failed(pw):
+            if not self._abandon(pw):
                 self._failed = True  # retried as it is: by process(), the timer, or shutdown
                 raise
             if len(pw.items) > 1:
@@ -562,10 +562,11 @@ class Engine:
             raise
         self._failed = False
 
-    def _drop_failed(self, pw: PendingWrite) -> bool:
-        """Abandon a failed write through the write-ahead log (its partitions, its entry), so
-        its batches can be written otherwise. False if it must stay pending: a job that is
-        still running (a timeout being cancelled), or files that could not be deleted."""
+    def _abandon(self, pw: PendingWrite) -> bool:
+        """Abandon the pending write through the write-ahead log (its partitions, its entry):
+        it failed, so its batches can be written otherwise, or a shard of it was let go.
+        False if it must stay pending: a job that is still running (a timeout being
+        cancelled), or files that could not be deleted."""
         if self.runner.busy:
             return False
         if pw.lease is not None:
@@ -690,14 +691,8 @@ class Engine:
             # now could race with it. Keep the write pending (a restart recovers it).
             log.error("spark_write_still_running", batch=pw.entry.batch, shard=shard)
             return
-        if pw.lease is not None:
-            try:
-                self.wal.abandon(pw.lease)
-            except Exception as exc:
-                log.error("spark_abandon_failed", batch=pw.entry.batch, error=repr(exc))
-                return
-        self._pending = None
-        self._failed = False
+        if not self._abandon(pw):
+            return  # logged (spark_abandon_failed); a restart recovers the entry
         self._restore([it for it in pw.items if it.shard != shard])
         log.warning("spark_write_abandoned", batch=pw.entry.batch, shard=shard)
 

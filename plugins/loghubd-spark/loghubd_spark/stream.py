@@ -262,7 +262,7 @@ START_KEY = "@start"  # the initial offset: {"@start": <startingPosition>}, reso
 
 def symbolic_start(offsets: Mapping[str, str]) -> str | None:
     """The starting position an initial offset stands for (None: real cursors)."""
-    return offsets.get(START_KEY) if START_KEY in offsets else None
+    return offsets.get(START_KEY)
 
 
 def partitions(start: Mapping[str, str], end: Mapping[str, str]) -> list[ShardRange]:
