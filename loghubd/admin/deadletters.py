@@ -350,7 +350,15 @@ def _replay_lock(directory: Path) -> int | None:
     """The replay lock of `directory` (None when it does not exist: nothing to replay)."""
     if not directory.is_dir():
         return None
-    lock = lock_exclusive(directory / REPLAY_LOCK)
+    try:
+        lock = lock_exclusive(directory / REPLAY_LOCK)
+    except OSError as exc:  # a read-only directory, say: a replay removes what it replays
+        raise UserError(
+            FAILED,
+            f"cannot take the replay lock {directory / REPLAY_LOCK}: "
+            f"{exc.strerror or exc}; a replay removes each letter it replays, so it must be "
+            f"able to write in {directory}",
+        ) from exc
     if lock is None:
         raise UserError(
             FAILED,

@@ -169,3 +169,19 @@ def test_a_second_replay_at_once_stops_before_touching_a_letter(
     code, out, err = dead_letters(capsys, "replay", "-c", str(config))
     assert code == 0 and "replayed 1 of 1" in out, out + err
     assert scan(letters).letters == []
+
+
+def test_a_replay_lock_that_cannot_be_taken_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not an "unexpected error": the lock file cannot be made (here a directory is in its
+    way; a read-only directory does the same), and the letter stays."""
+    letters = tmp_path / "dl"
+    dead_letter(letters, 1, 10)
+    (letters / ".replay.lock").mkdir()
+    config = write_config(tmp_path / "c.toml", str(letters), tmp_path / "out")
+    code, out, err = dead_letters(capsys, "replay", "-c", str(config))
+    assert code == 1, out + err
+    assert f"cannot take the replay lock {letters / '.replay.lock'}: Is a directory" in err, err
+    assert "unexpected error" not in err and "Traceback" not in err
+    assert len(scan(letters).letters) == 1
