@@ -56,14 +56,14 @@ from loghubd.arrow import (
     split_log_groups,
     steps_per_group,
 )
-from loghubd.wal import COMMITTED, Entry, Lease, Wal, new_batch_id, uncovered
+from loghubd.wal import COMMITTED, Entry, Lease, Range, Wal, new_batch_id, uncovered
 from loghubd_spark import faults, jobs
 from loghubd_spark.convert_worker import ConvertPool
 from loghubd_spark.items import Item, PendingWrite
 from loghubd_spark.metrics import SparkMetrics
 from loghubd_spark.options import SparkOptions
 from loghubd_spark.runner import SparkError, SparkRunner
-from loghubd_spark.source import committed_checkpoints, pull_ranges
+from loghubd_spark.source import committed_checkpoints, pull_retained
 from loghubd_spark.warmup import synthetic_batch
 
 log = structlog.get_logger("loghubd.spark")
@@ -756,13 +756,16 @@ class Engine:
                 "ProcessorContext (factory.bind): upgrade loghubd"
             )
         started = time.monotonic()
-        pieces = pull_ranges(self.context, entry.ranges)
+        retained = pull_retained(self.context, entry.ranges)
         tables = []
-        for p in pieces:
+        for p in retained.pieces:
             count = len(split_log_groups(p.raw))
             start = steps_per_group(p.cursor, p.next_cursor, count)
             tables.append(self._convert(p.shard, p.cursor, p.raw, None, start is not None).table)
         table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+        if retained.lost:
+            self._recover_lost(lease, table, retained.lost)
+            return True
         self._spark_write(table, entry.batch, None)
         self.wal.commit(lease)
         log.warning(
@@ -773,6 +776,32 @@ class Engine:
             seconds=round(time.monotonic() - started, 3),
         )
         return True
+
+    def _recover_lost(self, lease: Lease, table: pa.Table, lost: list[Range]) -> None:
+        """A crashed write whose ranges partly or wholly expired (the daemon was down longer
+        than the logstore's TTL): it cannot be rewritten as it was. What the crashed write
+        made visible stays, since Spark moves a write's files into place only when its job
+        commits (rewriting from what is retained would delete the expired rows it holds);
+        when nothing is visible, what is retained is written. Either way the entry is
+        committed, once: what expired is lost (the daemon skips it too, `cursor_invalid_
+        restarting`), and a pending entry would fail recovery at every start."""
+        batch = lease.entry.batch
+        visible = self.runner.run(
+            lambda spark: jobs.count_partitions(spark, self.path, batch),
+            tag=f"loghubd-inspect-{batch}",
+            timeout=self.options.write_timeout,
+        )
+        if not visible and table.num_rows:
+            self._spark_write(table, batch, None)
+        self.wal.commit(lease)
+        log.error(
+            "spark_recovery_data_lost",
+            batch=batch,
+            lost=[f"shard {r.shard}: {r.start} to {r.end}" for r in lost],
+            kept="the crashed write's output, as it was" if visible else "the retained logs",
+            rows_written=0 if visible else table.num_rows,
+            hint="these logs expired (the logstore's TTL) before a restart could rewrite them",
+        )
 
     def collect_garbage(self) -> int:
         """Drop committed entries below the group's committed checkpoints (best effort),

@@ -147,14 +147,24 @@ def write(
         done()
 
 
-def remove_partitions(spark: SparkSession, path: str, batch: str) -> int:
-    """Delete every `<path>/dt=*/batch=<batch>` partition through Hadoop's FileSystem API, so
-    that it works on whatever Spark writes to (s3a://, hdfs://, file://); returns how many."""
+def _batch_partitions(spark: SparkSession, path: str, batch: str) -> tuple[Any, list[Any]]:
+    """The Hadoop FileSystem of `path` and the status of every `<path>/dt=*/batch=<batch>`
+    partition: Hadoop's API works on whatever Spark writes to (s3a://, hdfs://, file://)."""
     jvm: Any = spark._jvm
     glob = f"{path.rstrip('/')}/{DATE_COLUMN}=*/{BATCH_COLUMN}={batch}"
     pattern = jvm.org.apache.hadoop.fs.Path(glob)
     fs = pattern.getFileSystem(spark._jsc.hadoopConfiguration())
-    found = fs.globStatus(pattern) or []
+    return fs, list(fs.globStatus(pattern) or [])
+
+
+def count_partitions(spark: SparkSession, path: str, batch: str) -> int:
+    """How many partitions of `batch` are visible in the sink."""
+    return len(_batch_partitions(spark, path, batch)[1])
+
+
+def remove_partitions(spark: SparkSession, path: str, batch: str) -> int:
+    """Delete every partition of `batch`; returns how many."""
+    fs, found = _batch_partitions(spark, path, batch)
     for status in found:
         fs.delete(status.getPath(), True)
     return len(found)

@@ -20,6 +20,7 @@ import aiohttp
 
 from loghubd import CredentialsSource, ProcessorContext, Pulled, SlsClient
 from loghubd.arrow import position
+from loghubd.protocol import errors as E
 from loghubd.wal import Range
 
 PULL_GROUPS = 1000  # log groups per PullLogs, the service's maximum
@@ -143,10 +144,47 @@ class SyncSls:
             at = pulled.next_cursor
 
 
-def pull_ranges(ctx: ProcessorContext, ranges: Sequence[Range]) -> list[Piece]:
-    """Exactly the log groups of `ranges`, in order (several pulls per range if needed)."""
+def retained_from(sls: SyncSls, logstore: str, shard: int, at: str, end: str) -> str | None:
+    """Where reading [`at`, `end`) of `shard` can go on after the service refused cursor `at`
+    (InvalidCursor): the oldest retained log group's cursor, or `end` when everything before
+    `end` expired. None when `at` is not older than the retained data: not an expiry (a
+    foreign or malformed cursor), which no reader may skip."""
+    begin = sls.call(lambda c: c.get_cursor(logstore, shard, "begin"))
+    a, b, e = position(at), position(begin), position(end)
+    if a is None or b is None or e is None or b <= a:
+        return None
+    return end if b >= e else begin
+
+
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """What the service still keeps of some ranges: the pieces, in order, and the parts of
+    the ranges that expired (past the logstore's TTL) before they were read."""
+
+    pieces: list[Piece]
+    lost: list[Range]
+
+
+def pull_retained(ctx: ProcessorContext, ranges: Sequence[Range]) -> Retained:
+    """Exactly the log groups of `ranges`, in order (several pulls per range if needed),
+    skipping what expired; any other refusal is raised."""
+    pieces: list[Piece] = []
+    lost: list[Range] = []
     with SyncSls.from_context(ctx, "recovery") as sls:
-        return [p for r in ranges for p in sls.pieces(ctx.logstore, r)]
+        for r in ranges:
+            at = r.start
+            while at != r.end:
+                try:
+                    for piece in sls.pieces(ctx.logstore, Range(r.shard, at, r.end)):
+                        pieces.append(piece)
+                        at = piece.next_cursor
+                except E.InvalidCursor:
+                    resume = retained_from(sls, ctx.logstore, r.shard, at, r.end)
+                    if resume is None:
+                        raise
+                    lost.append(Range(r.shard, at, resume))
+                    at = resume
+    return Retained(pieces, lost)
 
 
 def committed_checkpoints(ctx: ProcessorContext) -> dict[int, int]:

@@ -76,7 +76,7 @@ from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
 from loghubd.wal import Range
 from loghubd_spark.planning import Offsets, ShardInfo, _ordered, plan
-from loghubd_spark.source import SyncSls
+from loghubd_spark.source import SyncSls, retained_from
 
 log = logging.getLogger("loghubd.spark.stream")
 
@@ -313,9 +313,8 @@ def _past_expired(
     """Where reading `part` goes on after the service refused cursor `at`: the oldest retained
     log group, when `at` is older (expired) and failOnDataLoss is false; `part.end` when the
     whole rest of the range expired. Anything else is raised."""
-    begin = sls.call(lambda c: c.get_cursor(options.logstore, part.shard, "begin"))
-    a, b, end = position(at), position(begin), position(part.end)
-    if a is None or b is None or end is None or b <= a:
+    resume = retained_from(sls, options.logstore, part.shard, at, part.end)
+    if resume is None:
         raise exc  # not an expiry: a foreign or malformed cursor
     if options.fail_on_data_loss:
         raise DataLost(
@@ -324,7 +323,6 @@ def _past_expired(
             "expired and go on (it is lost either way), set the option failOnDataLoss to "
             "false (spark-stream: fail_on_data_loss = false)"
         ) from exc
-    resume = part.end if b >= end else begin
     log.warning(
         "loghub_data_lost shard=%s from=%s to=%s: expired before this micro-batch read it "
         "(failOnDataLoss is false)",

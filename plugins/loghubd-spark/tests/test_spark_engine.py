@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import structlog
 from loghubd_spark import jobs
 from loghubd_spark.engine import Engine
 from loghubd_spark.options import SparkOptions
@@ -440,6 +441,72 @@ def test_recovery_rewrites_crashed_writes_over_exactly_their_ranges(
         assert ids_in(spark, tmp_path / "out") == sorted(expected)
         # Housekeeping keeps entries above the (absent) checkpoints.
         assert restarted.collect_garbage() == 0
+    finally:
+        server.kill()
+
+
+TTL_DAY_S = 8.0  # the server's TTL "day" in the expiry test
+
+
+def test_recovery_of_crashed_writes_whose_logs_expired_commits_them_once(
+    spark: Any, engines: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """The daemon was down longer than the logstore's TTL with two crashed writes: one that
+    wrote nothing, one whose output Spark had made visible. Their logs expired, so neither can
+    be rewritten from the source. A restart commits both entries, once, with one
+    `spark_recovery_data_lost` error each: the visible output stays as it was (rewriting from
+    what is retained would delete it), the other writes what is retained (here: nothing). The
+    next start finds nothing to recover and logs nothing."""
+    server = ServerProcess(
+        tmp_path / "server",
+        extra_args=["--ttl-day-seconds", str(TTL_DAY_S), "--expire-interval", "0.2"],
+    ).start()
+    try:
+        source = Source(server.endpoint, "sparkttl", "app")
+        source._run(lambda c: c.create_project())
+        source._run(lambda c: c.create_logstore("app", 1, ttl=1))
+        produce(server.endpoint, "sparkttl", "app", 400, group_size=40)
+        batches = source.batches(0, 5)
+        ctx = make_context(
+            endpoint=server.endpoint, project="sparkttl", logstore="app", group="g", consumer="c"
+        )
+        crashed = engines(context=ctx)
+        leases, names = [], []
+        for k, visible in ((0, False), (1, True)):
+            crashed.add(batches[k], FakeAck())
+            pw = crashed._prepare(crashed._take())
+            assert pw is not None
+            pw.lease = crashed.wal.begin(pw.entry)
+            if visible:
+                crashed._spark_write(pw.table(), pw.entry.batch, None)
+            leases.append(pw.lease)
+            names.append(pw.entry.batch)
+        for lease in leases:
+            lease.release()  # the process "dies": its locks go
+        end = source._run(lambda c: c.get_cursor("app", 0, "end"))
+        wait_until(
+            lambda: source._run(lambda c: c.get_cursor("app", 0, "begin")) == end,
+            TTL_DAY_S * 4,
+            "the logs did not expire",
+        )
+        with structlog.testing.capture_logs() as logs:
+            engines(context=ctx)  # start(): recovery
+        lost = [e for e in logs if e["event"] == "spark_recovery_data_lost"]
+        assert sorted(e["batch"] for e in lost) == sorted(names)
+        by_batch = {e["batch"]: e for e in lost}
+        assert by_batch[names[1]]["kept"] == "the crashed write's output, as it was"
+        assert by_batch[names[0]]["kept"] == "the retained logs"
+        assert by_batch[names[0]]["rows_written"] == 0
+        assert by_batch[names[0]]["lost"] == [
+            f"shard 0: {batches[0].cursor} to {batches[0].next_cursor}"
+        ]
+        assert not [e for e in logs if e["event"] == "spark_recovery_failed"]
+        assert sorted(e["state"] for e in entries(tmp_path / "out")) == [COMMITTED, COMMITTED]
+        # The visible write's rows are still there; the other wrote nothing.
+        assert ids_in(spark, tmp_path / "out") == sorted(int(r["id"]) for r in batches[1].logs())
+        with structlog.testing.capture_logs() as again:
+            engines(context=ctx)
+        assert not [e for e in again if e["event"].startswith("spark_recovery")]
     finally:
         server.kill()
 
