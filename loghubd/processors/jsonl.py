@@ -238,15 +238,25 @@ class JsonlProcessor:
                 self._rotate()
                 start = os.fstat(self._fd).st_size
             try:
-                written = batch.write_jsonl(self._fd)
-                if self.options.fsync == "batch":
-                    os.fsync(self._fd)
+                written = self._write(batch)
+                if not os.fstat(self._fd).st_nlink:
+                    # Removed after `_follow_path` looked, while this batch was written: it
+                    # went to a file nobody can read. Written again, to a new file.
+                    self._follow_path()
+                    start = os.fstat(self._fd).st_size
+                    written = self._write(batch)
             except BaseException:
                 self._torn = start
                 self._cut_back()
                 raise
         self.metrics.bytes.inc(written)
         tracker.save_checkpoint(persist=False)
+
+    def _write(self, batch: Batch) -> int:
+        written = batch.write_jsonl(self._fd)
+        if self.options.fsync == "batch":
+            os.fsync(self._fd)
+        return written
 
     def _follow_path(self) -> None:
         """If an outside rotation (logrotate's rename and create, or a removal) took the live

@@ -104,3 +104,34 @@ def test_the_renamed_file_is_synced_before_it_is_let_go(
     p.shutdown(RecordingTracker())
     assert old_inode in synced
     assert ids(tmp_path / "shard-0.jsonl.1") == [0] and ids(live) == [1]
+
+
+def test_a_live_file_removed_while_a_batch_is_written_gets_the_batch_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The removal lands between the processor's look at the path and its write (logrotate's
+    `rotate 0` racing a batch): the batch went to a deleted file, so it is written again, to
+    a new live file, before its checkpoint is saved."""
+    p = JsonlFactory({"path": str(tmp_path)})(0)
+    p.initialize(0)
+    p.process(b(0), RecordingTracker())
+    live = tmp_path / "shard-0.jsonl"
+    real = Batch.write_jsonl
+    removals = []
+
+    def racing(self: Batch, fd: int, max_bytes: int = 1 << 20) -> int:
+        if not removals:
+            removals.append(live)
+            live.unlink()  # after _follow_path looked
+        return real(self, fd, max_bytes)
+
+    monkeypatch.setattr(Batch, "write_jsonl", racing)
+    tracker = RecordingTracker()
+    with structlog.testing.capture_logs() as logs:
+        p.process(b(1), tracker)
+    monkeypatch.setattr(Batch, "write_jsonl", real)
+    p.process(b(2), tracker)
+    p.shutdown(tracker)
+    assert removals and tracker.saved == [False, False]
+    assert ids(live) == [1, 2]
+    assert [e["reason"] for e in logs if e["event"] == "jsonl_file_reopened"] == ["removed"]
