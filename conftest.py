@@ -24,6 +24,8 @@ reads, so the marks are silently ignored there.
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import pytest
@@ -102,3 +104,41 @@ from hypothesis import settings as _hypothesis_settings  # noqa: E402
 
 _hypothesis_settings.register_profile("loghubd", deadline=None)
 _hypothesis_settings.load_profile("loghubd")
+
+
+# Spark driver JVMs start with a class-data sharing archive made in the background at the
+# start of the run (tests/spark_cds.py): about half their start-up. Set up by the controller
+# only: xdist's workers inherit its environment.
+_cds: dict[str, Any] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    from tests import spark_cds
+
+    path = spark_cds.archive()
+    if path is None:
+        return  # no Java or pyspark: the Spark tests say so themselves
+    _cds.update(path=path, maker=spark_cds.start(path))  # in the environment of before
+    spark_cds.environ(os.environ, path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    maker = _cds.get("maker")
+    if maker is not None and maker.poll() is None:
+        os.killpg(maker.pid, signal.SIGKILL)  # the run ended first: made again next time
+        maker.wait()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    maker = _cds.get("maker")
+    if maker is not None and maker.poll() not in (None, 0):
+        from tests import spark_cds
+
+        terminalreporter.write_line(
+            f"note: the Spark JVMs' class-data sharing archive could not be made (exit "
+            f"{maker.returncode}; see {spark_cds.log_of(_cds['path'])}): they started "
+            "without it, more slowly",
+            yellow=True,
+        )
