@@ -33,6 +33,7 @@ import pytest
 GROUPS = {  # the first prefix that matches wins
     # Its own JVM in a subprocess per case, no shared session: beside the `spark` group.
     "plugins/loghubd-spark/tests/test_stream_cli.py": "spark-cli",
+    "plugins/loghubd-spark/tests/test_spark_archive.py": "spark-cli",
     "plugins/loghubd-spark/tests/test_spark_e2e.py": "spark-e2e",
     "plugins/loghubd-spark/tests/": "spark",
     "tests/reliability/": "reliability",
@@ -73,12 +74,19 @@ else:
         return GroupScheduling(config, log)
 
 
-def pytest_collection_modifyitems(items: list[Any]) -> None:
-    """The groups first, in GROUP_ORDER, then everything else; each keeps its own order."""
+# Last in their group: they wait for what the run makes in the background (the Spark JVMs'
+# class-data sharing archive, below).
+LAST = ("plugins/loghubd-spark/tests/test_spark_archive.py",)
 
-    def rank(item: Any) -> int:
+
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    """The groups first, in GROUP_ORDER, then everything else; each keeps its own order (but
+    LAST)."""
+
+    def rank(item: Any) -> tuple[int, bool]:
         group = group_of(item.nodeid)
-        return GROUP_ORDER.index(group) if group in GROUP_ORDER else len(GROUP_ORDER)
+        order = GROUP_ORDER.index(group) if group in GROUP_ORDER else len(GROUP_ORDER)
+        return order, item.nodeid.startswith(LAST)
 
     items.sort(key=rank)
 

@@ -91,6 +91,6 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
 
 @hookimpl
 def loghubd_cli_commands() -> Iterable[CliCommand]:
-    from loghubd_spark.cli import SPARK_STREAM
+    from loghubd_spark.cli import SPARK_ARCHIVE, SPARK_STREAM
 
-    return [SPARK_STREAM]
+    return [SPARK_STREAM, SPARK_ARCHIVE]
