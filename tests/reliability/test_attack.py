@@ -42,5 +42,11 @@ def test_memory_slow_clients_and_latency_under_attack(tmp_path: Path) -> None:
     uploads = result.uploads
     assert uploads["signed 200"] > 0, uploads
     assert uploads["signed 503"] > 0, uploads  # the budget was reached, and answered so
+    # Every unsigned upload is answered 401 from its head. Under load the client may not get
+    # its 10 MB out within the body timeout the server drains it for: that connection is
+    # cut then (counted apart), never sooner.
     unsigned = {k: n for k, n in uploads.items() if k.startswith("unsigned")}
-    assert set(unsigned) == {"unsigned 401"}, uploads
+    assert unsigned.get("unsigned 401", 0) > 0, uploads
+    assert set(unsigned) <= {"unsigned 401", "unsigned 401 (body cut after the body timeout)"}, (
+        uploads
+    )
