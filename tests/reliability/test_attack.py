@@ -6,7 +6,7 @@ at once for 12 s (tests/reliability/attack.py). The bounds asserted are the ones
 RELIABILITY.md documents, with room for a loaded machine:
 
 - peak RSS above the idle server: at most 2 x `--max-inflight-body-bytes` (64 MiB) + 64 MB;
-- every slow connection closed within its timeout (+3 s of scheduling slack);
+- every slow connection closed within its timeout (+5 s of scheduling slack, SLACK_S);
 - every normal request answered, p99 under 10 s.
 
 That the 503 of the bound is one the official SDK retries is
@@ -23,6 +23,11 @@ from tests.reliability import attack
 
 BUDGET_MB = 64
 RSS_BOUND_MB = 2 * BUDGET_MB + 64
+# Scheduling slack of a slow connection's close, as its client thread sees it: one of ~90
+# threads in a process beside the suite's other workers and JVMs on 2 cores. 3 s was once
+# exceeded by 0.73 s in CI. A connection never closed would stay open for the whole attack
+# and 30 s more.
+SLACK_S = 5.0
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,8 +39,8 @@ def test_memory_slow_clients_and_latency_under_attack(tmp_path: Path) -> None:
     print(f"\nattack: {summary}")
     assert summary["growth_mb"] < RSS_BOUND_MB, summary
     assert summary["slow_heads_open"] == 0 and summary["slow_bodies_open"] == 0, summary
-    assert summary["slow_heads_closed_max_s"] <= cfg.header_timeout + 3, summary
-    assert summary["slow_bodies_closed_max_s"] <= cfg.body_timeout + 3, summary
+    assert summary["slow_heads_closed_max_s"] <= cfg.header_timeout + SLACK_S, summary
+    assert summary["slow_bodies_closed_max_s"] <= cfg.body_timeout + SLACK_S, summary
     assert not result.normal_failures, result.normal_failures[:5]
     assert summary["normal_requests"] >= 5, summary
     assert summary["normal_p99_ms"] < 10_000, summary
