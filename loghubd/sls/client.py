@@ -224,6 +224,12 @@ class SlsClient:
             payload={"logstoreName": logstore, "ttl": ttl, "shardCount": shard_count},
         )
 
+    async def update_logstore(self, logstore: str, ttl: int) -> None:
+        """Sets how many days the logstore keeps logs; the service expires older ones."""
+        await self._json(
+            "PUT", f"/logstores/{logstore}", payload={"logstoreName": logstore, "ttl": ttl}
+        )
+
     async def list_shards(self, logstore: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = await self._json("GET", f"/logstores/{logstore}/shards")
         return result

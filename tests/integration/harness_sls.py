@@ -51,6 +51,10 @@ class Admin:
 
         self._run(go)
 
+    def keep(self, logstore: str, days: int) -> None:
+        """Sets the logstore's TTL (in the server's `--ttl-day-seconds` days)."""
+        self._run(lambda c: c.update_logstore(logstore, ttl=days))
+
     def create_group(self, logstore: str, group: str, timeout: int, order: bool) -> None:
         self._run(lambda c: c.create_group(logstore, group, timeout, order))
 

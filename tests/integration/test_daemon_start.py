@@ -72,15 +72,15 @@ def test_expired_cursor_restarts_at_the_beginning_of_retained_data(
     loghubd_server_factory: Callable[..., ServerProcess],
     daemon_pools: Callable[[ServerProcess], Pool],
 ) -> None:
-    # One TTL day lasts 8 s here: long enough for a daemon to start before fresh data
-    # expires, so "the beginning of the retained data" is observable (not just "the end").
-    # (3 s was too short on a loaded machine: the daemon's start-up alone can take that long.)
+    # One TTL day lasts 1 s. The logstore keeps logs for 3650 days (an hour) except between
+    # the two daemons, when it keeps them for 1 day: the expiry happens then and only then, so
+    # no daemon's start-up races a TTL on a loaded machine.
     server = loghubd_server_factory(
-        "ttl-server", extra_args=["--ttl-day-seconds", "8", "--expire-interval", "0.5"]
+        "ttl-server", extra_args=["--ttl-day-seconds", "1", "--expire-interval", "0.2"]
     )
     pool = daemon_pools(server)
     ls, group = "short", "ttl-group"
-    pool.admin.create_logstore(ls, 1, ttl=1)
+    pool.admin.create_logstore(ls, 1, ttl=3650)
 
     first = pool.daemon(ls, group, "ttl").wait_ready()
     wait_until(lambda: consuming(first, 1), 10, first.log_tail)
@@ -92,12 +92,14 @@ def test_expired_cursor_restarts_at_the_beginning_of_retained_data(
     # Written while the daemon is stopped, and expired before it comes back.
     pool.produce(ls, count=500, group_size=50, prefix="b").wait()
     after_b = cursors.to_seq(0, pool.admin.cursor(ls, 0, "end"))
+    pool.admin.keep(ls, days=1)
     wait_until(
         lambda: cursors.to_seq(0, pool.admin.cursor(ls, 0, "begin")) >= after_b,
         25,
         "the logs written while the daemon was stopped did not expire",
         interval=0.2,
     )
+    pool.admin.keep(ls, days=3650)
     pool.produce(ls, count=500, group_size=50, prefix="c").wait()  # retained at the restart
 
     second = pool.daemon(ls, group, "ttl")  # same name, directory and output

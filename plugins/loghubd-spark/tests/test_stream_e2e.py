@@ -361,15 +361,19 @@ def test_a_replayed_micro_batch_whose_logs_expired_fails_or_skips_them_with_fail
     """Micro-batch 1 is planned (its offsets logged) and fails; its logs expire (TTL) before
     the query runs again. The re-run of batch 1 then fails naming `failOnDataLoss`; with
     `failOnDataLoss` false it reads nothing (what expired is gone) and the query goes on with
-    what was written since. Through real Spark: the option reaches the executors' reads."""
-    ttl_day = 20.0  # long enough for the re-runs to read what is written after the expiry
+    what was written since. Through real Spark: the option reaches the executors' reads.
+
+    The expiry is set off by hand: the logstore keeps logs for 3650 "days" of 1 s (an hour)
+    while queries run, and for 1 day only between the failed run and the re-runs (`UpdateLogStore`,
+    as an operator would). No query races a TTL on a slow machine."""
+    ttl_day = 1.0
     server = loghubd_server_factory(
         "ttl", extra_args=["--ttl-day-seconds", str(ttl_day), "--expire-interval", "0.2"]
     )
     project = "streamttl"
     with sls(server, project) as client:
         client.call(lambda c: c.create_project())
-        client.call(lambda c: c.create_logstore("app", 1, ttl=1))
+        client.call(lambda c: c.create_logstore("app", 1, ttl=3650))
     produce(server.endpoint, project, "app", 100, group_size=10)
     with sls(server, project) as client:
         expired_end = cursors.decode(client.call(lambda c: c.get_cursor("app", 0, "end")))
@@ -386,7 +390,13 @@ def test_a_replayed_micro_batch_whose_logs_expired_fails_or_skips_them_with_fail
         with sls(server, project) as client:
             return cursors.decode(client.call(lambda c: c.get_cursor("app", 0, "begin")))
 
-    wait_until(lambda: begin() >= expired_end, ttl_day * 3, "the 100 logs did not expire")
+    def keep(days: int) -> None:
+        with sls(server, project) as client:
+            client.call(lambda c: c.update_logstore("app", ttl=days))
+
+    keep(1)
+    wait_until(lambda: begin() >= expired_end, 60, "the 100 logs did not expire")
+    keep(3650)
     produce(server.endpoint, project, "app", 50, start=100, group_size=10)
 
     strict = start_query(spark, server, project, tmp_path, rec, opts, available_now=True)
