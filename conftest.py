@@ -25,7 +25,6 @@ reads, so the marks are silently ignored there.
 from __future__ import annotations
 
 import os
-import signal
 from typing import Any
 
 import pytest
@@ -114,9 +113,10 @@ _hypothesis_settings.register_profile("loghubd", deadline=None)
 _hypothesis_settings.load_profile("loghubd")
 
 
-# Spark driver JVMs start with a class-data sharing archive made in the background at the
-# start of the run (tests/spark_cds.py): about half their start-up. Set up by the controller
-# only: xdist's workers inherit its environment.
+# Spark driver JVMs start with a class-data sharing archive made in the background
+# (tests/spark_cds.py: by scripts/test.sh before its checks, else at the start of the run):
+# about half their start-up. Set up by the controller only: xdist's workers inherit its
+# environment.
 _cds: dict[str, Any] = {}
 
 
@@ -134,19 +134,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     maker = _cds.get("maker")
-    if maker is not None and maker.poll() is None:
-        os.killpg(maker.pid, signal.SIGKILL)  # the run ended first: made again next time
-        maker.wait()
+    if maker is not None:
+        maker.stop()  # if the run ended first: made again next time
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     maker = _cds.get("maker")
-    if maker is not None and maker.poll() not in (None, 0):
+    failure = maker.failure() if maker is not None else None
+    if failure is not None:
         from tests import spark_cds
 
         terminalreporter.write_line(
-            f"note: the Spark JVMs' class-data sharing archive could not be made (exit "
-            f"{maker.returncode}; see {spark_cds.log_of(_cds['path'])}): they started "
-            "without it, more slowly",
+            f"note: the Spark JVMs' class-data sharing archive could not be made ({failure}; "
+            f"see {spark_cds.log_of(_cds['path'])}): they started without it, more slowly",
             yellow=True,
         )

@@ -14,6 +14,9 @@ cd "$here"
   "/usr/lib/postgresql/*/bin/postgres:postgresql" \
   chromium:chromium openssl:openssl
 bin="$here/.venv/bin"
+# The Spark driver JVMs' class-data sharing archive is made in the background while the checks
+# below run (tests/spark_cds.py; the suite's controller adopts the maker).
+"$bin/python" -m tests.spark_cds
 "$bin/ruff" check loghubd tests bench plugins conftest.py
 "$bin/ruff" format --check loghubd tests bench plugins conftest.py
 "$bin/mypy"

@@ -3,9 +3,12 @@ loghubd_spark/cds.py).
 
 About forty tests start a Spark driver JVM: every end-to-end daemon with the `spark`
 processor, every `loghubd spark-stream` run, the shared test sessions. With an archive each
-starts in about half the time. The suite's controller makes one in the background as the run
-starts (`start`: `loghubd spark-archive`, 50-80 s under the suite's load), once per Java,
-pyspark and jar set (their digest is in its name), kept under the checkout's `.venv/`. Every
+starts in about half the time. One is made in the background (`start`: `loghubd
+spark-archive`, about 25 s on an idle core, 50-80 s under the suite's load), once per Java,
+pyspark and jar set (their digest is in its name), kept under the checkout's `.venv/`:
+`scripts/test.sh` starts it before the lint and type checks (`python -m tests.spark_cds`),
+so that it is made while they run; the suite's controller adopts that maker, or starts one
+itself when pytest was run directly. Every
 driver JVM the suite starts gets it through `SPARK_SUBMIT_OPTS` (`environ`). A JVM started
 before the archive is in place runs without it (and without the JDK's own archive): the same
 behaviour, only a slower start.
@@ -13,9 +16,11 @@ behaviour, only a slower start.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import MutableMapping
@@ -50,14 +55,49 @@ def environ(env: MutableMapping[str, str], path: Path) -> None:
     env[ENV] = str(path)
 
 
-def start(path: Path) -> subprocess.Popen[bytes] | None:
-    """Make the archive in the background, unless it is there; its output goes to a log file
-    beside it (`log_of`)."""
+class Maker:
+    """A running `loghubd spark-archive` (its own session: stopped as a group, JVM too)."""
+
+    def __init__(self, path: Path, pid: int, proc: subprocess.Popen[bytes] | None) -> None:
+        self.path, self.pid, self.proc = path, pid, proc
+
+    def running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return _alive(self.pid)
+
+    def failure(self) -> str | None:
+        """Why no archive came of it (None: made, or still running)."""
+        if self.running():
+            return None
+        if self.proc is not None:
+            code = self.proc.returncode
+            return None if code == 0 else f"exit {code}"
+        return None if self.path.exists() else "it ended without one"
+
+    def stop(self) -> None:
+        """The run ended first: killed (made again next time)."""
+        if self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+            if self.proc is not None:
+                self.proc.wait()
+
+
+def start(path: Path) -> Maker | None:
+    """Make the archive in the background, unless it is there or being made (a maker started
+    by `scripts/test.sh` is adopted); its output goes to a log file beside it (`log_of`)."""
     if path.exists():
         return None
+    try:
+        pid = int(_pid_file(path).read_text())
+    except (OSError, ValueError):
+        pid = 0
+    if pid > 0 and _alive(pid) and "spark-archive" in _cmdline(pid):
+        return Maker(path, pid, None)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_of(path), "wb") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "loghubd", "spark-archive", str(path)],
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
@@ -65,7 +105,39 @@ def start(path: Path) -> subprocess.Popen[bytes] | None:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # stopped as a group (its JVM too) if the run ends first
         )
+    _pid_file(path).write_text(str(proc.pid))
+    return Maker(path, proc.pid, proc)
+
+
+def _pid_file(path: Path) -> Path:
+    return path.with_suffix(".pid")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) is not running.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def log_of(path: Path) -> Path:
     return path.with_suffix(".log")
+
+
+if __name__ == "__main__":  # scripts/test.sh, before the lint: started, not waited for
+    where = archive()
+    if where is not None:
+        start(where)
