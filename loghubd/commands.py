@@ -149,6 +149,9 @@ def startup() -> Iterator[None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from loghubd import shutdown
+
+    shutdown.hold_reloads()
     overrides: dict[str, object] = {}
     if args.name:
         overrides["consumer.name"] = args.name
@@ -170,15 +173,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon = _build_daemon(cfg)
     if isinstance(daemon, int):
         return daemon
-    from loghubd import shutdown
     from loghubd.app import StartupError
 
     notify = SystemdNotifier.from_env()
+    trigger = shutdown.Trigger(args.config)
     try:
         code: int = anyio.run(
             lambda: daemon.run(
-                shutdown.first_signal,
-                on_ready=notify.send,
+                trigger,
+                on_ready=lambda state: notify.send(trigger.systemd_state(state)),
                 watchdog_interval=notify.watchdog_interval(),
             )
         )
@@ -215,6 +218,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"loghubd run: cannot start: {exc}", file=sys.stderr)
         return exc.exit_code
+    if trigger.reload:
+        shutdown.reload_after(code)  # stuck worker threads, if any, end with this image
     if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
         shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
     return code

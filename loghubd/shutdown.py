@@ -13,6 +13,14 @@ code can still keep the *process* alive after that:
 Both are ended here deliberately, and only on that path: the reason is logged, the log
 streams are flushed, and `os._exit` skips the join. Besides, once the first SIGTERM/SIGINT
 has started the graceful shutdown, a second one ends the process at once (exit 1).
+
+SIGHUP reloads the configuration (`Trigger`): the file is checked first, by `loghubd
+check-config` in a child process (exactly the operator's check, processors built as at start);
+a configuration it refuses is logged (`reload_refused`, naming the key) and the daemon runs on
+as it was. One it accepts starts the same graceful shutdown as SIGTERM (every finished batch
+committed, the shards let go), and the process then replaces itself with a fresh `loghubd run`
+of the same command line (`reexec`): same PID, so systemd (`systemctl reload`, `ExecReload`),
+a container runtime or `--workers`' supervisor keep following it. Nothing is delivered twice.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -49,14 +58,105 @@ def _on_second_signal(signum: int, _frame: FrameType | None) -> None:
     exit_now(1, "second_signal_exiting_now", signal=signal.Signals(signum).name)
 
 
-async def first_signal() -> None:
-    """The production shutdown trigger of `loghubd run`: return at the first SIGTERM or
-    SIGINT, after arranging that a second one ends the process at once.
+def _reload_during_shutdown(_signum: int, _frame: FrameType | None) -> None:
+    with contextlib.suppress(Exception):  # see exit_now: a reentrant write raises
+        log.warning("reload_ignored", reason="the daemon is already shutting down")
+
+
+RELOAD = signal.SIGHUP
+CHECK_TIMEOUT_S = 120.0  # a processor's check may connect to its sink
+
+
+class Trigger:
+    """The shutdown trigger of `loghubd run`: returns at the first SIGTERM or SIGINT, or at a
+    SIGHUP whose configuration `loghubd check-config` accepts (`reload` is then True: the
+    caller `reexec`s once the graceful shutdown is over). Arranges that a second SIGTERM or
+    SIGINT then ends the process at once, and that a SIGHUP is only logged.
 
     The second signal is handled by a plain `signal.signal` handler, not by the event loop:
     it then works even while the loop itself is blocked by processor code."""
-    with anyio.open_signal_receiver(*SIGNALS) as signals:
-        async for _ in signals:
-            break
-    for signum in SIGNALS:
-        signal.signal(signum, _on_second_signal)
+
+    def __init__(self, config: str) -> None:
+        self.config = config
+        self.reload = False
+        self._checking = False
+
+    async def __call__(self) -> None:
+        with anyio.open_signal_receiver(*SIGNALS, RELOAD) as signals:
+            async with anyio.create_task_group() as tg:
+                async for signum in signals:
+                    if signum != RELOAD:
+                        break
+                    if not self._checking:  # one check at a time: it reads the latest file
+                        self._checking = True
+                        tg.start_soon(self._check_then_reload, tg.cancel_scope)
+                tg.cancel_scope.cancel()  # a stop wins over a check still running
+        for signum in SIGNALS:
+            signal.signal(signum, _on_second_signal)
+        signal.signal(RELOAD, _reload_during_shutdown)
+
+    def systemd_state(self, state: str) -> str:
+        """What systemd hears for the daemon's `state`: a reload is not a stop; READY=1 from
+        the process that replaces this one ends it."""
+        if state == "STOPPING=1" and self.reload:
+            return f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}"
+        return state
+
+    async def _check_then_reload(self, scope: anyio.CancelScope) -> None:
+        log.info("reload_requested", config=self.config)
+        try:
+            problem = await check_config(self.config)
+        finally:
+            self._checking = False
+        if problem is not None:
+            log.error(
+                "reload_refused",
+                config=self.config,
+                problem=problem,
+                hint="the daemon runs on with the configuration it started with; fix the "
+                "file and send SIGHUP again",
+            )
+            return
+        log.info("reload_accepted", config=self.config)
+        self.reload = True
+        scope.cancel()
+
+
+async def check_config(path: str) -> str | None:
+    """What `loghubd check-config` refuses in `path` (None: accepted), in one line."""
+    command = [sys.executable, "-m", "loghubd", "check-config", path]
+    with anyio.move_on_after(CHECK_TIMEOUT_S):
+        done = await anyio.run_process(command, check=False)
+        if done.returncode == 0:
+            return None
+        lines = [line.strip() for line in done.stderr.decode(errors="replace").splitlines()]
+        return "; ".join(line for line in lines if line) or f"exit {done.returncode}"
+    return f"loghubd check-config {path} did not finish in {CHECK_TIMEOUT_S:.0f} s"
+
+
+def reload_after(code: int) -> None:
+    """The graceful shutdown of an accepted reload is over: `reexec`, unless it failed
+    (`code` not 0; the caller then exits with it, and a supervisor restarts the daemon)."""
+    if code == 0:
+        reexec()
+    log.error("reload_abandoned", exit_code=code, reason="the shutdown before it failed")
+
+
+def reexec() -> NoReturn:
+    """Replace this process by a fresh one of the same command line (same PID, same
+    environment and working directory). Only after the graceful shutdown: every file
+    descriptor but the standard streams is closed by the exec (Python opens them
+    non-inheritable), and so is every thread."""
+    argv = list(sys.orig_argv)
+    log.info("reloading", argv=argv)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    hold_reloads()  # an ignored signal stays ignored across the exec
+    os.execv(sys.executable, argv)
+
+
+def hold_reloads() -> None:
+    """Ignore SIGHUP until `Trigger` listens for it: during start-up (its default action
+    would end the process at once, committing nothing) and across a reload's exec."""
+    signal.signal(RELOAD, signal.SIG_IGN)

@@ -4,7 +4,9 @@ Each child is `loghubd run` with the same arguments, a suffixed consumer name (`
 and its own ops listener (`ops.listen` port + i, so /metrics of each is scraped separately).
 A child that dies is restarted (with a short backoff so a crash loop does not spin);
 SIGTERM/SIGINT are forwarded to every child and we wait for them to finish their graceful
-shutdown. The exit code is the worst of the children's.
+shutdown. The exit code is the worst of the children's. SIGHUP is forwarded too: each child
+reloads the configuration file itself (`loghubd.shutdown`, same PID); what this process
+derived from it at start (the worker count, each child's ops port) needs a restart.
 
 Under systemd (`$NOTIFY_SOCKET` set; the unit has `NotifyAccess=main`, so only we may speak)
 each child sends its sd_notify messages to a socket of ours instead, and `loghubd.ops.relay`
@@ -137,8 +139,17 @@ def _supervise(
             if child.poll() is None:
                 child.send_signal(signum)
 
+    def reload(_signum: int, _frame: FrameType | None) -> None:
+        if stopping:
+            return
+        log.info("workers_reload", pids=[c.pid for c in children.values() if c.poll() is None])
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGHUP)  # each checks the file and replaces itself
+
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGHUP, reload)
     for index, name in enumerate(names):
         children[name] = spawn(index)
         log.info("worker_started", name=name, pid=children[name].pid)

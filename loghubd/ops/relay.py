@@ -9,6 +9,8 @@ each child speaks sd_notify to a socket of the supervisor's instead. Invariants:
 2. The supervisor pets systemd's watchdog from its own loop; a child that said READY=1 and
    then sent no WATCHDOG=1 for a whole watchdog period is `stuck`: the supervisor kills it
    (and restarts it like any dead child) rather than letting systemd restart every worker.
+3. A child reloading its configuration (RELOADING=1, loghubd.shutdown) is starting again: not
+   ready, so not stuck, until it says READY=1 again.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Relay:
                 child.ready = True
                 child.last_ping = now
             elif line == "WATCHDOG=1":
+                child.last_ping = now
+            elif line == "RELOADING=1":  # SIGHUP: it stops and starts again in place
+                child.ready = False
                 child.last_ping = now
 
     def ready_count(self) -> int:

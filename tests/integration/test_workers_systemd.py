@@ -1,18 +1,15 @@
 """`loghubd run --workers 2` under a real sd_notify listener, as systemd with the unit's
 `NotifyAccess=main` would hear it: only the supervisor's PID speaks (checked with the
 kernel's SCM_CREDENTIALS), READY=1 comes once both workers are in the group, WATCHDOG=1
-keeps coming, a worker whose event loop stops (SIGSTOP) is killed and restarted alone, and
-SIGTERM brings STOPPING=1 and a clean exit."""
+keeps coming, SIGHUP reloads each worker in place, a worker whose event loop stops (SIGSTOP)
+is killed and restarted alone, and SIGTERM brings STOPPING=1 and a clean exit."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
-import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,41 +17,9 @@ import pytest
 from loghubd.protocol import errors as E
 from loghubd.testing import ServerProcess, free_ports, wait_until
 from tests.integration.daemon_harness import PROJECT, Admin
+from tests.integration.sd_notify import Listener
 
 pytestmark = pytest.mark.slow
-
-UCRED = struct.Struct("iII")  # pid, uid, gid
-
-
-class Listener:
-    """A NOTIFY_SOCKET: every datagram with the PID of the process that sent it."""
-
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        self.sock.bind(str(path))
-        self.got: list[tuple[int, str]] = []
-
-    def receive_until(self, want: str, count: int = 1, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while sum(m == want for _, m in self.got) < count:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"waiting for {count} x {want}; got {self.got}"
-            self.sock.settimeout(remaining)
-            try:
-                data, ancillary, _flags, _addr = self.sock.recvmsg(
-                    4096, socket.CMSG_SPACE(UCRED.size)
-                )
-            except TimeoutError:
-                continue
-            pid = -1
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                    pid = UCRED.unpack(payload[: UCRED.size])[0]
-            self.got += [(pid, line) for line in data.decode().splitlines()]
-
-    def messages(self) -> list[str]:
-        return [m for _, m in self.got]
 
 
 def children(parent: int) -> dict[str, int]:
@@ -124,8 +89,21 @@ format = "json"
         assert listener.messages().count("READY=1") == 1
         listener.receive_until("WATCHDOG=1", 2, timeout=10)
 
-        # A worker whose event loop stops: the supervisor kills and restarts it alone.
+        # SIGHUP: each worker reloads the file in place (same PIDs, each RELOADING=1 to the
+        # supervisor, which does not take the pause in its pings for a stuck worker).
         before = children(parent.pid)
+        parent.send_signal(signal.SIGHUP)
+
+        def said(event: str) -> int:
+            return log_path.read_text().count(f'"event": "{event}"')
+
+        wait_until(lambda: said("ops_listening") == 4, 60, lambda: log_path.read_text()[-3000:])
+        listener.receive_until("WATCHDOG=1", listener.messages().count("WATCHDOG=1") + 2)
+        assert said("reloading") == 2 and said("worker_watchdog_timeout") == 0
+        assert children(parent.pid) == before and parent.poll() is None
+        wait_until(lambda: consumers() == ["sdw-0", "sdw-1"], 30)
+
+        # A worker whose event loop stops: the supervisor kills and restarts it alone.
         assert sorted(before) == ["sdw-0", "sdw-1"]
         os.kill(before["sdw-0"], signal.SIGSTOP)
         wait_until(

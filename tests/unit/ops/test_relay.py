@@ -36,3 +36,17 @@ def test_a_ready_child_without_pings_for_a_watchdog_period_is_stuck() -> None:
     assert relay.stuck(4.0) == []
     assert relay.stuck(10.0) == ["a", "b"]
     assert Relay(["a"], watchdog_s=0.0).stuck(100.0) == []  # no watchdog configured
+
+
+def test_a_reloading_child_is_starting_again_not_stuck() -> None:
+    relay = Relay(["a", "b"], watchdog_s=2.0)
+    for name in "ab":
+        relay.started(name, 0.0)
+        relay.heard(name, "READY=1", 1.0)
+    assert relay.take_ready()
+    relay.heard("a", "RELOADING=1\nMONOTONIC_USEC=123", 1.5)  # its pings stop meanwhile
+    relay.heard("b", "WATCHDOG=1", 4.0)
+    assert relay.stuck(4.0) == [] and relay.ready_count() == 1
+    relay.heard("a", "READY=1", 5.0)
+    assert relay.ready_count() == 2 and not relay.take_ready()  # READY=1 went out once
+    assert relay.stuck(7.5) == ["a", "b"]  # ready again: watched again

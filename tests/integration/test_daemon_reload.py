@@ -1,0 +1,123 @@
+"""SIGHUP reloads `loghubd run`'s configuration (loghubd/shutdown.py), through a real daemon
+on a live stream: a file the check refuses changes nothing (logged, naming the key); one it
+accepts takes effect in the same process (same PID), systemd hears RELOADING=1 then READY=1
+instead of a stop, and every log is delivered exactly once across the reload. Before this,
+SIGHUP's default action ended the daemon at once, committing nothing."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from loghubd.protocol import cursor as cursors
+from tests.integration.daemon_harness import (
+    Pool,
+    delivery_report,
+    dump_toml,
+    expected_ids,
+    short,
+    wait_until,
+)
+from tests.integration.harness_output import read_ids
+from tests.integration.sd_notify import Listener
+
+pytestmark = pytest.mark.slow
+
+COUNT = 12_000  # written at 3,000 logs/s: the reload happens mid-stream
+
+
+def committed_to_end(pool: Pool, logstore: str, group: str, shards: int) -> bool:
+    cps = pool.admin.checkpoints(logstore, group)
+    return len(cps) == shards and all(
+        cp["checkpoint"]
+        and cursors.to_seq(s, cp["checkpoint"])
+        == cursors.to_seq(s, pool.admin.cursor(logstore, s, "end"))
+        for s, cp in cps.items()
+    )
+
+
+def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
+    daemon_pool: Pool, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    pool = daemon_pool
+    pool.admin.create_logstore("reload", 2)
+    notify = Listener(tmp_path / "notify.sock")
+    request.addfinalizer(notify.sock.close)
+    d = pool.daemon(
+        "reload", "reload-group", "r", env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")}
+    )
+    d.wait_ready()
+    notify.receive_until("READY=1")
+    pid = d.pid
+    producer = pool.produce("reload", count=COUNT, rate=3000, group_size=50, prefix="h")
+    wait_until(lambda: len(read_ids([d.output])) > 0, 20, d.log_tail)
+
+    # Refused: a bad value. The daemon runs on, as it was.
+    good = dict(d.config)
+    d.config_path.write_text(
+        dump_toml({**good, "consumer": {**good["consumer"], "checkpoint_interval": -1}})
+    )
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: d.events("reload_refused"), 60, d.log_tail)
+    [refused] = d.events("reload_refused")
+    assert "consumer.checkpoint_interval" in refused["problem"], refused
+    assert d.alive() and not d.events("reloading"), d.log_tail()
+    assert d.readiness()[0] == 200
+
+    # Accepted: the output moves to another directory.
+    moved = tmp_path / "moved"
+    d.config_path.write_text(
+        dump_toml({**good, "processor": {"name": "jsonl", "jsonl": {"path": str(moved)}}})
+    )
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: len(d.events("ops_listening")) == 2, 60, d.log_tail)
+    d.wait_ready()
+    assert d.pid == pid and d.alive()
+    [reloading] = d.events("reloading")
+    assert reloading["argv"][-2:] == ["-c", str(d.config_path)], reloading
+    notify.receive_until("READY=1", count=2)
+    said = notify.messages()
+    first_ready = said.index("READY=1")
+    after = said[first_ready + 1 :]
+    assert "RELOADING=1" in after and "STOPPING=1" not in said, said
+    assert any(m.startswith("MONOTONIC_USEC=") for m in after), said
+    assert after.index("RELOADING=1") < after.index("READY=1"), said
+    assert {p for p, _ in notify.got} == {pid}, notify.got
+
+    producer.wait()
+    wait_until(lambda: committed_to_end(pool, "reload", "reload-group", 2), 60, d.log_tail)
+    started = time.monotonic()
+    assert d.stop() == 0, d.log_tail()
+    assert time.monotonic() - started < 15
+    before, after_reload = read_ids([d.output]), read_ids([moved])
+    assert before and after_reload, (len(before), len(after_reload))
+    report = delivery_report(expected_ids("h", COUNT), before + after_reload)
+    assert not report["missing"] and not report["duplicated"], short(report)
+    assert not report["unexpected"], short(report)
+
+
+def test_sighup_during_the_shutdown_is_only_logged(daemon_pool: Pool, tmp_path: Path) -> None:
+    """Once a stop began (here held for its 3 s grace by a processor stuck on a batch), a
+    SIGHUP neither reloads nor, as its default action would, ends the process at once."""
+    pool = daemon_pool
+    pool.admin.create_logstore("hup-stop", 1)
+    pool.produce("hup-stop", count=100, group_size=50, prefix="s").wait()
+    out = tmp_path / "stuck"
+    d = pool.daemon(
+        "hup-stop",
+        "hup-stop",
+        "s",
+        processor="stuck",
+        processor_options={"path": str(out), "kind": "async", "stuck_shard": 0, "after": 0},
+        consumer={"shutdown_grace": 3.0},
+    )
+    wait_until(lambda: (out / "stuck-0").exists(), 30, d.log_tail)
+    d.signal(signal.SIGTERM)
+    wait_until(lambda: d.events("shutdown_started"), 10, d.log_tail)
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: d.events("reload_ignored"), 10, d.log_tail)
+    assert d.wait(30) == 1, d.log_tail()  # the stuck batch's exit, as without the SIGHUP
+    assert d.events("shutdown_stuck_shards") and not d.events("reloading"), d.log_tail()
