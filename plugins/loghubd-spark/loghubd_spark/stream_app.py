@@ -37,7 +37,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -60,6 +60,8 @@ from loghubd_spark.stream_config import (
 # Python traces are ERROR lines) and no progress bar; the command prints the cause in one
 # line. `[spark_stream.conf]` wins (e.g. "spark.log.level" = "WARN").
 QUIET_CONF = {"spark.log.level": "FATAL", "spark.ui.showConsoleProgress": "false"}
+# The driver JVM's log4j2 configuration without --debug (`quiet_jvm_logging`).
+LOG4J2_QUIET = Path(__file__).with_name("log4j2-quiet.properties")
 # Python loggers that print tracebacks of a failing foreachBatch or SQL analysis.
 NOISY_LOGGERS = ("py4j", "SQLQueryContextLogger")
 
@@ -76,6 +78,16 @@ def quiet_python_loggers() -> None:
 
     for name in NOISY_LOGGERS:  # pyspark's own logger class: it logs with extra keywords
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def quiet_jvm_logging(env: MutableMapping[str, str]) -> None:
+    """The driver JVM, started after this, logs through `LOG4J2_QUIET` (FATAL lines only):
+    Spark's start-up lines stay out of the command's output. An operator's own
+    `-Dlog4j2.configurationFile` in `SPARK_SUBMIT_OPTS` wins."""
+    opts = env.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j2.configurationFile" not in opts:
+        quiet = f"-Dlog4j2.configurationFile={LOG4J2_QUIET.as_uri()}"
+        env["SPARK_SUBMIT_OPTS"] = f"{opts} {quiet}".strip()
 
 
 def session(cfg: StreamConfig, *, debug: bool = True) -> SparkSession:
@@ -95,6 +107,8 @@ def session(cfg: StreamConfig, *, debug: bool = True) -> SparkSession:
     if master:
         builder = builder.master(master)
     quiet = {} if debug else QUIET_CONF
+    if not debug and not under_spark_submit():  # (spark-submit started the JVM already)
+        quiet_jvm_logging(os.environ)
     for key, value in {**DEFAULT_CONF, "spark.app.name": APP_NAME, **quiet, **cfg.conf}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

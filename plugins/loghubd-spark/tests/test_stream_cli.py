@@ -53,8 +53,8 @@ def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
     says: str,
 ) -> None:
     """A failed query is the user's problem, not loghubd's: one line naming the cause, no
-    Java or Python traceback, exit 1 (the query failed) or 2 (the pipeline does not analyse:
-    found before the query starts)."""
+    Java or Python traceback, no Spark start-up lines, exit 1 (the query failed) or 2 (the
+    pipeline does not analyse: found before the query starts)."""
     server = loghubd_server
     produce(server.endpoint, "streamerr", "app", 200, shards=1)
     config = tmp_path / "stream.toml"
@@ -81,4 +81,14 @@ def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
     ]
     assert len(failures) == 1, output[-3000:]
     assert failures[0].startswith(says), failures[0]
+    # Nothing of Spark's start-up either (its default log4j profile's notice and level, the
+    # loopback and native-hadoop warnings): only the JVM's own line about the vector module.
+    spark = [
+        line
+        for line in done.stderr.splitlines()
+        if line.strip()
+        and "spark-stream: " not in line
+        and not line.startswith("WARNING: Using incubator modules")
+    ]
+    assert not spark, output[-3000:]
     assert done.stderr.rstrip().endswith(failures[0])  # the last word is the cause
