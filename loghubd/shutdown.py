@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -71,14 +72,16 @@ class Trigger:
     """The shutdown trigger of `loghubd run`: returns at the first SIGTERM or SIGINT, or at a
     SIGHUP whose configuration `loghubd check-config` accepts (`reload` is then True: the
     caller `reexec`s once the graceful shutdown is over). Arranges that a second SIGTERM or
-    SIGINT then ends the process at once, and that a SIGHUP is only logged.
+    SIGINT then ends the process at once (after a reload, the first one only cancels the
+    exec: `reload_cancelled`), and that a SIGHUP is only logged.
 
     The second signal is handled by a plain `signal.signal` handler, not by the event loop:
     it then works even while the loop itself is blocked by processor code."""
 
-    def __init__(self, config: str) -> None:
+    def __init__(self, config: str, notify: Callable[[str], None] = lambda _state: None) -> None:
         self.config = config
         self.reload = False
+        self._notify = notify  # sd_notify, for a reload that a stop cancels
         self._checking = False
 
     async def __call__(self) -> None:
@@ -92,8 +95,19 @@ class Trigger:
                         tg.start_soon(self._check_then_reload, tg.cancel_scope)
                 tg.cancel_scope.cancel()  # a stop wins over a check still running
         for signum in SIGNALS:
-            signal.signal(signum, _on_second_signal)
+            signal.signal(signum, self._stop_during_reload if self.reload else _on_second_signal)
         signal.signal(RELOAD, _reload_during_shutdown)
+
+    def _stop_during_reload(self, signum: int, _frame: FrameType | None) -> None:
+        """A stop during a reload's shutdown: no exec after it (the process exits when it is
+        over, as after a SIGTERM); a further one ends the process at once."""
+        self.reload = False
+        for stop in SIGNALS:
+            signal.signal(stop, _on_second_signal)
+        with contextlib.suppress(Exception):  # see exit_now: a reentrant write raises
+            log.warning("reload_cancelled", signal=signal.Signals(signum).name)
+        with contextlib.suppress(Exception):
+            self._notify("STOPPING=1")
 
     def systemd_state(self, state: str) -> str:
         """What systemd hears for the daemon's `state`: a reload is not a stop; READY=1 from

@@ -142,7 +142,8 @@ def _supervise(
     def reload(_signum: int, _frame: FrameType | None) -> None:
         if stopping:
             return
-        log.info("workers_reload", pids=[c.pid for c in children.values() if c.poll() is None])
+        with contextlib.suppress(Exception):  # a signal handler: a reentrant write raises
+            log.info("workers_reload", pids=[c.pid for c in children.values() if c.poll() is None])
         for child in children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGHUP)  # each checks the file and replaces itself

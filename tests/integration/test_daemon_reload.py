@@ -121,3 +121,31 @@ def test_sighup_during_the_shutdown_is_only_logged(daemon_pool: Pool, tmp_path: 
     wait_until(lambda: d.events("reload_ignored"), 10, d.log_tail)
     assert d.wait(30) == 1, d.log_tail()  # the stuck batch's exit, as without the SIGHUP
     assert d.events("shutdown_stuck_shards") and not d.events("reloading"), d.log_tail()
+
+
+def test_a_stop_during_a_reloads_shutdown_cancels_the_exec(
+    daemon_pool: Pool, tmp_path: Path
+) -> None:
+    """SIGHUP accepted, then SIGTERM while the reload's shutdown is held (a stuck processor,
+    3 s grace): the process exits when the shutdown is over instead of starting again."""
+    pool = daemon_pool
+    pool.admin.create_logstore("hup-then-stop", 1)
+    pool.produce("hup-then-stop", count=100, group_size=50, prefix="t").wait()
+    out = tmp_path / "stuck"
+    d = pool.daemon(
+        "hup-then-stop",
+        "hup-then-stop",
+        "t",
+        processor="stuck",
+        processor_options={"path": str(out), "kind": "async", "stuck_shard": 0, "after": 0},
+        consumer={"shutdown_grace": 3.0},
+    )
+    wait_until(lambda: (out / "stuck-0").exists(), 30, d.log_tail)
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: d.events("shutdown_started"), 60, d.log_tail)
+    assert d.events("reload_accepted"), d.log_tail()
+    d.signal(signal.SIGTERM)
+    assert d.wait(30) == 1, d.log_tail()  # the stuck batch's exit, as after a plain SIGTERM
+    assert d.events("reload_cancelled") and not d.events("reloading"), d.log_tail()
+    # The shutdown ran its course (not ended at once as by a second signal).
+    assert d.events("shutdown_stuck_shards") and not d.events("second_signal_exiting_now")
