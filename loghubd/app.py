@@ -37,7 +37,7 @@ from loghubd.consumer.runner import SourceRunner
 from loghubd.consumer.snapshot import DaemonSnapshot
 from loghubd.consumer.startup import StartupError
 from loghubd.ops import health, views
-from loghubd.ops.metrics import labelled_by_source
+from loghubd.ops.metrics import ConfigReloads, labelled_by_source
 from loghubd.ops.server import make_app, serve_ops
 from loghubd.plugins.manager import Plugins
 
@@ -57,6 +57,7 @@ class Daemon:
 
     def __init__(self, cfg: Config, plugins: Plugins) -> None:
         self.cfg = cfg
+        self.config_reloads = ConfigReloads(time.time())
         self.consumer = cfg.consumer.name or default_consumer_name()
         self.runners: list[SourceRunner] = []
         for warning in cfg.warnings:
@@ -105,7 +106,9 @@ class Daemon:
             for runner in self.runners:
                 runner.build(await stack.enter_async_context(runner.session()))
                 runner.metrics.ready.set_function(functools.partial(_ready, runner))
-            registry = labelled_by_source([(r.name, r.metrics.registry) for r in self.runners])
+            registry = labelled_by_source(
+                [(r.name, r.metrics.registry) for r in self.runners], self.config_reloads
+            )
             console = DaemonConsole(
                 self.snapshot,
                 {r.name: r.spec.processor.name for r in self.runners},

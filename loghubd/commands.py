@@ -176,7 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loghubd.app import StartupError
 
     notify = SystemdNotifier.from_env()
-    trigger = shutdown.Trigger(args.config, notify.send)
+    trigger = shutdown.Trigger(args.config, notify.send, daemon.config_reloads.checked)
     try:
         code: int = anyio.run(
             lambda: daemon.run(

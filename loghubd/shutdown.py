@@ -78,10 +78,16 @@ class Trigger:
     The second signal is handled by a plain `signal.signal` handler, not by the event loop:
     it then works even while the loop itself is blocked by processor code."""
 
-    def __init__(self, config: str, notify: Callable[[str], None] = lambda _state: None) -> None:
+    def __init__(
+        self,
+        config: str,
+        notify: Callable[[str], None] = lambda _state: None,
+        checked: Callable[[bool], None] = lambda _accepted: None,
+    ) -> None:
         self.config = config
         self.reload = False
         self._notify = notify  # sd_notify, for a reload that a stop cancels
+        self._checked = checked  # each check's verdict (the reload metrics)
         self._checking = False
 
     async def __call__(self) -> None:
@@ -122,6 +128,7 @@ class Trigger:
             problem = await check_config(self.config)
         finally:
             self._checking = False
+        self._checked(problem is None)
         if problem is not None:
             log.error(
                 "reload_refused",

@@ -252,6 +252,42 @@ def exposed(sources: Sequence[tuple[str | None, CollectorRegistry]]) -> Collecto
     return registry
 
 
-def labelled_by_source(sources: Sequence[tuple[str, CollectorRegistry]]) -> CollectorRegistry:
-    """The daemon's `/metrics`: every source's series labelled `source=<name>` (`exposed`)."""
-    return exposed(sources)
+class ConfigReloads:
+    """Whether the daemon runs what its configuration file says (as Prometheus's own
+    `prometheus_config_last_reload_*`): `loghubd_config_last_reload_successful` is 0 after a
+    SIGHUP whose file was refused (the daemon runs on with an older one) and 1 otherwise;
+    `..._success_timestamp_seconds` is when the running configuration was loaded (an accepted
+    reload starts a fresh process, so: its start)."""
+
+    def __init__(self, loaded_at: float) -> None:
+        self.successful = True
+        self.loaded_at = loaded_at
+
+    def checked(self, accepted: bool) -> None:
+        """A reload's check ended (an accepted one is followed by the exec)."""
+        self.successful = accepted
+
+    def collect(self) -> Iterable[Metric]:
+        ok = GaugeMetricFamily(
+            "loghubd_config_last_reload_successful",
+            "0 when the last SIGHUP's configuration file was refused (the daemon runs an older "
+            "one), else 1",
+        )
+        ok.add_metric([], 1.0 if self.successful else 0.0)
+        at = GaugeMetricFamily(
+            "loghubd_config_last_reload_success_timestamp_seconds",
+            "When the running configuration was loaded (Unix time)",
+        )
+        at.add_metric([], self.loaded_at)
+        return [ok, at]
+
+
+def labelled_by_source(
+    sources: Sequence[tuple[str, CollectorRegistry]], config: ConfigReloads | None = None
+) -> CollectorRegistry:
+    """The daemon's `/metrics`: every source's series labelled `source=<name>` (`exposed`),
+    and the configuration's reload state (`ConfigReloads`)."""
+    registry = exposed(sources)
+    if config is not None:
+        registry.register(config)
+    return registry

@@ -66,6 +66,8 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
     assert "consumer.checkpoint_interval" in refused["problem"], refused
     assert d.alive() and not d.events("reloading"), d.log_tail()
     assert d.readiness()[0] == 200
+    assert "\nloghubd_config_last_reload_successful 0.0\n" in d.metrics()  # not just absent
+    loaded_at = d.metric("loghubd_config_last_reload_success_timestamp_seconds")
 
     # Accepted: the output moves to another directory.
     moved = tmp_path / "moved"
@@ -76,6 +78,8 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
     wait_until(lambda: len(d.events("ops_listening")) == 2, 60, d.log_tail)
     d.wait_ready()
     assert d.pid == pid and d.alive()
+    assert d.metric("loghubd_config_last_reload_successful") == 1
+    assert d.metric("loghubd_config_last_reload_success_timestamp_seconds") > loaded_at
     [reloading] = d.events("reloading")
     assert reloading["argv"][-2:] == ["-c", str(d.config_path)], reloading
     notify.receive_until("READY=1", count=2)

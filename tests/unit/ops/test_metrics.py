@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loghubd.ops.metrics import Metrics, labelled_by_source
+from loghubd.ops.metrics import ConfigReloads, Metrics, labelled_by_source
 
 
 def test_sources_are_labels_of_one_family() -> None:
@@ -77,3 +77,27 @@ def test_a_taken_shard_has_its_error_counters_at_zero_and_a_live_checkpoint_age(
     assert scrape()[("loghubd_checkpoint_age_seconds", "3")] == 42.5
     m.forget_shard(3)
     assert ("loghubd_checkpoint_age_seconds", "3") not in scrape()
+
+
+def test_the_reload_state_is_per_process_and_follows_each_check() -> None:
+    reloads = ConfigReloads(loaded_at=1_700_000_000.0)
+    registry = labelled_by_source([("a", Metrics().registry)], reloads)
+
+    def scrape() -> dict[str, tuple[dict[str, str], float]]:
+        text = generate_latest(registry).decode()
+        return {
+            s.name: (s.labels, s.value)
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name.startswith("loghubd_config_")
+        }
+
+    at = ({}, 1_700_000_000.0)
+    assert scrape() == {
+        "loghubd_config_last_reload_successful": ({}, 1.0),
+        "loghubd_config_last_reload_success_timestamp_seconds": at,
+    }
+    reloads.checked(False)  # refused: the daemon runs on with what it loaded
+    assert scrape()["loghubd_config_last_reload_successful"] == ({}, 0.0)
+    reloads.checked(True)
+    assert scrape()["loghubd_config_last_reload_successful"] == ({}, 1.0)
