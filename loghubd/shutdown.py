@@ -82,12 +82,12 @@ class Trigger:
         self,
         config: str,
         notify: Callable[[str], None] = lambda _state: None,
-        checked: Callable[[bool], None] = lambda _accepted: None,
+        checked: Callable[[str | None, float], None] = lambda _problem, _at: None,
     ) -> None:
         self.config = config
         self.reload = False
         self._notify = notify  # sd_notify, for a reload that a stop cancels
-        self._checked = checked  # each check's verdict (the reload metrics)
+        self._checked = checked  # each check's outcome (/metrics, /status)
         self._checking = False
 
     async def __call__(self) -> None:
@@ -128,7 +128,7 @@ class Trigger:
             problem = await check_config(self.config)
         finally:
             self._checking = False
-        self._checked(problem is None)
+        self._checked(problem, time.time())
         if problem is not None:
             log.error(
                 "reload_refused",

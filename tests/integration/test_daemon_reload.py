@@ -68,6 +68,8 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
     assert d.readiness()[0] == 200
     assert "\nloghubd_config_last_reload_successful 0.0\n" in d.metrics()  # not just absent
     loaded_at = d.metric("loghubd_config_last_reload_success_timestamp_seconds")
+    last = d.status()["config"]["last_reload"]
+    assert not last["accepted"] and "consumer.checkpoint_interval" in last["problem"], last
 
     # Accepted: the output moves to another directory.
     moved = tmp_path / "moved"
@@ -80,6 +82,7 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
     assert d.pid == pid and d.alive()
     assert d.metric("loghubd_config_last_reload_successful") == 1
     assert d.metric("loghubd_config_last_reload_success_timestamp_seconds") > loaded_at
+    assert d.status()["config"]["last_reload"] is None  # a fresh process
     [reloading] = d.events("reloading")
     assert reloading["argv"][-2:] == ["-c", str(d.config_path)], reloading
     notify.receive_until("READY=1", count=2)

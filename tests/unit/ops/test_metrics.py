@@ -97,7 +97,13 @@ def test_the_reload_state_is_per_process_and_follows_each_check() -> None:
         "loghubd_config_last_reload_successful": ({}, 1.0),
         "loghubd_config_last_reload_success_timestamp_seconds": at,
     }
-    reloads.checked(False)  # refused: the daemon runs on with what it loaded
+    assert reloads.view() == {"loaded_at": "2023-11-14T22:13:20Z", "last_reload": None}
+    reloads.checked("consumer.timeout: must be > 0", 1_700_000_060.0)  # refused: runs on
     assert scrape()["loghubd_config_last_reload_successful"] == ({}, 0.0)
-    reloads.checked(True)
+    assert reloads.view()["last_reload"] == {
+        "at": "2023-11-14T22:14:20Z",
+        "accepted": False,
+        "problem": "consumer.timeout: must be > 0",
+    }
+    reloads.checked(None, 1_700_000_120.0)
     assert scrape()["loghubd_config_last_reload_successful"] == ({}, 1.0)
