@@ -399,6 +399,17 @@ class Pool:
         self.daemons.append(d)
         return d.start() if start else d
 
+    def committed_to_end(self, logstore: str, group: str, shards: int) -> bool:
+        """The group has a checkpoint on each of the logstore's `shards` shards, each at the
+        shard's end: everything written so far is consumed and committed."""
+        cps = self.admin.checkpoints(logstore, group)
+
+        def at_end(shard: int, checkpoint: str) -> bool:
+            end = self.admin.cursor(logstore, shard, "end")
+            return bool(checkpoint) and seq_of(checkpoint) == seq_of(end)
+
+        return len(cps) == shards and all(at_end(s, cp["checkpoint"]) for s, cp in cps.items())
+
     def produce(self, logstore: str, *, start: bool = True, **kwargs: Any) -> Producer:
         p = Producer(self.dir / "producers", self.endpoint, logstore, **kwargs)
         self.producers.append(p)

@@ -14,22 +14,11 @@ from typing import Any
 import pytest
 import zstandard
 
-from loghubd.protocol import cursor as cursors
 from tests.integration.daemon_harness import Pool, delivery_report, short, wait_until
 
 pytestmark = pytest.mark.slow
 
 COUNT = 20_000  # 200 groups of 100 over 2 shards: ~2.6 MB of JSON lines
-
-
-def at_end(pool: Pool, logstore: str, group: str, shards: int) -> bool:
-    cps = pool.admin.checkpoints(logstore, group)
-    return len(cps) == shards and all(
-        cp["checkpoint"]
-        and cursors.to_seq(s, cp["checkpoint"])
-        == cursors.to_seq(s, pool.admin.cursor(logstore, s, "end"))
-        for s, cp in cps.items()
-    )
 
 
 def lines(paths: list[Path]) -> list[bytes]:
@@ -83,7 +72,7 @@ def test_full_disk_then_grown_no_missing_no_duplicate_and_status_says_why(
     wait_until(lambda: len(daemon.events("process_failed")) >= 6, 30, daemon.log_tail)
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_tmpfs)], check=True)
-    wait_until(lambda: at_end(pool, "full", "full-group", 2), 60, daemon.log_tail)
+    wait_until(lambda: pool.committed_to_end("full", "full-group", 2), 60, daemon.log_tail)
     wait_until(
         lambda: all(s["caught_up"] and not s["processor_error"] for s in daemon.status()["shards"]),
         30,
@@ -117,7 +106,7 @@ def test_rotation_compression_and_fsync_per_batch(daemon_pool: Pool) -> None:
         },
         consumer={"max_fetch_log_groups": 4},
     ).wait_ready()
-    wait_until(lambda: at_end(pool, "rot", "rot-group", 1), 60, daemon.log_tail)
+    wait_until(lambda: pool.committed_to_end("rot", "rot-group", 1), 60, daemon.log_tail)
     # Compressed beside the writes; a compression the stop cuts short is left for the next start.
     wait_until(lambda: list(out.glob("shard-0.*Z.jsonl.zst")), 30, daemon.log_tail)
     assert daemon.stop() == 0, daemon.log_tail()
@@ -143,7 +132,7 @@ def test_two_daemons_pointed_at_one_directory_take_turns(daemon_pool: Pool) -> N
     options = {"path": str(out), "rotate_bytes": 20_000}
     retry = {"retry_initial_backoff": 0.1, "processor_retry_max_backoff": 0.5}
     first = pool.daemon("two", "group-a", "first", processor_options=options).wait_ready()
-    wait_until(lambda: at_end(pool, "two", "group-a", 1), 60, first.log_tail)
+    wait_until(lambda: pool.committed_to_end("two", "group-a", 1), 60, first.log_tail)
     second = pool.daemon(
         "two", "group-b", "second", processor_options=options, consumer=retry
     ).wait_ready()
@@ -157,7 +146,7 @@ def test_two_daemons_pointed_at_one_directory_take_turns(daemon_pool: Pool) -> N
     wait_until(refused, 30, second.log_tail)
     assert "shard-0.jsonl is being written by another processor" in errors[0], errors
     assert first.stop() == 0, first.log_tail()
-    wait_until(lambda: at_end(pool, "two", "group-b", 1), 60, second.log_tail)
+    wait_until(lambda: pool.committed_to_end("two", "group-b", 1), 60, second.log_tail)
     assert second.stop() == 0, second.log_tail()
     assert "Traceback" not in second.log_tail(10_000)
 

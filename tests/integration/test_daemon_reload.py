@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loghubd.protocol import cursor as cursors
 from tests.integration.daemon_harness import (
+    Daemon,
     Pool,
     delivery_report,
     dump_toml,
@@ -27,16 +27,6 @@ pytestmark = pytest.mark.slow
 
 COUNT = 12_000  # written at 3,000 logs/s: the reload happens mid-stream (on a fast machine)
 AFTER = 2_000  # written once the reloaded daemon is ready: the moved output surely has some
-
-
-def committed_to_end(pool: Pool, logstore: str, group: str, shards: int) -> bool:
-    cps = pool.admin.checkpoints(logstore, group)
-    return len(cps) == shards and all(
-        cp["checkpoint"]
-        and cursors.to_seq(s, cp["checkpoint"])
-        == cursors.to_seq(s, pool.admin.cursor(logstore, s, "end"))
-        for s, cp in cps.items()
-    )
 
 
 def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
@@ -96,7 +86,7 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
 
     producer.wait()
     pool.produce("reload", count=AFTER, group_size=50, prefix="n").wait()  # surely after it
-    wait_until(lambda: committed_to_end(pool, "reload", "reload-group", 2), 60, d.log_tail)
+    wait_until(lambda: pool.committed_to_end("reload", "reload-group", 2), 60, d.log_tail)
     assert d.stop() == 0, d.log_tail()
     before, after_reload = read_ids([d.output]), read_ids([moved])
     assert before and set(expected_ids("n", AFTER)) <= set(after_reload), len(after_reload)
@@ -107,22 +97,28 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
     assert not report["unexpected"], short(report)
 
 
-def test_sighup_during_the_shutdown_is_only_logged(daemon_pool: Pool, tmp_path: Path) -> None:
-    """Once a stop began (here held for its 3 s grace by a processor stuck on a batch), a
-    SIGHUP neither reloads nor, as its default action would, ends the process at once."""
-    pool = daemon_pool
-    pool.admin.create_logstore("hup-stop", 1)
-    pool.produce("hup-stop", count=100, group_size=50, prefix="s").wait()
+def stuck_daemon(pool: Pool, tmp_path: Path, logstore: str) -> Daemon:
+    """A daemon whose processor is stuck on shard 0's first batch (its shutdown then waits
+    out its 3 s grace and exits 1)."""
+    pool.admin.create_logstore(logstore, 1)
+    pool.produce(logstore, count=100, group_size=50, prefix="s").wait()
     out = tmp_path / "stuck"
     d = pool.daemon(
-        "hup-stop",
-        "hup-stop",
+        logstore,
+        logstore,
         "s",
         processor="stuck",
         processor_options={"path": str(out), "kind": "async", "stuck_shard": 0, "after": 0},
         consumer={"shutdown_grace": 3.0},
     )
     wait_until(lambda: (out / "stuck-0").exists(), 30, d.log_tail)
+    return d
+
+
+def test_sighup_during_the_shutdown_is_only_logged(daemon_pool: Pool, tmp_path: Path) -> None:
+    """Once a stop began (here held for its 3 s grace by a processor stuck on a batch), a
+    SIGHUP neither reloads nor, as its default action would, ends the process at once."""
+    d = stuck_daemon(daemon_pool, tmp_path, "hup-stop")
     d.signal(signal.SIGTERM)
     wait_until(lambda: d.events("shutdown_started"), 10, d.log_tail)
     d.signal(signal.SIGHUP)
@@ -136,19 +132,7 @@ def test_a_stop_during_a_reloads_shutdown_cancels_the_exec(
 ) -> None:
     """SIGHUP accepted, then SIGTERM while the reload's shutdown is held (a stuck processor,
     3 s grace): the process exits when the shutdown is over instead of starting again."""
-    pool = daemon_pool
-    pool.admin.create_logstore("hup-then-stop", 1)
-    pool.produce("hup-then-stop", count=100, group_size=50, prefix="t").wait()
-    out = tmp_path / "stuck"
-    d = pool.daemon(
-        "hup-then-stop",
-        "hup-then-stop",
-        "t",
-        processor="stuck",
-        processor_options={"path": str(out), "kind": "async", "stuck_shard": 0, "after": 0},
-        consumer={"shutdown_grace": 3.0},
-    )
-    wait_until(lambda: (out / "stuck-0").exists(), 30, d.log_tail)
+    d = stuck_daemon(daemon_pool, tmp_path, "hup-then-stop")
     d.signal(signal.SIGHUP)
     wait_until(lambda: d.events("shutdown_started"), 60, d.log_tail)
     assert d.events("reload_accepted"), d.log_tail()

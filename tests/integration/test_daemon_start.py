@@ -25,16 +25,6 @@ pytestmark = pytest.mark.slow
 N = 2_000  # logs per phase
 
 
-def committed_to_end(pool: Pool, logstore: str, group: str, shards: int) -> bool:
-    cps = pool.admin.checkpoints(logstore, group)
-    return len(cps) == shards and all(
-        cp["checkpoint"]
-        and cursors.to_seq(s, cp["checkpoint"])
-        == cursors.to_seq(s, pool.admin.cursor(logstore, s, "end"))
-        for s, cp in cps.items()
-    )
-
-
 def consuming(daemon: Daemon, shards: int) -> bool:
     states = [s["state"] for s in daemon.status()["shards"]]
     return states == ["consuming"] * shards
@@ -59,7 +49,7 @@ def test_start_begin_end_and_timestamp(daemon_pool: Pool) -> None:
         wait_until(functools.partial(consuming, d, 2), 10, d.log_tail)
     pool.produce(ls, count=N, group_size=50, prefix="c").wait()
     for d in daemons.values():
-        wait_until(functools.partial(committed_to_end, pool, ls, d.group, 2), 30, d.log_tail)
+        wait_until(functools.partial(pool.committed_to_end, ls, d.group, 2), 30, d.log_tail)
         assert d.stop() == 0, d.log_tail()
 
     a, b, c = (expected_ids(p, N) for p in "abc")
@@ -85,7 +75,7 @@ def test_expired_cursor_restarts_at_the_beginning_of_retained_data(
     first = pool.daemon(ls, group, "ttl").wait_ready()
     wait_until(lambda: consuming(first, 1), 10, first.log_tail)
     pool.produce(ls, count=500, group_size=50, prefix="a").wait()
-    wait_until(lambda: committed_to_end(pool, ls, group, 1), 10, first.log_tail)
+    wait_until(lambda: pool.committed_to_end(ls, group, 1), 10, first.log_tail)
     assert first.stop() == 0, first.log_tail()
     checkpoint = pool.admin.checkpoints(ls, group)[0]["checkpoint"]
 
@@ -109,7 +99,7 @@ def test_expired_cursor_restarts_at_the_beginning_of_retained_data(
         lambda: f"no cursor_invalid_restarting warning:\n{second.log_tail()}",
     )
     pool.produce(ls, count=500, group_size=50, prefix="d").wait()
-    wait_until(lambda: committed_to_end(pool, ls, group, 1), 15, second.log_tail)
+    wait_until(lambda: pool.committed_to_end(ls, group, 1), 15, second.log_tail)
     assert second.stop() == 0, second.log_tail()
 
     [warning] = second.events("cursor_invalid_restarting")
