@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import structlog
 
 from loghubd import config as config_mod
 from loghubd import logging as loghubd_logging
@@ -31,9 +32,14 @@ if TYPE_CHECKING:
 
 
 async def wait_for_signal() -> None:
-    """Return at the first SIGTERM or SIGINT: the production shutdown trigger."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
+    """`loghubd serve`'s shutdown trigger: return at the first SIGTERM, SIGINT or SIGHUP.
+    SIGHUP (a terminal's hang-up; serve has no file to reload) stops it cleanly too, where
+    its default action would end the process at once, closing no connection."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            structlog.get_logger("loghubd.serve").info(
+                "stopping", signal=signal.Signals(signum).name
+            )
             return
 
 
