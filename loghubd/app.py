@@ -87,7 +87,7 @@ class Daemon:
         return views.readiness([r.snapshot() for r in self.runners])
 
     def status(self) -> dict[str, Any]:
-        return {**views.status(self.snapshot()), "config": self.config_reloads.view()}
+        return {**views.status(self.snapshot()), "config": views.config_status(self.config_reloads)}
 
     async def run(
         self,

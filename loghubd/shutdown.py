@@ -81,8 +81,8 @@ class Trigger:
     def __init__(
         self,
         config: str,
-        notify: Callable[[str], None] = lambda _state: None,
-        checked: Callable[[str | None, float], None] = lambda _problem, _at: None,
+        notify: Callable[[str], None],
+        checked: Callable[[str | None, float], None],
     ) -> None:
         self.config = config
         self.reload = False

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 
 from prometheus_client import (
     CollectorRegistry,
@@ -253,10 +252,6 @@ def exposed(sources: Sequence[tuple[str | None, CollectorRegistry]]) -> Collecto
     return registry
 
 
-def _utc(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class ConfigReloads:
     """Whether the daemon runs what its configuration file says (as Prometheus's own
     `prometheus_config_last_reload_*`): `loghubd_config_last_reload_successful` is 0 after a
@@ -265,23 +260,17 @@ class ConfigReloads:
     reload starts a fresh process, so: its start)."""
 
     def __init__(self, loaded_at: float) -> None:
-        self.successful = True
         self.loaded_at = loaded_at
         self.last: tuple[float, str | None] | None = None  # the last check: when, problem
+
+    @property
+    def successful(self) -> bool:
+        return self.last is None or self.last[1] is None
 
     def checked(self, problem: str | None, now: float) -> None:
         """A reload's check ended: `problem` is why the file was refused (None: accepted,
         and the exec follows)."""
-        self.successful = problem is None
         self.last = (now, problem)
-
-    def view(self) -> dict[str, object]:
-        """`/status`'s `config`."""
-        last = None
-        if self.last is not None:
-            at, problem = self.last
-            last = {"at": _utc(at), "accepted": problem is None, "problem": problem}
-        return {"loaded_at": _utc(self.loaded_at), "last_reload": last}
 
     def collect(self) -> Iterable[Metric]:
         ok = GaugeMetricFamily(

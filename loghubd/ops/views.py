@@ -14,6 +14,7 @@ from typing import Any
 
 from loghubd.consumer.snapshot import DaemonSnapshot, SourceSnapshot
 from loghubd.ops import health
+from loghubd.ops.metrics import ConfigReloads
 from loghubd.protocol import cursor as cursors
 
 
@@ -125,6 +126,16 @@ def behind(lag_log_groups: int | None, lag_seconds: float | None, caught_up: boo
 
 def _iso(when: float) -> str:
     return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def config_status(reloads: ConfigReloads) -> dict[str, Any]:
+    """`/status`'s `config`: when the running configuration was loaded, the last reload's
+    check (null when none since)."""
+    last = None
+    if reloads.last is not None:
+        at, problem = reloads.last
+        last = {"at": _iso(at), "accepted": problem is None, "problem": problem}
+    return {"loaded_at": _iso(reloads.loaded_at), "last_reload": last}
 
 
 def status(daemon: DaemonSnapshot) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loghubd.ops.metrics import ConfigReloads, Metrics, labelled_by_source
+from loghubd.ops.views import config_status
 
 
 def test_sources_are_labels_of_one_family() -> None:
@@ -97,10 +98,10 @@ def test_the_reload_state_is_per_process_and_follows_each_check() -> None:
         "loghubd_config_last_reload_successful": ({}, 1.0),
         "loghubd_config_last_reload_success_timestamp_seconds": at,
     }
-    assert reloads.view() == {"loaded_at": "2023-11-14T22:13:20Z", "last_reload": None}
+    assert config_status(reloads) == {"loaded_at": "2023-11-14T22:13:20Z", "last_reload": None}
     reloads.checked("consumer.timeout: must be > 0", 1_700_000_060.0)  # refused: runs on
     assert scrape()["loghubd_config_last_reload_successful"] == ({}, 0.0)
-    assert reloads.view()["last_reload"] == {
+    assert config_status(reloads)["last_reload"] == {
         "at": "2023-11-14T22:14:20Z",
         "accepted": False,
         "problem": "consumer.timeout: must be > 0",
