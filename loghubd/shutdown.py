@@ -71,8 +71,9 @@ CHECK_TIMEOUT_S = 120.0  # a processor's check may connect to its sink
 class Trigger:
     """The shutdown trigger of `loghubd run`: returns at the first SIGTERM or SIGINT, or at a
     SIGHUP whose configuration `loghubd check-config` accepts (`reload` is then True: the
-    caller `reexec`s once the graceful shutdown is over). Arranges that a second SIGTERM or
-    SIGINT then ends the process at once (after a reload, the first one only cancels the
+    caller `reexec`s once the graceful shutdown is over). A SIGHUP that came while the daemon
+    started (`hold_reloads`) is checked as soon as it listens. Arranges that a second SIGTERM
+    or SIGINT then ends the process at once (after a reload, the first one only cancels the
     exec: `reload_cancelled`), and that a SIGHUP is only logged.
 
     The second signal is handled by a plain `signal.signal` handler, not by the event loop:
@@ -93,12 +94,15 @@ class Trigger:
     async def __call__(self) -> None:
         with anyio.open_signal_receiver(*SIGNALS, RELOAD) as signals:
             async with anyio.create_task_group() as tg:
+                if _take_pending_reload():  # asked for while the daemon started
+                    self._checking = True
+                    tg.start_soon(self._check_then_reload, tg.cancel_scope, "while starting")
                 async for signum in signals:
                     if signum != RELOAD:
                         break
                     if not self._checking:  # one check at a time: it reads the latest file
                         self._checking = True
-                        tg.start_soon(self._check_then_reload, tg.cancel_scope)
+                        tg.start_soon(self._check_then_reload, tg.cancel_scope, "while running")
                 tg.cancel_scope.cancel()  # a stop wins over a check still running
         for signum in SIGNALS:
             signal.signal(signum, self._stop_during_reload if self.reload else _on_second_signal)
@@ -122,8 +126,8 @@ class Trigger:
             return f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}"
         return state
 
-    async def _check_then_reload(self, scope: anyio.CancelScope) -> None:
-        log.info("reload_requested", config=self.config)
+    async def _check_then_reload(self, scope: anyio.CancelScope, received: str) -> None:
+        log.info("reload_requested", config=self.config, received=received)
         try:
             problem = await check_config(self.config)
         finally:
@@ -173,11 +177,32 @@ def reexec() -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    hold_reloads()  # an ignored signal stays ignored across the exec
+    # Across the exec a handler would become the default action (ending the new image at
+    # once); an ignored signal stays ignored until the new image's `hold_reloads`.
+    signal.signal(RELOAD, signal.SIG_IGN)
     os.execv(sys.executable, argv)
 
 
+_reload_pending = False
+
+
+def _remember_reload(_signum: int, _frame: FrameType | None) -> None:
+    global _reload_pending
+    _reload_pending = True
+
+
 def hold_reloads() -> None:
-    """Ignore SIGHUP until `Trigger` listens for it: during start-up (its default action
-    would end the process at once, committing nothing) and across a reload's exec."""
-    signal.signal(RELOAD, signal.SIG_IGN)
+    """Until `Trigger` listens for SIGHUP (while the daemon starts), remember one instead of
+    acting on it: its default action would end the process at once, committing nothing, and
+    ignoring it would drop a reload asked for while the file may already have been read. The
+    Trigger reloads as soon as it listens."""
+    global _reload_pending
+    _reload_pending = False
+    signal.signal(RELOAD, _remember_reload)
+
+
+def _take_pending_reload() -> bool:
+    """Whether a SIGHUP arrived since `hold_reloads` (once)."""
+    global _reload_pending
+    pending, _reload_pending = _reload_pending, False
+    return pending

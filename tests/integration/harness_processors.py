@@ -129,9 +129,14 @@ class FlakyFactory:
 
 class RecordFactory:
     """Options besides `path`: `start_held` (a file `start()` creates before it waits for
-    ever: the daemon never gets past its start) and `closed` (a file `close()` creates)."""
+    ever: the daemon never gets past its start), `closed` (a file `close()` creates), and
+    `built` with `build_seconds` (a file the constructor creates, then how long it takes: a
+    slow start, before the daemon listens for signals)."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
+        if options.get("built"):
+            Path(options["built"]).touch()
+            time.sleep(float(options.get("build_seconds", 0)))
         self.path = str(options["path"])
         self.start_held = options.get("start_held")
         self.closed = options.get("closed")

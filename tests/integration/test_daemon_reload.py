@@ -6,6 +6,7 @@ SIGHUP's default action ended the daemon at once, committing nothing."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -95,6 +96,38 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
     )
     assert not report["missing"] and not report["duplicated"], short(report)
     assert not report["unexpected"], short(report)
+
+
+def test_sighup_while_the_daemon_starts_reloads_once_it_listens(
+    daemon_pool: Pool, tmp_path: Path
+) -> None:
+    """A SIGHUP that comes before the daemon listens for signals (here while its processor is
+    built, which takes 3 s) is remembered and acted on once it does: the file may have been
+    read before it changed. Before, it was ignored without a word."""
+    pool = daemon_pool
+    pool.admin.create_logstore("hup-start", 1)
+    pool.produce("hup-start", count=200, group_size=50, prefix="b").wait()
+    built, out = tmp_path / "built", tmp_path / "record.jsonl"
+    d = pool.daemon(
+        "hup-start",
+        "hup-start",
+        "b",
+        processor="record",
+        processor_options={"path": str(out), "built": str(built), "build_seconds": 3},
+    )
+    wait_until(built.exists, 30, d.log_tail)
+    built.unlink()  # the next one is the check's, then the new image's
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: len(d.events("ops_listening")) == 2, 90, d.log_tail)
+    d.wait_ready()
+    [requested] = d.events("reload_requested")
+    assert requested["received"] == "while starting", requested
+    assert d.events("reload_accepted") and len(d.events("reloading")) == 1, d.log_tail()
+    wait_until(lambda: pool.committed_to_end("hup-start", "hup-start", 1), 60, d.log_tail)
+    assert d.stop() == 0, d.log_tail()
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    report = delivery_report(expected_ids("b", 200), ids)
+    assert not report["missing"] and not report["duplicated"], short(report)
 
 
 def stuck_daemon(pool: Pool, tmp_path: Path, logstore: str) -> Daemon:
