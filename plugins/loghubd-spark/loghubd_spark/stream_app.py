@@ -265,7 +265,8 @@ def run(
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     debug: bool = False,
 ) -> int:
-    """Run the pipeline until SIGTERM/SIGINT (or, with available_now, until caught up): 0,
+    """Run the pipeline until SIGTERM, SIGINT or SIGHUP (or, with available_now, until caught
+    up): 0,
     1 the query failed (one line says why), 2 the `sql` pipeline does not analyse. Spark's
     console logging and Python's tracebacks are quiet unless `debug`."""
     from pyspark.errors import StreamingQueryException
@@ -277,7 +278,10 @@ def run(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP too (a terminal's hang-up, `kill -HUP`): there is no file to reload in place, and
+    # its default action would end the driver at once, in the middle of a micro-batch.
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {s: signal.signal(s, on_signal) for s in stops}
     if not debug:
         quiet_python_loggers()
     spark = session(cfg, debug=debug)

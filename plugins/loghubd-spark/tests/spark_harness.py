@@ -15,6 +15,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -312,6 +313,16 @@ class SparkDaemon:
     def wait_exit(self, timeout: float) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)
+
+
+def lake_ids(lake: Path) -> Counter[int]:
+    """The `id` column of every Parquet file under `lake` (read once the writer is done)."""
+    import pyarrow.parquet as pq
+
+    ids: Counter[int] = Counter()
+    for part in lake.rglob("*.parquet"):
+        ids.update(pq.read_table(part, columns=["id"]).column("id").to_pylist())
+    return ids
 
 
 def spark_stream(

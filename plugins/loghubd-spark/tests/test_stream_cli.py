@@ -1,5 +1,5 @@
-"""`loghubd spark-stream` as a process, when the query fails: one line naming the cause, no
-Java or Python traceback, and the documented exit code.
+"""`loghubd spark-stream` as a process: when the query fails, one line naming the cause, no
+Java or Python traceback, and the documented exit code; on a signal, a clean stop.
 
 Its own scheduling group (conftest.py at the repository root): each case starts a JVM of its
 own in a subprocess and shares nothing with the `spark` group's SparkSession, so it runs
@@ -9,10 +9,13 @@ beside that group rather than lengthening it.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from spark_harness import produce, spark_stream
+from spark_harness import Source, lake_ids, produce, spark_stream, wait_until
 
 from loghubd.testing import ServerProcess
 
@@ -81,14 +84,65 @@ def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
     ]
     assert len(failures) == 1, output[-3000:]
     assert failures[0].startswith(says), failures[0]
-    # Nothing of Spark's start-up either (its default log4j profile's notice and level, the
-    # loopback and native-hadoop warnings): only the JVM's own line about the vector module.
-    spark = [
+    assert not spark_lines(done.stderr), output[-3000:]
+    assert done.stderr.rstrip().endswith(failures[0])  # the last word is the cause
+
+
+def spark_lines(stderr: str) -> list[str]:
+    """What is not the command's own: nothing of Spark's start-up should be there (its default
+    log4j profile's notice and level, the loopback and native-hadoop warnings), only the JVM's
+    own line about the vector module."""
+    return [
         line
-        for line in done.stderr.splitlines()
+        for line in stderr.splitlines()
         if line.strip()
         and "spark-stream: " not in line
         and not line.startswith("WARNING: Using incubator modules")
     ]
-    assert not spark, output[-3000:]
-    assert done.stderr.rstrip().endswith(failures[0])  # the last word is the cause
+
+
+@pytest.mark.timeout(240)
+def test_loghubd_spark_stream_stops_cleanly_on_sighup(
+    loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    """A running stream and `kill -HUP` (a closed terminal, an operator's habit): the query
+    stops between micro-batches and the command exits 0, as on SIGTERM or SIGINT (the same
+    handler). SIGHUP's default action ended the driver at once, mid-batch."""
+    server, total = loghubd_server, 600
+    produce(server.endpoint, "streamstop", "app", total, shards=1)
+    lake, config = tmp_path / "lake", tmp_path / "stream.toml"
+    config.write_text(
+        f'[source]\nendpoint = "{server.endpoint}"\nproject = "streamstop"\nlogstore = "app"\n'
+        '[consumer]\ngroup = "stop"\n'
+        "[spark_stream]\n"
+        f'path = "{lake}"\ncheckpoint_location = "{tmp_path / "chk"}"\n'
+        "sql = \"SELECT *, CAST(contents['id'] AS BIGINT) AS id FROM {logs}\"\n"
+        'master = "local[1]"\n'
+        '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
+        '"spark.sql.shuffle.partitions" = 1\n'
+        '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
+    )
+    stderr = tmp_path / "stderr"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=tmp_path,
+        )
+    try:
+        source = Source(server.endpoint, "streamstop", "app")
+        wait_until(lambda: source.caught_up("stop"), 180, lambda: stderr.read_text()[-3000:])
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(60) == 0, stderr.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = [line for line in stderr.read_text().splitlines() if "spark-stream: " in line]
+    assert len(said) == 3 and "started, writing to" in said[0], said
+    assert said[1:] == ["spark-stream: stopping", said[2]], said
+    assert said[2].startswith("spark-stream: stopped after batch "), said
+    assert not spark_lines(stderr.read_text()), stderr.read_text()[-3000:]
+    ids = lake_ids(lake)
+    assert sorted(ids) == list(range(total)) and max(ids.values()) == 1

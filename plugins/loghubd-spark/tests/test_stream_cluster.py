@@ -14,14 +14,12 @@ import os
 import subprocess
 import sys
 import urllib.request
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
-from spark_harness import produce, wait_until
+from spark_harness import lake_ids, produce, wait_until
 
 from loghubd.testing import ServerProcess, free_port
 
@@ -109,13 +107,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         c.stop()
 
 
-def rows(lake: Path) -> Counter[int]:
-    ids: Counter[int] = Counter()
-    for part in lake.rglob("*.parquet"):
-        ids.update(pq.read_table(part, columns=["id"]).column("id").to_pylist())
-    return ids
-
-
 @pytest.mark.timeout(420)
 def test_stream_on_a_standalone_cluster_through_the_cli_and_spark_submit(
     cluster: Cluster, loghubd_server: ServerProcess, tmp_path: Path
@@ -144,7 +135,7 @@ def test_stream_on_a_standalone_cluster_through_the_cli_and_spark_submit(
     # 1. `loghubd spark-stream`, with the cluster as master in the file.
     loghubd = [sys.executable, "-m", "loghubd", "--debug"]
     run([*loghubd, "spark-stream", "-c", str(config), "--available-now"])
-    after_first = rows(lake)
+    after_first = lake_ids(lake)
     assert sorted(after_first) == list(range(first))
     assert max(after_first.values()) == 1
 
@@ -160,7 +151,7 @@ def test_stream_on_a_standalone_cluster_through_the_cli_and_spark_submit(
         SPARK_HOME=str(SPARK_HOME),
         PYSPARK_DRIVER_PYTHON=sys.executable,  # the driver needs the plugin; not the executors
     )  # fmt: skip
-    total = rows(lake)
+    total = lake_ids(lake)
     assert sorted(total) == list(range(first + second)), "missing or extra ids"
     # a second run that had not resumed from the checkpoint would have read the first 1,000
     # again under a new query id: duplicates
