@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -177,9 +177,10 @@ def reexec() -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    # Across the exec a handler would become the default action (ending the new image at
-    # once); an ignored signal stays ignored until the new image's `hold_reloads`.
-    signal.signal(RELOAD, signal.SIG_IGN)
+    # Across the exec a handler becomes the default action (ending the new image at once),
+    # and an ignored signal would be dropped: a blocked one waits, pending, for the new
+    # image's `hold_reloads`.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {RELOAD})
     os.execv(sys.executable, argv)
 
 
@@ -195,10 +196,26 @@ def hold_reloads() -> None:
     """Until `Trigger` listens for SIGHUP (while the daemon starts), remember one instead of
     acting on it: its default action would end the process at once, committing nothing, and
     ignoring it would drop a reload asked for while the file may already have been read. The
-    Trigger reloads as soon as it listens."""
+    Trigger reloads as soon as it listens. One sent before this process could handle it
+    (across a reload's exec, or to a `--workers` child just started: `reloads_blocked`) was
+    held pending by the blocked signal, and arrives here."""
     global _reload_pending
     _reload_pending = False
     signal.signal(RELOAD, _remember_reload)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {RELOAD})
+
+
+@contextlib.contextmanager
+def reloads_blocked() -> Iterator[None]:
+    """SIGHUP blocked in this thread meanwhile: a child process started inside inherits the
+    block (it survives the exec), so a SIGHUP sent to the child before its `hold_reloads`
+    waits instead of ending it (the default action). One sent to this process meanwhile is
+    delivered after."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {RELOAD})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {RELOAD})
 
 
 def _take_pending_reload() -> bool:

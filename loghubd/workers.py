@@ -33,6 +33,7 @@ from loghubd.app import default_consumer_name
 from loghubd.config import Config
 from loghubd.ops.relay import Relay
 from loghubd.ops.systemd import SystemdNotifier
+from loghubd.shutdown import reloads_blocked
 
 log = structlog.get_logger("loghubd.workers")
 
@@ -122,7 +123,10 @@ def _supervise(
 
     def spawn(index: int) -> subprocess.Popen[bytes]:
         sock = None if listeners is None else listeners.paths[index]
-        child = subprocess.Popen(_child_argv(argv, names[index]), env=_child_env(cfg, index, sock))
+        with reloads_blocked():  # a SIGHUP forwarded while it starts waits for it
+            child = subprocess.Popen(
+                _child_argv(argv, names[index]), env=_child_env(cfg, index, sock)
+            )
         relay.started(names[index], time.monotonic())
         return child
 

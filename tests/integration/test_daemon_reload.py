@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from loghubd.shutdown import reloads_blocked
 from tests.integration.daemon_harness import (
     Daemon,
     Pool,
@@ -128,6 +129,26 @@ def test_sighup_while_the_daemon_starts_reloads_once_it_listens(
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     report = delivery_report(expected_ids("b", 200), ids)
     assert not report["missing"] and not report["duplicated"], short(report)
+
+
+def test_a_sighup_sent_before_the_process_can_handle_it_waits_for_it(
+    daemon_pool: Pool,
+) -> None:
+    """What a reload's exec and the `--workers` supervisor do: `loghubd run` is started with
+    SIGHUP blocked (`reloads_blocked`), so one sent at once, before the interpreter has even
+    started, is held pending and reloads the daemon once it listens. Not blocked, it would
+    end the process (the default action); ignored, it would be dropped."""
+    pool = daemon_pool
+    pool.admin.create_logstore("hup-exec", 1)
+    with reloads_blocked():
+        d = pool.daemon("hup-exec", "hup-exec", "x")
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: len(d.events("ops_listening")) == 2, 60, d.log_tail)
+    d.wait_ready()
+    [requested] = d.events("reload_requested")
+    assert requested["received"] == "while starting", requested
+    assert len(d.events("reloading")) == 1, d.log_tail()
+    assert d.stop() == 0, d.log_tail()
 
 
 def stuck_daemon(pool: Pool, tmp_path: Path, logstore: str) -> Daemon:
