@@ -206,7 +206,10 @@ def test_kill_9_mid_stream_shards_taken_over_duplicates_bounded_by_one_interval(
     assert set(dup_shards) <= victim_shards, (
         f"duplicates in shards {dict(dup_shards)}, the killed daemon held {sorted(victim_shards)}"
     )
-    assert max(duplicated.values(), default=1) == 2, short(duplicated)
+    # A duplicate is the victim's un-committed work delivered again: twice, never more. There
+    # may be none at all: a victim that had just caught up with a backlog had committed what
+    # it delivered at once (`CaughtUp`), which the promise allows (a clean CI run had 0).
+    assert all(n == 2 for n in duplicated.values()), short(duplicated)
     bound = 1.5 * rate * CHECKPOINT + 1_000
     assert len(duplicated) <= bound, (
         f"{len(duplicated)} duplicates; the killed daemon delivered ~{rate:.0f} logs/s, so one "
