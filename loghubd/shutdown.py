@@ -94,15 +94,18 @@ class Trigger:
     async def __call__(self) -> None:
         with anyio.open_signal_receiver(*SIGNALS, RELOAD) as signals:
             async with anyio.create_task_group() as tg:
+
+                def check(received: str) -> None:
+                    if not self._checking:  # one check at a time: it reads the latest file
+                        self._checking = True
+                        tg.start_soon(self._check_then_reload, tg.cancel_scope, received)
+
                 if _take_pending_reload():  # asked for while the daemon started
-                    self._checking = True
-                    tg.start_soon(self._check_then_reload, tg.cancel_scope, "while starting")
+                    check("while starting")
                 async for signum in signals:
                     if signum != RELOAD:
                         break
-                    if not self._checking:  # one check at a time: it reads the latest file
-                        self._checking = True
-                        tg.start_soon(self._check_then_reload, tg.cancel_scope, "while running")
+                    check("while running")
                 tg.cancel_scope.cancel()  # a stop wins over a check still running
         for signum in SIGNALS:
             signal.signal(signum, self._stop_during_reload if self.reload else _on_second_signal)

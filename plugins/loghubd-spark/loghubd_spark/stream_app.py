@@ -266,9 +266,8 @@ def run(
     debug: bool = False,
 ) -> int:
     """Run the pipeline until SIGTERM, SIGINT or SIGHUP (or, with available_now, until caught
-    up): 0,
-    1 the query failed (one line says why), 2 the `sql` pipeline does not analyse. Spark's
-    console logging and Python's tracebacks are quiet unless `debug`."""
+    up): 0, 1 the query failed (one line says why), 2 the `sql` pipeline does not analyse.
+    Spark's console logging and Python's tracebacks are quiet unless `debug`."""
     from pyspark.errors import StreamingQueryException
 
     from loghubd_spark.jobs import PipelineError
