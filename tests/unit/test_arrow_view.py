@@ -19,25 +19,27 @@ _names = st.sampled_from(["a", "b", "level", "msg", "__topic__", "__shard__", "Ã
 _text = st.one_of(_names, st.text(max_size=10))
 
 
+# Made once (hypothesis validates a strategy built inside a composite at every draw).
+_fields = st.lists(_names, min_size=1, max_size=4, unique=True)
+_tags = st.lists(st.tuples(_text, _text), max_size=3)
+_pairs = st.lists(st.tuples(_names, _text), max_size=6)
+
+
 @st.composite
 def groups(draw: st.DrawFn) -> list[Any]:
     """Log groups with fields that vary from log to log (or not), repeats and empty groups."""
     out = []
     uniform = draw(st.booleans())
-    fields = draw(st.lists(_names, min_size=1, max_size=4, unique=True))
+    fields = draw(_fields)
     for _ in range(draw(st.integers(0, 4))):
         group = pb.LogGroup(Topic=draw(_text), Source=draw(_text))
-        for k, v in draw(st.lists(st.tuples(_text, _text), max_size=3)):
+        for k, v in draw(_tags):
             group.LogTags.add(Key=k, Value=v)
         for _ in range(draw(st.integers(0, 5))):
             log = group.Logs.add(Time=draw(st.integers(0, 2**32 - 1)))
             if draw(st.booleans()):
                 log.Time_ns = draw(st.integers(0, 999_999_999))
-            pairs = (
-                [(f, draw(_text)) for f in fields]
-                if uniform
-                else draw(st.lists(st.tuples(_names, _text), max_size=6))
-            )
+            pairs = [(f, draw(_text)) for f in fields] if uniform else draw(_pairs)
             for k, v in pairs:
                 log.Contents.add(Key=k, Value=v)
         out.append(group)

@@ -176,24 +176,31 @@ valid_group = log_groups(utf8)
 mixed_group = log_groups(st.one_of(utf8, utf8, bad_utf8))
 
 
+# Made once: a strategy built inside a composite is a new object at every draw, validated and
+# labelled again by hypothesis each time.
+_pb_text = st.text(max_size=12)
+_pb_keys = st.sampled_from(["a", "b", ""]) | _pb_text  # duplicate keys too
+_pb_tags = st.lists(st.tuples(_pb_keys, _pb_text), max_size=3)
+_pb_contents = st.lists(st.tuples(_pb_keys, _pb_text), max_size=5)
+_pb_time_ns = st.one_of(st.just(0), st.integers(0, 999_999_999))
+
+
 @st.composite
 def protobuf_group(draw: st.DrawFn) -> bytes:
     """What the SDKs send, serialized by protobuf itself."""
-    text = st.text(max_size=12)
-    keys = st.sampled_from(["a", "b", ""]) | text  # duplicate keys too
     g = pb.LogGroup()
     if draw(st.booleans()):
-        g.Topic = draw(text)
+        g.Topic = draw(_pb_text)
     if draw(st.booleans()):
-        g.Source = draw(text)
-    for k, v in draw(st.lists(st.tuples(keys, text), max_size=3)):
+        g.Source = draw(_pb_text)
+    for k, v in draw(_pb_tags):
         g.LogTags.add(Key=k, Value=v)
     for _ in range(draw(st.integers(0, 6))):
         entry = g.Logs.add(Time=draw(st.integers(0, 2**32 - 1)))
-        ns = draw(st.one_of(st.just(0), st.integers(0, 999_999_999)))
+        ns = draw(_pb_time_ns)
         if ns:
             entry.Time_ns = ns
-        for k, v in draw(st.lists(st.tuples(keys, text), max_size=5)):
+        for k, v in draw(_pb_contents):
             entry.Contents.add(Key=k, Value=v)
     data: bytes = g.SerializeToString()
     return data
@@ -240,13 +247,17 @@ def test_keep_spans_and_per_group(
     assert (trimmed.groups, trimmed.offsets) == (pure_trimmed.groups, pure_trimmed.offsets)
 
 
+_to_break = st.one_of(protobuf_group(), mixed_group)
+_breaks = st.sampled_from(["cut", "set", "insert", "delete"])
+
+
 @st.composite
 def broken(draw: st.DrawFn) -> bytes:
     """A valid group cut, overwritten, spliced or padded somewhere."""
-    data = bytearray(draw(st.one_of(protobuf_group(), mixed_group)))
+    data = bytearray(draw(_to_break))
     for _ in range(draw(st.integers(1, 3))):
         at = draw(st.integers(0, len(data)))
-        how = draw(st.sampled_from(["cut", "set", "insert", "delete"]))
+        how = draw(_breaks)
         if how == "cut":
             del data[at:]
         elif how == "set" and at < len(data):

@@ -140,19 +140,25 @@ def test_a_repeat_among_keys_cached_from_different_logs() -> None:
     assert lines[2] == b'{"__time__": 1, "__topic__": "t", "__source__": "", "b": "1"}'
 
 
+_0_to_3 = st.integers(0, 3)
+_u32 = st.integers(0, 2**32 - 1)
+_wide_tags = st.lists(st.tuples(_unicode, _unicode), max_size=40)
+_wide_contents = st.lists(st.tuples(_unicode, _bytes_values), max_size=40)
+
+
 @st.composite
 def wide_lists(draw: st.DrawFn) -> bytes:
     """Empty groups, many tags, many contents, any unicode, any bytes in values."""
     lgl = pb.LogGroupListRaw()
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(_0_to_3)):
         group = lgl.LogGroups.add(Topic=draw(_unicode), Source=draw(_unicode))
-        for k, v in draw(st.lists(st.tuples(_unicode, _unicode), max_size=40)):
+        for k, v in draw(_wide_tags):
             group.LogTags.add(Key=k, Value=v)
-        for _ in range(draw(st.integers(0, 3))):
-            log = group.Logs.add(Time=draw(st.integers(0, 2**32 - 1)))
+        for _ in range(draw(_0_to_3)):
+            log = group.Logs.add(Time=draw(_u32))
             if draw(st.booleans()):
-                log.Time_ns = draw(st.integers(0, 2**32 - 1))
-            for k, v in draw(st.lists(st.tuples(_unicode, _bytes_values), max_size=40)):
+                log.Time_ns = draw(_u32)
+            for k, v in draw(_wide_contents):
                 log.Contents.add(Key=k, Value=v)
     raw: bytes = lgl.SerializeToString()
     return raw

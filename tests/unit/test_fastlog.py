@@ -92,24 +92,34 @@ _values = st.one_of(
 _u32 = st.integers(0, 2**32 - 1)
 
 
+# The strategies a composite draws from are made once, here: one built inside it is a new
+# object at every draw, which hypothesis validates and labels again each time (most of these
+# tests' time went there, not into the checks).
+_0_to_4 = st.integers(0, 4)
+_maybe_text = st.none() | _text
+_tags = st.lists(st.tuples(_text, _text), max_size=3)
+_time_ns = st.sampled_from([None, 0]) | _u32
+_contents = st.lists(st.tuples(_text, _values), max_size=5)
+
+
 @st.composite
 def log_group_lists(draw: st.DrawFn) -> bytes:
     """A serialized LogGroupList; content values are bytes (the Raw schema), any of them."""
     lgl = pb.LogGroupListRaw()
-    for _ in range(draw(st.integers(0, 4))):
+    for _ in range(draw(_0_to_4)):
         group = lgl.LogGroups.add()
         for name in ("Topic", "Source", "Reserved", "MachineUUID"):
-            value = draw(st.none() | _text)
+            value = draw(_maybe_text)
             if value is not None:
                 setattr(group, name, value)
-        for key, value in draw(st.lists(st.tuples(_text, _text), max_size=3)):
+        for key, value in draw(_tags):
             group.LogTags.add(Key=key, Value=value)
-        for _ in range(draw(st.integers(0, 4))):
+        for _ in range(draw(_0_to_4)):
             log = group.Logs.add(Time=draw(_u32))
-            time_ns = draw(st.sampled_from([None, 0]) | _u32)
+            time_ns = draw(_time_ns)
             if time_ns is not None:
                 log.Time_ns = time_ns
-            for key, value in draw(st.lists(st.tuples(_text, _values), max_size=5)):
+            for key, value in draw(_contents):
                 log.Contents.add(Key=key, Value=value)
     raw: bytes = lgl.SerializeToString()
     return raw
@@ -136,17 +146,21 @@ _few_keys = st.sampled_from(["a", "b", "level", "__time__", "__tag__:h", "é", "
 _few_values = st.sampled_from([b"", b"INFO", b"x" * 12, b"\xff", "é".encode(), b"GET /a"])
 
 
+_1_to_3 = st.integers(1, 3)
+_pairs = st.lists(st.tuples(_few_keys, _few_values), max_size=6)
+
+
 @st.composite
 def similar_logs(draw: st.DrawFn) -> bytes:
     """A LogGroupList whose logs draw their keys and values from small sets."""
     lgl = pb.LogGroupListRaw()
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(_1_to_3)):
         group = lgl.LogGroups.add(Topic="t")
         if draw(st.booleans()):
             group.LogTags.add(Key="h", Value="v")
         for _ in range(draw(st.integers(1, 8))):
             log = group.Logs.add(Time=1)
-            for key, value in draw(st.lists(st.tuples(_few_keys, _few_values), max_size=6)):
+            for key, value in draw(_pairs):
                 log.Contents.add(Key=key.encode(), Value=value)
     raw: bytes = lgl.SerializeToString()
     return raw
@@ -158,28 +172,36 @@ def test_logs_repeating_each_other_s_keys_and_values(raw: bytes) -> None:
     assert fast_items(raw) == python_items(raw)
 
 
+_topics = st.sampled_from(["t", "u"])
+_tag_values = st.sampled_from(["v", "w"])
+_shapes = st.lists(_few_keys, max_size=6)
+_changes = st.sampled_from(["same"] * 4 + ["replace", "add", "drop"])
+_times = st.sampled_from([1, 2])
+_shaped_time_ns = st.sampled_from([None, None, 0, 7, 9])
+
+
 @st.composite
 def shaped_logs(draw: st.DrawFn) -> bytes:
     """A LogGroupList whose groups' logs mostly have one key sequence (its "shape", which may
     repeat a key), so the C code builds most records as copies of the one before; some logs
     change a key at any position, gain or lose one, or gain or lose a Time_ns."""
     lgl = pb.LogGroupListRaw()
-    for _ in range(draw(st.integers(1, 3))):
-        group = lgl.LogGroups.add(Topic=draw(st.sampled_from(["t", "u"])))
+    for _ in range(draw(_1_to_3)):
+        group = lgl.LogGroups.add(Topic=draw(_topics))
         if draw(st.booleans()):
-            group.LogTags.add(Key="h", Value=draw(st.sampled_from(["v", "w"])))
-        shape = draw(st.lists(_few_keys, max_size=6))
+            group.LogTags.add(Key="h", Value=draw(_tag_values))
+        shape = draw(_shapes)
         for _ in range(draw(st.integers(1, 30))):
             keys = list(shape)
-            change = draw(st.sampled_from(["same"] * 4 + ["replace", "add", "drop"]))
+            change = draw(_changes)
             if change == "replace" and keys:
                 keys[draw(st.integers(0, len(keys) - 1))] = draw(_few_keys)
             elif change == "add":
                 keys.insert(draw(st.integers(0, len(keys))), draw(_few_keys))
             elif change == "drop" and keys:
                 del keys[draw(st.integers(0, len(keys) - 1))]
-            log = group.Logs.add(Time=draw(st.sampled_from([1, 2])))
-            time_ns = draw(st.sampled_from([None, None, 0, 7, 9]))
+            log = group.Logs.add(Time=draw(_times))
+            time_ns = draw(_shaped_time_ns)
             if time_ns is not None:
                 log.Time_ns = time_ns
             for key in keys:
