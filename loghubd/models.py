@@ -11,6 +11,9 @@ Python), and with the pure Python path otherwise; `Batch.log_count` counts them 
 from the wire bytes, without a protobuf parse. Set the environment variable `LOGHUBD_NO_C=1`
 to ignore the extension (read once, at import): the two paths yield the same records and
 counts, so this is for comparing them and for testing the Python path.
+
+The protobuf classes (`loghubd.protocol.pb`) are imported by the Python path when it first
+runs, not with this module: a daemon whose batches the C extensions read never builds them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from loghubd.files import write_all
 from loghubd.native import load_extension
-from loghubd.protocol import pb
+from loghubd.protocol.framing import decode_varint
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,6 +62,8 @@ class Batch:
     def log_group_list(self) -> Any:
         """The parsed LogGroupList (protobuf). Values that are not UTF-8 use the Raw schema
         (bytes values), the way the SDK falls back."""
+        from loghubd.protocol import pb
+
         lgl = self._cache.get("lgl")
         if lgl is None:
             try:
@@ -103,6 +108,8 @@ class Batch:
             else:
                 self._cache["log_count"] = done
                 return
+        from loghubd.protocol import pb
+
         lgl = self._cache.get("lgl")
         if lgl is None:
             try:
@@ -212,7 +219,7 @@ class Batch:
                 begin = pos
             if data[pos] != 0x0A:  # LogGroupList field 1, length-delimited
                 raise ValueError(f"not a log group record at byte {pos} of the batch")
-            length, pos = pb.decode_varint(data, pos + 1)
+            length, pos = decode_varint(data, pos + 1)
             pos += length
         if first == stop:
             begin = pos
@@ -243,6 +250,8 @@ class Batch:
         # Counting reads no string, so it needs no UTF-8 checks: the bytes schema parses
         # without them (4x cheaper than `log_group_list`).
         if lgl is None:
+            from loghubd.protocol import pb
+
             lgl = pb.LogGroupListRaw.FromString(self.raw)
         return sum(len(g.Logs) for g in lgl.LogGroups)
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 import structlog
-import zstandard
 from prometheus_client import Counter
 
 from loghubd import files
@@ -126,7 +125,7 @@ class Compressor:
                 part.unlink(missing_ok=True)
                 log.info("jsonl_compress_abandoned", path=str(closed), reason="shutdown")
                 raise
-            except (OSError, zstandard.ZstdError) as e:
+            except OSError as e:
                 with contextlib.suppress(OSError):  # the failure is reported below, not this
                     part.unlink(missing_ok=True)
                 self.failures.inc()
@@ -138,9 +137,15 @@ class Compressor:
             with gzip.GzipFile(name, "wb", GZIP_LEVEL, raw) as out:
                 self._copy(src, out)
         else:
+            # Imported here: every daemon loads this module, few compress with zstd.
+            import zstandard
+
             cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-            with cctx.stream_writer(raw, closefd=False) as zout:
-                self._copy(src, zout)
+            try:
+                with cctx.stream_writer(raw, closefd=False) as zout:
+                    self._copy(src, zout)
+            except zstandard.ZstdError as e:  # reported and retried as a failed write is
+                raise OSError(f"zstd: {e}") from e
 
     def _copy(self, src: BinaryIO, out: _Writer) -> None:
         while chunk := src.read(CHUNK):

@@ -13,13 +13,16 @@ extension was not built, or when the installed lz4 does not export that symbol;
 
 from __future__ import annotations
 
+import functools
 import io
 import zlib
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import lz4.block
-import zstandard
+
+if TYPE_CHECKING:
+    import zstandard
 
 from loghubd.native import load_extension
 
@@ -30,8 +33,15 @@ NONE: Final = ""
 
 SUPPORTED: Final = frozenset({LZ4, ZSTD, DEFLATE, NONE})
 
-_zstd_c = zstandard.ZstdCompressor(level=1)
-_zstd_d = zstandard.ZstdDecompressor()
+
+@functools.cache
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    """zstd's codec pair, made on first use: pulls are answered in LZ4 unless asked otherwise,
+    so most daemons never need zstandard, whose import costs every start-up ~15-30 ms of CPU
+    here (bench/README.md, "Start-up imports")."""
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor()
 
 
 def _python_lz4(data: bytes, raw_size: int) -> bytes:
@@ -59,7 +69,7 @@ def compress(codec: str, data: bytes) -> bytes:
         # SLS frames LZ4 as a raw block: the python binding's 4-byte size prefix is dropped.
         return bytes(lz4.block.compress(data, store_size=False))
     if codec == ZSTD:
-        return _zstd_c.compress(data)
+        return _zstd()[0].compress(data)
     if codec == DEFLATE:
         return zlib.compress(data, 1)
     if codec == NONE:
@@ -79,7 +89,7 @@ def decompress(codec: str, data: bytes, raw_size: int) -> bytes:
                 out = _lz4_decompress(data, raw_size)
         elif codec == ZSTD:
             # stream_reader honours our bound even when the frame header lies about its size
-            with _zstd_d.stream_reader(io.BytesIO(data)) as reader:
+            with _zstd()[1].stream_reader(io.BytesIO(data)) as reader:
                 out = reader.read(raw_size + 1)
         elif codec == DEFLATE:
             d = zlib.decompressobj()

@@ -11,6 +11,12 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf import message as _message
 
+# The framing helpers need no protobuf: they live apart so that the daemon's hot path can
+# use them without importing it (see framing.py). Re-exported for the code that has both.
+from loghubd.protocol.framing import decode_varint as decode_varint
+from loghubd.protocol.framing import encode_varint as encode_varint
+from loghubd.protocol.framing import frame_log_groups as frame_log_groups
+
 _PACKAGE = "loghubd.sls"
 
 
@@ -76,42 +82,3 @@ LogGroupRaw: Any = _cls("LogGroupRaw")
 LogGroupListRaw: Any = _cls("LogGroupListRaw")
 
 DecodeError = _message.DecodeError
-
-
-def encode_varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative integer."""
-    out = bytearray()
-    while True:
-        bits = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(bits | 0x80)
-        else:
-            out.append(bits)
-            return bytes(out)
-
-
-def decode_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """The protobuf varint at `data[pos:]`: (value, position after it)."""
-    value = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, pos
-
-
-def frame_log_groups(serialized_groups: list[bytes]) -> bytes:
-    """Assemble a LogGroupList from already-serialized LogGroups without decoding them.
-
-    A repeated message field is just the concatenation of (tag, length, bytes) records, so the
-    server can serve stored LogGroup bytes as they are.
-    """
-    parts: list[bytes] = []
-    for raw in serialized_groups:
-        parts.append(b"\x0a")  # field 1, wire type 2 (length-delimited)
-        parts.append(encode_varint(len(raw)))
-        parts.append(raw)
-    return b"".join(parts)

@@ -105,3 +105,47 @@ def test_a_shutdown_abandons_a_compression_and_the_next_start_does_it(
     assert not closed.exists()
     gz = closed.with_name(closed.name + ".gz")
     assert gzip.decompress(gz.read_bytes()) == content
+
+
+def test_a_failed_zstd_compression_keeps_the_file_counts_it_and_is_done_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """zstd's own errors are failures like a disk's: the closed file stays whole, its `.part`
+    goes, the failure is counted, and the next start compresses it."""
+    import zstandard
+
+    options = {"path": str(tmp_path), "rotate_bytes": 100, "compress": "zstd"}
+    real_writer = zstandard.ZstdCompressor.stream_writer
+
+    class Broken:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def __enter__(self) -> Broken:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def write(self, data: bytes) -> int:
+            raise zstandard.ZstdError("compression error: simulated")
+
+    monkeypatch.setattr(zstandard.ZstdCompressor, "stream_writer", Broken)
+    p: JsonlProcessor = JsonlFactory(options)(0)
+    p.initialize(0)
+    p.process(make_batch(logs(0, 3)), RecordingTracker())
+    p.process(make_batch(logs(3, 1)), RecordingTracker())  # rotates: the compression fails
+    p.wait_compressed()
+    assert p.metrics.compress_failures._value.get() == 1
+    p.shutdown(RecordingTracker())
+    [closed] = tmp_path.glob("shard-0.*Z.jsonl")
+    assert ids(closed.read_bytes()) == [0, 1, 2]
+    assert not list(tmp_path.glob("*.part"))
+    monkeypatch.setattr(zstandard.ZstdCompressor, "stream_writer", real_writer)
+    again = JsonlFactory(options)(0)
+    again.initialize(0)
+    again.wait_compressed()
+    again.shutdown(RecordingTracker())
+    [zst] = tmp_path.glob("shard-0.*Z.jsonl.zst")
+    data = zstandard.ZstdDecompressor().decompressobj().decompress(zst.read_bytes())
+    assert ids(data) == [0, 1, 2]

@@ -6,6 +6,7 @@ interpreter, as a daemon starts."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -82,3 +83,38 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_daemon_reading_batches_in_c_imports_neither_protobuf_nor_zstandard() -> None:
+    """Every daemon imports `loghubd.app` and the built-in processors; with the C extensions
+    its batches are counted, decoded and written as JSON lines without the protobuf classes,
+    and its pulls come in LZ4. protobuf's descriptor pool and zstandard were ~0.1 CPU-s of
+    start-up (bench/README.md, "Start-up imports"): they are imported when first needed."""
+    from loghubd.protocol import compress, pb
+
+    group = pb.LogGroup(Topic="t")
+    group.Logs.add(Time=1).Contents.add(Key="k", Value="v")
+    raw = pb.frame_log_groups([group.SerializeToString()] * 3)
+    body = compress.compress(compress.LZ4, raw)
+    probe = """
+import sys
+import loghubd.app, loghubd.cli
+from loghubd.models import Batch
+from loghubd.plugins.manager import Plugins
+from loghubd.protocol import compress
+Plugins()
+raw = compress.decompress("lz4", bytes.fromhex(sys.argv[1]), int(sys.argv[2]))
+batch = Batch(0, "c", "n", raw, 3)
+assert batch.log_count == 3 and len(list(batch.logs())) == 3 and batch.jsonl().count(b"\\n") == 3
+assert batch.part(1, 2, "c1", "c2").log_count == 1
+print(sorted(m for m in ("google.protobuf", "zstandard") if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe, body.hex(), str(len(raw))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LOGHUBD_NO_C": ""},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
