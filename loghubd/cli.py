@@ -237,6 +237,11 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
 def build_parser(plugin_commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser:
     """The command line: the core's commands, then `plugin_commands` (`_plugin_commands`)."""
     parser, sub = _core_parser()
+    _add_plugin_commands(sub, plugin_commands)
+    return parser
+
+
+def _add_plugin_commands(sub: Any, plugin_commands: Sequence[CliCommand]) -> None:
     for command in plugin_commands:
         if command.name in sub.choices:
             from loghubd.plugins.manager import PluginError
@@ -250,7 +255,6 @@ def build_parser(plugin_commands: Sequence[CliCommand] = ()) -> argparse.Argumen
         )
         command.arguments(added)
         added.set_defaults(func=command.run, logs_are_output=command.logs_are_output)
-    return parser
 
 
 def _command_word(argv: Sequence[str]) -> str | None:
@@ -264,10 +268,10 @@ def _command_word(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _plugin_commands(argv: Sequence[str]) -> list[CliCommand]:
+def _plugin_commands(argv: Sequence[str], core: frozenset[str]) -> list[CliCommand]:
     """The subcommands plugins add (`loghubd_cli_commands`), loaded only when the command
-    line may name one: a core command does not pay for importing every plugin."""
-    core = frozenset(_core_parser()[1].choices)
+    line may name one (not one of the `core` commands): a core command does not pay for
+    importing every plugin."""
     if _command_word(argv) in core:
         return []
     from loghubd.plugins.manager import PluginError, Plugins
@@ -302,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     from loghubd.admin.commands import join_dash_values
 
     argv = join_dash_values(argv)
-    args = build_parser(_plugin_commands(argv)).parse_args(argv)
+    parser, sub = _core_parser()  # built once: every command's start-up pays for it
+    _add_plugin_commands(sub, _plugin_commands(argv, frozenset(sub.choices)))
+    args = parser.parse_args(argv)
     logs_are_output = args.func in (commands.cmd_run, commands.cmd_serve) or getattr(
         args, "logs_are_output", False
     )
