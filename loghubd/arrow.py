@@ -36,7 +36,6 @@ import pyarrow.compute as pc
 
 from loghubd.native import load_extension
 from loghubd.protocol import cursor as cursors
-from loghubd.protocol import pb
 
 CHUNK_ROWS = 5000
 
@@ -414,6 +413,10 @@ def _indices(spans: Iterable[Span], count: int) -> list[int]:
 
 
 def _add_group(chunk: _Chunk, data: memoryview, group_cursor: str) -> None:
+    # The Python path's only use of protobuf: imported here, so that a daemon whose groups
+    # the C converter takes never builds the descriptor pool (as in loghubd.models).
+    from loghubd.protocol import pb
+
     mark = chunk.mark()
     try:
         _add_parsed(chunk, pb.LogGroup.FromString(data), group_cursor, raw_values=False)

@@ -37,8 +37,8 @@ SUPPORTED: Final = frozenset({LZ4, ZSTD, DEFLATE, NONE})
 @functools.cache
 def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     """zstd's codec pair, made on first use: pulls are answered in LZ4 unless asked otherwise,
-    so most daemons never need zstandard, whose import costs every start-up ~15-30 ms of CPU
-    here (bench/README.md, "Start-up imports")."""
+    so most daemons never need zstandard, whose import took 16-34 ms in `python -X importtime`
+    here (bench/README.md, "Seventeenth session: start-up imports")."""
     import zstandard
 
     return zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor()

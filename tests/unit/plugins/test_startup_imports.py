@@ -87,9 +87,10 @@ print("ok")
 
 def test_a_daemon_reading_batches_in_c_imports_neither_protobuf_nor_zstandard() -> None:
     """Every daemon imports `loghubd.app` and the built-in processors; with the C extensions
-    its batches are counted, decoded and written as JSON lines without the protobuf classes,
-    and its pulls come in LZ4. protobuf's descriptor pool and zstandard were ~0.1 CPU-s of
-    start-up (bench/README.md, "Start-up imports"): they are imported when first needed."""
+    its batches are counted, decoded, encoded as JSON lines and converted to Arrow without the
+    protobuf classes, and its pulls come in LZ4. protobuf's descriptor pool and zstandard cost
+    ~70 ms of start-up CPU (median; bench/README.md, "Seventeenth session: start-up
+    imports"): they are imported when first needed."""
     from loghubd.protocol import compress, pb
 
     group = pb.LogGroup(Topic="t")
@@ -107,6 +108,7 @@ raw = compress.decompress("lz4", bytes.fromhex(sys.argv[1]), int(sys.argv[2]))
 batch = Batch(0, "c", "n", raw, 3)
 assert batch.log_count == 3 and len(list(batch.logs())) == 3 and batch.jsonl().count(b"\\n") == 3
 assert batch.part(1, 2, "c1", "c2").log_count == 1
+assert batch.arrow().num_rows == 3  # the columnar view (arrow, parquet) too
 print(sorted(m for m in ("google.protobuf", "zstandard") if m in sys.modules))
 """
     done = subprocess.run(
