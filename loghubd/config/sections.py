@@ -143,6 +143,9 @@ class ConsumerConfig:
     checkpoint_interval: float = 5.0
     max_fetch_log_groups: int = 1000
     fetch_interval: float = 0.2  # pause after a nearly empty pull; never while behind
+    # After empty pulls in a row the pause doubles from fetch_interval up to this: what a
+    # quiet shard costs, and the longest wait for the first log after a quiet spell.
+    idle_fetch_interval: float = 1.0
     max_bytes_in_flight: int = 64 * 1024 * 1024
     shutdown_grace: float = 20.0
     max_attempts: int = 0  # 0 = unlimited
@@ -177,6 +180,7 @@ class ConsumerConfig:
             (1 <= self.max_fetch_log_groups <= 1000, "max_fetch_log_groups",
              f"must be between 1 and 1000, got {self.max_fetch_log_groups}"),
             (self.fetch_interval >= 0, "fetch_interval", "must be >= 0"),
+            (self.idle_fetch_interval >= 0, "idle_fetch_interval", "must be >= 0"),
             (self.max_bytes_in_flight > 0, "max_bytes_in_flight", "must be > 0"),
             (self.shutdown_grace >= 0, "shutdown_grace", "must be >= 0"),
             (self.max_attempts >= 0, "max_attempts", "must be >= 0 (0 = unlimited)"),

@@ -2,11 +2,12 @@
 
 Pacing follows how full the last pull was: a full pull means we are behind, so the next pull
 starts at once; a partial one sleeps the unfilled fraction of `fetch_interval`; an empty one
-sleeps all of it. The first pull that is not full after full ones is reported as `CaughtUp`,
-so the end of a backlog is committed at once, not one checkpoint interval later; polls while
-caught up report nothing. The end of a read-only shard is reported as `EndOfShard` so its end
-cursor can be committed at once, also when it never held data. An expired cursor
-(InvalidCursor) restarts from the configured start position, loudly.
+sleeps all of it, and each further empty one twice as long, up to `idle_fetch_interval`
+(`loghubd.consumer.pacing`). The first pull that is not full after full ones is reported as
+`CaughtUp`, so the end of a backlog is committed at once, not one checkpoint interval later;
+polls while caught up report nothing. The end of a read-only shard is reported as
+`EndOfShard` so its end cursor can be committed at once, also when it never held data. An
+expired cursor (InvalidCursor) restarts from the configured start position, loudly.
 
 Bounded runs (`consumer.end`, `loghubd.consumer.window`): `window_end` resolves the end of
 the window to a cursor (None while the end time is still ahead); pulls then stop there
@@ -30,6 +31,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from loghubd.backoff import Backoff
 from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.inflight import Grant
+from loghubd.consumer.pacing import pause_before_next_pull
 from loghubd.consumer.window import reached
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
@@ -125,6 +127,8 @@ class FetchSettings:
     logstore: str
     max_log_groups: int
     fetch_interval: float
+    # The longest pause between pulls of a shard that keeps bringing nothing (pacing.py).
+    idle_fetch_interval: float = 0.0
     # Failed pulls and start-position look-ups (`consumer.pull_retry_max_backoff`).
     backoff: Backoff = PULL_BACKOFF
     query: str | None = None
@@ -153,6 +157,7 @@ async def run_fetcher(
     stop_at: str | None = None  # the end of a bounded run's window, once resolved
     behind = False  # the last pull was full: there is a backlog (see CaughtUp)
     delivered = False  # something was handed on since we were last caught up
+    empty_in_a_row = 0  # pulls that brought no log group at all, the last one included
     async with send:
         while True:
             if window_end is not None and stop_at is None:
@@ -248,9 +253,17 @@ async def run_fetcher(
                 next_lag_probe = now + LAG_PROBE_INTERVAL_S
                 await _probe_lag(client, settings.logstore, shard, cursor, status, metrics)
             if full:
+                empty_in_a_row = 0
                 continue
-            fill = pulled.raw_count / settings.max_log_groups
-            await anyio.sleep(settings.fetch_interval * (1.0 - fill))
+            empty_in_a_row = 0 if pulled.raw_count else empty_in_a_row + 1
+            await anyio.sleep(
+                pause_before_next_pull(
+                    pulled.raw_count / settings.max_log_groups,
+                    empty_in_a_row,
+                    settings.fetch_interval,
+                    settings.idle_fetch_interval,
+                )
+            )
 
 
 async def _pull(

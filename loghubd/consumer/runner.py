@@ -119,6 +119,7 @@ class SourceRunner:
                 logstore=s.logstore,
                 max_log_groups=c.max_fetch_log_groups,
                 fetch_interval=c.fetch_interval,
+                idle_fetch_interval=c.idle_fetch_interval,
                 backoff=replace(PULL_BACKOFF, cap=c.pull_retry_max_backoff),
                 query=c.query or None,
             ),

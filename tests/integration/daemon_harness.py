@@ -154,6 +154,7 @@ class Daemon:
             "timeout": TIMEOUT,
             "checkpoint_interval": CHECKPOINT,
             "fetch_interval": FETCH_INTERVAL,
+            "idle_fetch_interval": FETCH_INTERVAL,  # no idle back-off: prompt, as tests expect
             "shutdown_grace": 10.0,
             "dead_letter_dir": str(self.dead_letter),
         }

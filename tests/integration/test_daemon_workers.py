@@ -40,6 +40,7 @@ heartbeat_interval = 1.0
 timeout = 4.0
 checkpoint_interval = 1.0
 fetch_interval = 0.05
+idle_fetch_interval = 0.05
 [processor.jsonl]
 path = "{out}"
 [ops]

@@ -214,6 +214,7 @@ class SparkDaemon:
                 "timeout": 10.0,
                 "checkpoint_interval": 1.0,
                 "fetch_interval": 0.05,
+                "idle_fetch_interval": 0.05,
                 "shutdown_grace": 40.0,
                 "retry_initial_backoff": 0.2,
                 "retry_max_backoff": 2.0,
