@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -511,6 +512,17 @@ def start_server(
     return server
 
 
+def pulls_answered(server: ServerProcess) -> float:
+    """PullLogs requests `server` has answered so far (every status), from its /metrics."""
+    with urllib.request.urlopen(f"{server.endpoint}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("loghubd_server_requests_total{") and 'api="PullLogs"' in line
+    )
+
+
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -535,6 +547,7 @@ __all__ = [
     "median",
     "pin",
     "pin_self",
+    "pulls_answered",
     "put_all",
     "session",
     "start_server",

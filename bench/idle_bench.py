@@ -45,17 +45,6 @@ SETTLE_S = 8.0
 KINDS = ("daemon", "daemon-poll", "sdk")
 
 
-def pulls_answered(port: int) -> float:
-    """PullLogs requests the server has answered so far (every status)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("loghubd_server_requests_total{") and 'api="PullLogs"' in line
-    )
-
-
 def spawn(kind: str, work: Path, port: int, logstore: str, group: str) -> subprocess.Popen[bytes]:
     log = work / f"{group}.log"
     if kind.startswith("daemon"):
@@ -109,14 +98,14 @@ def measure(
         cpu0, srv0, pulls0 = (
             C.tree_cpu(proc.pid),
             C.cpu_seconds(server.proc.pid),
-            pulls_answered(server.port),
+            C.pulls_answered(server),
         )
         t0 = time.monotonic()
         time.sleep(window)
         cpu1, srv1, pulls1 = (
             C.tree_cpu(proc.pid),
             C.cpu_seconds(server.proc.pid),
-            pulls_answered(server.port),
+            C.pulls_answered(server),
         )
         wall = time.monotonic() - t0
     finally:

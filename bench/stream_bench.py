@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +49,6 @@ from loghubd.protocol.signing import Credentials
 
 PROJECT, LOGSTORE, SHARDS, LOGS_PER_GROUP = "streambench", "app", 4, 100
 SPARK_CONF = {"spark.driver.memory": "2g", "spark.ui.enabled": "false"}
-
-
-def pulls(server: C.ServerProcess) -> float:
-    with urllib.request.urlopen(f"{server.endpoint}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("loghubd_server_requests_total{") and 'api="PullLogs"' in line
-    )
 
 
 def load(server: C.ServerProcess, logs: int) -> int:
@@ -114,7 +103,7 @@ def measure(
 ) -> dict[str, float]:
     """From the phase's first PullLogs to every checkpoint at its end."""
     deadline = time.monotonic() + timeout
-    while pulls(server) <= pulls_before:
+    while C.pulls_answered(server) <= pulls_before:
         if not alive() or time.monotonic() > deadline:
             raise RuntimeError("no PullLogs")
         time.sleep(0.02)
@@ -167,7 +156,7 @@ max_log_groups_per_trigger = 1000
 [spark_stream.conf]
 {conf_table()}"""
     )
-    before = pulls(server)
+    before = C.pulls_answered(server)
     proc = spawn(work, f"stream-{n}", ["spark-stream", "-c", str(cfg), "--available-now"])
     try:
         result = measure(
@@ -218,7 +207,7 @@ listen = "127.0.0.1:{C.free_port()}"
 format = "json"
 """
     )
-    before = pulls(server)
+    before = C.pulls_answered(server)
     proc = spawn(work, f"processor-{n}", ["run", "-c", str(cfg)])
     try:
         result = measure(
