@@ -24,20 +24,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import _common as C
+from daemon_procs import Consumer, Daemon
 
 HERE = Path(__file__).resolve().parent
 PROJECT = "idlebench"
@@ -45,8 +43,9 @@ SETTLE_S = 8.0
 KINDS = ("daemon", "daemon-poll", "sdk")
 
 
-def spawn(kind: str, work: Path, port: int, logstore: str, group: str) -> subprocess.Popen[bytes]:
+def spawn(kind: str, work: Path, port: int, logstore: str, group: str) -> Consumer:
     log = work / f"{group}.log"
+    t = time.time()
     if kind.startswith("daemon"):
         config = work / f"{group}.toml"
         # "daemon-poll": every 0.2 s however long the shard stays quiet (as before
@@ -61,17 +60,14 @@ def spawn(kind: str, work: Path, port: int, logstore: str, group: str) -> subpro
             processor="null",
             consumer=extra,
         )
-        proc = C.spawn_daemon(config, log)
+        daemon = Daemon(C.spawn_daemon(config, log), t, ops)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # joined: /readyz answers 200
-            with (
-                contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(f"http://127.0.0.1:{ops}/readyz", timeout=1),
-            ):
-                return proc
+        while not daemon.ready():  # joined: /readyz answers 200
+            if time.monotonic() > deadline:
+                daemon.stop(signal.SIGKILL)
+                raise RuntimeError(f"{group}: not ready within 60 s, see {log}")
             time.sleep(0.1)
-        proc.kill()
-        raise RuntimeError(f"{group}: not ready within 60 s, see {log}")
+        return daemon
     cmd = [
         sys.executable,
         str(HERE / "_sdk_consumer.py"),
@@ -80,9 +76,10 @@ def spawn(kind: str, work: Path, port: int, logstore: str, group: str) -> subpro
         *("--fetch-interval", "0.2"),
     ]
     with open(log, "ab") as err:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=work, env=C.loopback_env()
         )
+    return Consumer(proc, t)
 
 
 def measure(
@@ -90,31 +87,26 @@ def measure(
 ) -> dict[str, Any]:
     assert server.proc is not None
     group = f"{kind}-{tag}"
-    proc = spawn(kind, work, server.port, logstore, group)
+    consumer = spawn(kind, work, server.port, logstore, group)
     try:
         time.sleep(SETTLE_S)
-        if proc.poll() is not None:
-            raise RuntimeError(f"{group} exited with {proc.returncode}: see {group}.log")
+        if consumer.proc.poll() is not None:
+            raise RuntimeError(f"{group} exited with {consumer.proc.returncode}: see {group}.log")
         cpu0, srv0, pulls0 = (
-            C.tree_cpu(proc.pid),
+            C.tree_cpu(consumer.pid),
             C.cpu_seconds(server.proc.pid),
             C.pulls_answered(server),
         )
         t0 = time.monotonic()
         time.sleep(window)
         cpu1, srv1, pulls1 = (
-            C.tree_cpu(proc.pid),
+            C.tree_cpu(consumer.pid),
             C.cpu_seconds(server.proc.pid),
             C.pulls_answered(server),
         )
         wall = time.monotonic() - t0
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        consumer.stop()
     return {
         "kind": kind,
         "consumer_core_pct": round(100 * (cpu1 - cpu0) / wall, 2),

@@ -252,10 +252,9 @@ async def run_fetcher(
             elif now >= next_lag_probe:
                 next_lag_probe = now + LAG_PROBE_INTERVAL_S
                 await _probe_lag(client, settings.logstore, shard, cursor, status, metrics)
-            if full:
-                empty_in_a_row = 0
-                continue
             empty_in_a_row = 0 if pulled.raw_count else empty_in_a_row + 1
+            if full:
+                continue
             await anyio.sleep(
                 pause_before_next_pull(
                     pulled.raw_count / settings.max_log_groups,
