@@ -128,6 +128,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "idle_bench.json"))
     args = ap.parse_args()
     shard_counts = [int(s) for s in args.shards.split(",")]
+    # Stopped with SIGTERM (kill, timeout): unwind, so that the `finally`s stop the consumer
+    # and the server. Left running, they skew whatever is measured next.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     machine = C.machine_notes()
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="idle-bench-") as tmp:
