@@ -9,7 +9,7 @@ a window of `--window` seconds:
 - the consumer's CPU (its process tree), as a percentage of one core;
 - the server's CPU meanwhile, and the PullLogs requests it answered (from its /metrics).
 
-The daemon runs `null` with defaults (`fetch_interval` 0.2 s, `idle_fetch_interval` 1 s);
+The daemon runs `null` with defaults (`fetch_interval` 0.2 s, `idle_fetch_interval` 0.5 s);
 "daemon-poll" the same with `idle_fetch_interval` 0.2 s (a pull every 0.2 s however long a
 shard stays quiet: the daemon before that key); the SDK runs ConsumerWorker counting logs
 (bench/_sdk_consumer.py) with `data_fetch_interval` 0.2 s, as the other benchmarks run it.
@@ -49,7 +49,7 @@ def spawn(kind: str, work: Path, port: int, logstore: str, group: str) -> Consum
     if kind.startswith("daemon"):
         config = work / f"{group}.toml"
         # "daemon-poll": every 0.2 s however long the shard stays quiet (as before
-        # `idle_fetch_interval`, which defaults to 1 s and is what "daemon" runs with).
+        # `idle_fetch_interval`, which defaults to 0.5 s and is what "daemon" runs with).
         extra = "idle_fetch_interval = 0.2" if kind == "daemon-poll" else ""
         ops = C.daemon_config(
             config,

@@ -144,8 +144,9 @@ class ConsumerConfig:
     max_fetch_log_groups: int = 1000
     fetch_interval: float = 0.2  # pause after a nearly empty pull; never while behind
     # After empty pulls in a row the pause doubles from fetch_interval up to this: what a
-    # quiet shard costs, and the longest wait for the first log after a quiet spell.
-    idle_fetch_interval: float = 1.0
+    # quiet shard costs, and the longest wait for the first log after a quiet spell. 0.5 s
+    # is how often the official SDKs poll a shard that gave them little or nothing.
+    idle_fetch_interval: float = 0.5
     max_bytes_in_flight: int = 64 * 1024 * 1024
     shutdown_grace: float = 20.0
     max_attempts: int = 0  # 0 = unlimited

@@ -6,7 +6,8 @@
 - Nothing arrived: the pause doubles with each empty pull in a row, from `fetch_interval` up to
   `idle_fetch_interval`. A quiet shard then costs a pull every `idle_fetch_interval` (an idle
   8-shard daemon polling every 0.2 s used 6 % of a core here, and its server as much again),
-  and the first log after a quiet spell waits at most that long. An `idle_fetch_interval` not
+  and the first log after a quiet spell waits at most that long. Its default, 0.5 s, is the
+  official SDKs' pace after a pull of few or no log groups: no later than theirs. An `idle_fetch_interval` not
   above `fetch_interval` keeps the pause at `fetch_interval`.
 """
 

@@ -58,7 +58,7 @@ VALID: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]] = [
             "consumer.checkpoint_interval": 5.0,
             "consumer.max_fetch_log_groups": 1000,
             "consumer.fetch_interval": 0.2,
-            "consumer.idle_fetch_interval": 1.0,
+            "consumer.idle_fetch_interval": 0.5,
             "consumer.max_bytes_in_flight": 64 * 1024 * 1024,
             "consumer.shutdown_grace": 20.0,
             "consumer.max_attempts": 0,
