@@ -7,8 +7,8 @@
   `idle_fetch_interval`. A quiet shard then costs a pull every `idle_fetch_interval` (an idle
   8-shard daemon polling every 0.2 s used 6 % of a core here, and its server as much again),
   and the first log after a quiet spell waits at most that long. Its default, 0.5 s, is the
-  official SDKs' pace after a pull of few or no log groups: no later than theirs. An `idle_fetch_interval` not
-  above `fetch_interval` keeps the pause at `fetch_interval`.
+  official SDKs' pace after a pull of few or no log groups: no later than theirs. An
+  `idle_fetch_interval` not above `fetch_interval` keeps the pause at `fetch_interval`.
 """
 
 from __future__ import annotations
