@@ -89,6 +89,15 @@ HANDOVER_PATIENCE_S = 60.0
 # A shard abandoned at the end of the shutdown grace: how long its processor's flush and
 # shutdown may take (they may wait on the very call that is stuck).
 ABANDONED_CALL_S = 1.0
+# While a shard waits for data, how often a processor with `redelivery()` is asked.
+REDELIVERY_POLL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    """The processor's `redelivery()` asked, while the shard waited, to re-read from `cursor`."""
+
+    cursor: str
 
 
 @dataclass
@@ -407,13 +416,26 @@ class ShardTask:
         if self._waiting is not None:
             self._waiting.cancel()
 
-    async def _next(self, receive: anyio.abc.ObjectReceiveStream[Item]) -> Item | None:
-        """The next item, or None when the fetcher is done or a stop was requested."""
+    async def _next(self, receive: anyio.abc.ObjectReceiveStream[Item]) -> Item | Redeliver | None:
+        """The next item, or None when the fetcher is done or a stop was requested. While
+        waiting, a processor with `redelivery()` is asked every `REDELIVERY_POLL_S`; a cursor
+        it gives comes back as `Redeliver`."""
         if self.stop_requested.is_set():
             return None
+        assert self.processor is not None
+        redelivery = self.processor.redelivery
         with anyio.CancelScope() as self._waiting:
             try:
-                return await receive.receive()
+                if redelivery is None:
+                    return await receive.receive()
+                while True:
+                    # anyio does not cancel a receive whose item was handed over: a batch
+                    # arriving as the wait ends is returned, never dropped.
+                    with anyio.move_on_after(REDELIVERY_POLL_S):
+                        return await receive.receive()
+                    cursor = await redelivery()
+                    if cursor is not None:
+                        return Redeliver(cursor)
             except anyio.EndOfStream:
                 return None
             finally:
@@ -429,7 +451,9 @@ class ShardTask:
             async with anyio.create_task_group() as tg, receive:
                 tg.start_soon(self._fetch, tracker.fetch_cursor, send)
                 while (item := await self._next(receive)) is not None:
-                    if isinstance(item, Batch):
+                    if isinstance(item, Redeliver):  # asked for while waiting
+                        rollback = item.cursor
+                    elif isinstance(item, Batch):
                         try:
                             rollback = await self._handle(item)
                         finally:

@@ -129,6 +129,19 @@ class Committed(Protocol):
     def committed(self, cursor: str) -> Awaitable[None] | None: ...
 
 
+@runtime_checkable
+class Redeliverable(Protocol):
+    """Optional, on a processor: ``redelivery()``, sync or async, is asked about once a second
+    while this shard waits for its next batch. Returning a cursor rolls the shard back there,
+    as ``process`` returning one does (the batches from that cursor on are fetched and handed
+    to ``process`` again); None changes nothing. For a processor that holds batches past
+    ``process`` (a buffer written later, by a timer) and finds that one of them must go through
+    ``process`` again, e.g. so that its failure meets the failure policy: on a shard that
+    receives nothing new, no ``process`` call would carry the request. Keep it cheap."""
+
+    def redelivery(self) -> str | Awaitable[str | None] | None: ...
+
+
 class ProcessorFactory(Protocol):
     """Per daemon: makes one processor per shard. May also be :class:`Bindable`,
     :class:`Startable` and :class:`Closable`."""

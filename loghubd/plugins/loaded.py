@@ -26,6 +26,7 @@ from loghubd.plugins.api import (
     Processor,
     ProcessorContext,
     ProcessorFactory,
+    Redeliverable,
     Startable,
 )
 
@@ -86,6 +87,8 @@ class LoadedProcessor:
     flush_abandoning: AsyncCall | None = None
     # `committed(cursor)` after each successful commit, None when it has none.
     committed: AsyncCall | None = None
+    # `redelivery()` while the shard waits for data, None when it has none.
+    redelivery: AsyncCall | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,13 @@ def load_processor(name: str, processor: object) -> LoadedProcessor:
             f"{owner}: committed",
             abandon_on_cancel=True,
         )
+    redelivery = None
+    if isinstance(processor, Redeliverable):
+        redelivery = as_async(
+            _method(owner, "redelivery", processor.redelivery),
+            f"{owner}: redelivery",
+            abandon_on_cancel=True,
+        )
     return LoadedProcessor(
         name,
         initialize=as_async(
@@ -164,4 +174,5 @@ def load_processor(name: str, processor: object) -> LoadedProcessor:
         flush=flush,
         flush_abandoning=flush_abandoning,
         committed=committed,
+        redelivery=redelivery,
     )

@@ -10,6 +10,8 @@ entry-point mechanism, with nothing installed into the virtualenv. Its processor
 - `flaky`: like `jsonl`, but the batch holding the log `fail_id` raises on its first
   `fail_times` attempts; every attempt at it is appended to `attempts` (time, cursors).
 - `stuck`: like `jsonl`, but one shard's `process()` (sync or async) never returns.
+- `held`: like `jsonl`, but each shard's first batch is only held (a deferred ack, nothing
+  written) until it comes again; with `ask = true` its `redelivery()` asks for it.
 
 Keep the module importable without pytest: the daemon process imports it.
 """
@@ -216,7 +218,50 @@ class StuckFactory:
         return self.kind(self.options, shard)
 
 
-TEST_PROCESSORS = ("record", "flaky", "stuck")
+class HeldProcessor(JsonlProcessor):
+    """`jsonl`, except that the shard's first batch is held: its ack deferred, nothing written
+    (as a processor that buffers for a later write). `redelivery()` (with `ask`) then asks for
+    it again, once, noting the request in `asked`; the batch is written when it comes back."""
+
+    def __init__(self, factory: HeldFactory, shard: int) -> None:
+        super().__init__(factory.directory, shard)
+        self.factory = factory
+        self.held: str | None = None  # the cursor of the held batch
+        self.asked = False
+        self.first = True
+        self.lock = threading.Lock()
+
+    def process(self, batch: Batch, tracker: Tracker) -> None:
+        with self.lock:
+            if self.first:
+                self.first, self.held = False, batch.cursor
+                tracker.defer()  # never done: only a re-delivery moves the checkpoint past it
+                return
+            if batch.cursor == self.held:
+                self.held = None
+        super().process(batch, tracker)
+
+    def redelivery(self) -> str | None:
+        with self.lock:
+            if not self.factory.ask or self.held is None or self.asked:
+                return None
+            self.asked = True
+            with open(self.factory.asked_path, "a") as out:
+                out.write(json.dumps({"shard": self.shard, "cursor": self.held}) + "\n")
+            return self.held
+
+
+class HeldFactory:
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.directory = Path(options["path"])
+        self.ask = bool(options["ask"])
+        self.asked_path = Path(options["asked"])
+
+    def __call__(self, shard: int) -> HeldProcessor:
+        return HeldProcessor(self, shard)
+
+
+TEST_PROCESSORS = ("record", "flaky", "stuck", "held")
 
 
 @hookimpl
@@ -225,4 +270,5 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
         ProcessorSpec("record", RecordFactory, "tests: delivery order in one file"),
         ProcessorSpec("flaky", FlakyFactory, "tests: jsonl failing at one batch"),
         ProcessorSpec("stuck", StuckFactory, "tests: one shard's process() never returns"),
+        ProcessorSpec("held", HeldFactory, "tests: a held batch asked for by redelivery()"),
     ]

@@ -22,8 +22,9 @@ and each daemon batch it held is then written on its own: one bad batch must not
 shard. A batch whose own write fails in its own `process()` leaves the buffer and the error is
 raised, so the daemon's retry and failure policy (`on_failure = "dead_letter"`) applies to
 exactly that batch; one whose own write fails elsewhere (another batch's `process()`, the timer)
-stays buffered and its shard is asked to re-deliver it (`process` returns a rollback cursor), so
-that it fails in its own `process()` next. A failed write that cannot be abandoned (a job still
+stays buffered and its shard is asked to re-deliver it (`process` returns a rollback cursor, or,
+on a shard waiting for data, the processor's `redelivery()` does), so that it fails in its own
+`process()` next. A failed write that cannot be abandoned (a job still
 running, a file that cannot be deleted) stays the *pending write* and is retried as it is (same
 batch id, same batches, same entry) before anything else is written.
 
@@ -366,7 +367,7 @@ class Engine:
         batches written alone each in a write of its own. `own`: the batch of the calling
         `process()`, whose own failure is raised (without it, the first failure is). The
         batches waiting for their re-delivery are tried too only with `suspects` (the timer,
-        with its backoff: a shard that receives nothing more never re-delivers them).
+        with its backoff, until their shard has re-delivered them).
         `deadline` (shutdown): a write another thread runs is waited for until shortly
         before it, then cancelled (WriteCancelled)."""
         self._acquire(deadline)

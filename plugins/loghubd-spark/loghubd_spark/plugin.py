@@ -4,7 +4,9 @@ The factory owns the engine (one SparkSession, one buffer, one write-ahead log p
 `bind(context)` receives where the daemon consumes from (needed to re-read a crashed write's
 ranges), `start()` brings Spark up, warms it up and recovers, `close()` stops it. Processors
 are thin: `process` buffers the batch with a deferred ack and writes when a threshold is
-reached; `shutdown` writes what is buffered before the shard is let go.
+reached; `redelivery` passes on the engine's request to re-read a batch that failed outside
+its own `process` (`loghubd.Redeliverable`); `shutdown` writes what is buffered before the
+shard is let go.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ class SparkProcessor:
         if engine.due(key):
             engine.flush("size", own=key)
         rollback: str | None = engine.take_rollback(self.shard)
+        return rollback
+
+    def redelivery(self) -> str | None:
+        """The same request as `process` returns, asked while the shard waits for data: a
+        quiet shard's batch whose timer write failed is re-delivered without waiting for new
+        logs, so its own failure meets the failure policy and its checkpoint can move."""
+        rollback: str | None = self.factory.engine.take_rollback(self.shard)
         return rollback
 
     def shutdown(self, tracker: Tracker) -> None:

@@ -218,8 +218,8 @@ def test_one_bad_batch_fails_alone_and_leaves_the_buffer_when_given_up(
 ) -> None:
     """A log the pipeline cannot take (division by zero) in one daemon batch of a write that
     holds batches of two shards: the innocent batches are written and acked at once; the bad
-    one fails in its own process() (after its re-delivery) and, once the daemon gives it up
-    (dead letter), no later write holds it."""
+    one is asked for again (once), fails in its own process() after its re-delivery and, once
+    the daemon gives it up (dead letter), no later write holds it."""
     engine = engines(
         sql="SELECT *, 1 / (CAST(contents['id'] AS INT) - 1042) AS x FROM {logs}", max_rows=60
     )
@@ -234,9 +234,14 @@ def test_one_bad_batch_fails_alone_and_leaves_the_buffer_when_given_up(
     assert shard0.process(make_batch(0, 2, 2, 10, first_id=20), t0) is None
     assert [a.calls for a in t0.acks] == [1, 1] and t1.acks[0].calls == 0
     assert ids_in(spark, tmp_path / "out") == list(range(40))
-    # Shard 1's next batch gets the rollback; the re-delivered bad batch fails on its own.
+    # Shard 1 is asked for the bad batch once: by the daemon while it waits for data
+    # (`redelivery()`, a quiet shard), else by its next batch's process(). Shard 0 owes nothing.
+    assert shard0.redelivery() is None
+    assert shard1.redelivery() == bad.cursor
+    assert shard1.redelivery() is None
     after = make_batch(1, 2, 1, 10, first_id=1060)
-    assert shard1.process(after, t1) == bad.cursor
+    assert shard1.process(after, t1) is None  # asked already
+    # The re-delivered bad batch fails on its own.
     for _ in range(3):  # the daemon's attempts; then it dead-letters the batch
         with pytest.raises(SparkError, match="DIVIDE_BY_ZERO"):
             shard1.process(bad, t1)

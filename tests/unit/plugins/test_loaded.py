@@ -65,6 +65,7 @@ def test_sync_methods_run_in_a_worker_thread_async_ones_on_the_loop() -> None:
     assert asyn.threads == [loop_thread, loop_thread, "flushed"]
     assert loaded_sync.flush is None  # no flush(): nothing to call before a commit
     assert loaded_sync.committed is None and loaded_async.committed is None
+    assert loaded_sync.redelivery is None and loaded_async.redelivery is None
 
 
 class Housekeeping(SyncProcessor):
@@ -86,6 +87,34 @@ def test_a_plain_committed_hook_runs_in_a_worker_thread() -> None:
     assert line.startswith("committed MTA= in ") and not line.endswith(f" {loop_thread}")
 
 
+class AsksAgain(SyncProcessor):
+    def redelivery(self) -> str | None:
+        self.threads.append(threading.current_thread().name)
+        return "MTA=" if len(self.threads) > 1 else None
+
+
+class AsksAgainAsync(AsyncProcessor):
+    async def redelivery(self) -> str | None:
+        self.threads.append(threading.current_thread().name)
+        return "MTA="
+
+
+def test_redelivery_is_resolved_plain_in_a_worker_thread_async_on_the_loop() -> None:
+    plain, asyn = AsksAgain(), AsksAgainAsync()
+    loaded_plain, loaded_async = load_processor("p", plain), load_processor("a", asyn)
+
+    async def main() -> tuple[str, list[Any]]:
+        assert loaded_plain.redelivery is not None and loaded_async.redelivery is not None
+        got = [await loaded_plain.redelivery(), await loaded_plain.redelivery()]
+        got.append(await loaded_async.redelivery())
+        return threading.current_thread().name, got
+
+    loop_thread, got = anyio.run(main)
+    assert got == [None, "MTA=", "MTA="]
+    assert all(name != loop_thread for name in plain.threads)
+    assert asyn.threads == [loop_thread]
+
+
 class NoProcess:
     def initialize(self, shard: int) -> None:
         pass
@@ -102,6 +131,10 @@ class CommittedNotCallable(SyncProcessor):
     committed = "yes"
 
 
+class RedeliveryNotCallable(SyncProcessor):
+    redelivery = 1
+
+
 class SyncReturningCoroutine(SyncProcessor):
     def process(self, batch: Any, tracker: Any) -> Any:
         async def later() -> None:
@@ -116,6 +149,10 @@ class SyncReturningCoroutine(SyncProcessor):
         (NoProcess(), "'demo': NoProcess is not a processor: it needs initialize"),
         (FlushNotCallable(), "'demo': FlushNotCallable: `flush` is not callable"),
         (CommittedNotCallable(), "'demo': CommittedNotCallable: `committed` is not callable"),
+        (
+            RedeliveryNotCallable(),
+            "'demo': RedeliveryNotCallable: `redelivery` is not callable",
+        ),
         (object(), "'demo': object is not a processor"),
     ],
 )
