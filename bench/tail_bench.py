@@ -2,7 +2,7 @@
 (issue #14 item 6).
 
     .venv/bin/python bench/tail_bench.py [--rate 20000] [--seconds 60] [--json FILE]
-        [--only daemon|sdk] [--consumer 'idle_fetch_interval = 0.2']
+        [--only daemon|sdk] [--consumer 'idle_fetch_interval = 0.2'] [--jsonl 'fsync = "never"']
 
 One `loghubd serve` (core 0, with this script's producer) and a 4-shard logstore. Two
 consumers, each in its own consumer group and process (core 1), both writing JSON lines to
@@ -20,8 +20,8 @@ so latencies are late by up to 20 ms, for both alike. The same figures are also 
 without the groups written in the first second, when both consumers were still at their
 quiet-shard pace (they sit idle for a few seconds before the producer starts).
 
-`--only` runs one consumer (to see what the other costs the machine); `--consumer` adds lines
-to the daemon's `[consumer]` table.
+`--only` runs one consumer (to see what the other costs the machine); `--consumer` and
+`--jsonl` add lines to the daemon's `[consumer]` and `[processor.jsonl]` tables.
 """
 
 from __future__ import annotations
@@ -129,7 +129,9 @@ def setup(port: int) -> None:
     asyncio.run(go())
 
 
-def start_daemon(work: Path, port: int, consumer: str = "") -> tuple[subprocess.Popen[bytes], int]:
+def start_daemon(
+    work: Path, port: int, consumer: str = "", jsonl: str = ""
+) -> tuple[subprocess.Popen[bytes], int]:
     cfg = work / "daemon.toml"
     ops = C.daemon_config(
         cfg,
@@ -139,7 +141,7 @@ def start_daemon(work: Path, port: int, consumer: str = "") -> tuple[subprocess.
         group="tail-daemon",
         name="daemon",
         processor="jsonl",
-        options=f'path = "{work / "out-daemon"}"',
+        options=f'path = "{work / "out-daemon"}"\n{jsonl}',
         consumer=consumer,
     )
     return C.spawn_daemon(cfg, work / "daemon.log", core=C.LOAD_CORE), ops
@@ -192,6 +194,11 @@ def main() -> int:
         help="extra lines for the daemon's [consumer] table, e.g. 'idle_fetch_interval = 0.2'",
     )
     ap.add_argument(
+        "--jsonl",
+        default="",
+        help="extra lines for the daemon's [processor.jsonl] table, e.g. 'fsync = \"never\"'",
+    )
+    ap.add_argument(
         "--only",
         default="daemon,sdk",
         help="which consumers run (default both: the comparison needs both in one run)",
@@ -208,7 +215,7 @@ def main() -> int:
     setup(server.port)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     if "daemon" in kinds:
-        procs["daemon"], _ops = start_daemon(work, server.port, args.consumer)
+        procs["daemon"], _ops = start_daemon(work, server.port, args.consumer, args.jsonl)
     if "sdk" in kinds:
         procs["sdk"] = start_sdk(work, server.port)
     try:
@@ -265,6 +272,10 @@ def main() -> int:
                     "p99": round(1000 * pct(lat, 0.99), 1),
                     "max": round(1000 * max(lat), 1),
                 },
+                "latency_ms_quantiles": {
+                    f"p{q:g}": round(1000 * pct(lat, q / 100), 1)
+                    for q in (10, 25, 75, 90, 95, 97.5, 99.5, 99.9)
+                },
                 "latency_ms_after_the_first_second": {
                     "p50": round(1000 * statistics.median(steady), 1),
                     "p99": round(1000 * pct(steady, 0.99), 1),
@@ -276,6 +287,7 @@ def main() -> int:
         report = {
             "machine": C.machine_notes(),
             "daemon_consumer_options": args.consumer,
+            "daemon_jsonl_options": args.jsonl,
             "rate": args.rate,
             "seconds": args.seconds,
             "logs": logs,

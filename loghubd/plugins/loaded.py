@@ -142,20 +142,6 @@ def load_processor(name: str, processor: object) -> LoadedProcessor:
         method = _method(owner, "flush", processor.flush)
         flush = as_async(method, f"{owner}: flush")
         flush_abandoning = as_async(method, f"{owner}: flush", abandon_on_cancel=True)
-    committed = None
-    if isinstance(processor, Committed):
-        committed = as_async(
-            _method(owner, "committed", processor.committed),
-            f"{owner}: committed",
-            abandon_on_cancel=True,
-        )
-    redelivery = None
-    if isinstance(processor, Redeliverable):
-        redelivery = as_async(
-            _method(owner, "redelivery", processor.redelivery),
-            f"{owner}: redelivery",
-            abandon_on_cancel=True,
-        )
     return LoadedProcessor(
         name,
         initialize=as_async(
@@ -173,6 +159,15 @@ def load_processor(name: str, processor: object) -> LoadedProcessor:
         ),
         flush=flush,
         flush_abandoning=flush_abandoning,
-        committed=committed,
-        redelivery=redelivery,
+        committed=_hook(owner, processor, Committed, "committed"),
+        redelivery=_hook(owner, processor, Redeliverable, "redelivery"),
     )
+
+
+def _hook(owner: str, processor: object, capability: type, name: str) -> AsyncCall | None:
+    """The optional method `name` of `processor` if it has `capability` (None if not); a
+    cancelled caller does not wait for its thread."""
+    if not isinstance(processor, capability):
+        return None
+    method = _method(owner, name, getattr(processor, name))
+    return as_async(method, f"{owner}: {name}", abandon_on_cancel=True)
