@@ -3,9 +3,10 @@
 
     .venv/bin/python bench/tail_bench.py [--rate 20000] [--seconds 60] [--json FILE]
         [--only daemon|sdk] [--consumer 'idle_fetch_interval = 0.2'] [--jsonl 'fsync = "never"']
+        [--producer-core consumers|server]
 
-One `loghubd serve` (core 0, with this script's producer) and a 4-shard logstore. Two
-consumers, each in its own consumer group and process (core 1), both writing JSON lines to
+One `loghubd serve` alone on core 0 (as a remote service would be) and a 4-shard logstore.
+Two consumers, each in its own consumer group and process (core 1), both writing JSON lines to
 files, the same work: `loghubd run` with the `jsonl` processor (defaults), and the SDK's
 ConsumerWorker with its dict per log and `json.dumps` of each (worker_pool_size 4,
 data_fetch_interval 0.2 s, as issue #14 measured it). Once both have joined, the producer
@@ -19,6 +20,13 @@ max over every group. A watcher thread in this process reads the appended output
 so latencies are late by up to 20 ms, for both alike. The same figures are also given
 without the groups written in the first second, when both consumers were still at their
 quiet-shard pace (they sit idle for a few seconds before the producer starts).
+
+This script (the producer and the watchers, ~37 % of a core) runs on core 1 with the
+consumers. With `--producer-core server` it runs beside the server instead, as it did until
+the nineteenth session: the server's core then runs at ~90 %, and pulls wait in its queue
+(the daemon's own pull durations, `daemon_durations_share_at_most_s`, show it: 100-250 ms
+while the server's handlers take under 10 ms). Also reported: the daemon's pull and
+processing durations and the server's PullLogs/PutLogs durations (from their histograms).
 
 `--only` runs one consumer (to see what the other costs the machine); `--consumer` and
 `--jsonl` add lines to the daemon's `[consumer]` and `[processor.jsonl]` tables.
@@ -38,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +187,25 @@ def joined(port: int, group: str) -> bool:
     return asyncio.run(go())
 
 
+def metrics_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text: str = resp.read().decode()
+    return text
+
+
+def cumulative_shares(text: str, name: str, having: str = "") -> dict[str, float]:
+    """A Prometheus histogram summed over its label sets (those whose labels contain
+    `having`): bucket bound (s) → the share of observations at most that long."""
+    buckets: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{") and having in line:
+            head, _, value = line.rpartition(" ")
+            le = head.split('le="', 1)[1].split('"', 1)[0]
+            buckets[le] = buckets.get(le, 0.0) + float(value)
+    total = buckets.get("+Inf", 0.0)
+    return {le: round(n / total, 4) for le, n in buckets.items()} if total else {}
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -199,6 +227,14 @@ def main() -> int:
         help="extra lines for the daemon's [processor.jsonl] table, e.g. 'fsync = \"never\"'",
     )
     ap.add_argument(
+        "--producer-core",
+        choices=("server", "consumers"),
+        default="consumers",
+        help="where this script (the producer and the watchers, ~37 %% of a core) runs: "
+        "beside the consumers (default: the server alone, as a remote service) or beside "
+        "the server (its core then runs at ~90 %%, and every pull waits in its queue)",
+    )
+    ap.add_argument(
         "--only",
         default="daemon,sdk",
         help="which consumers run (default both: the comparison needs both in one run)",
@@ -211,11 +247,14 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tail-bench-"))
     server = C.start_server(work)
     assert server.proc is not None
-    C.pin_self(C.SERVER_CORE)
+    # The producer and the watchers: beside the server (its core then runs at ~90 %), or
+    # beside the consumers (the server alone on its core, as a remote service would be).
+    C.pin_self(C.SERVER_CORE if args.producer_core == "server" else C.LOAD_CORE)
     setup(server.port)
     procs: dict[str, subprocess.Popen[bytes]] = {}
+    ops = 0
     if "daemon" in kinds:
-        procs["daemon"], _ops = start_daemon(work, server.port, args.consumer, args.jsonl)
+        procs["daemon"], ops = start_daemon(work, server.port, args.consumer, args.jsonl)
     if "sdk" in kinds:
         procs["sdk"] = start_sdk(work, server.port)
     try:
@@ -232,6 +271,7 @@ def main() -> int:
             w.start()
         cpu0 = {name: C.cpu_seconds(p.pid) for name, p in procs.items()}
         server0 = C.cpu_seconds(server.proc.pid)
+        own0 = time.process_time()  # the producer and the watchers, on the server's core
         acks: dict[int, float] = {}
         failed: list[str] = []
         t0 = time.time()
@@ -246,8 +286,26 @@ def main() -> int:
                 if name not in cpu and len(w.seen) >= groups:
                     cpu[name] = C.cpu_seconds(procs[name].pid) - cpu0[name]
         server_cpu = C.cpu_seconds(server.proc.pid) - server0
+        own_cpu = time.process_time() - own0
         for w in watchers.values():
             w.stop.set()
+        # Where the daemon's share of the latency goes: its pulls' and its processor's
+        # durations over the whole run (idle start included), from its own histograms.
+        daemon_durations = (
+            {
+                what: cumulative_shares(metrics_text(ops), f"loghubd_{what}_duration_seconds")
+                for what in ("fetch", "process")
+            }
+            if ops
+            else {}
+        )
+        server_text = metrics_text(server.port)
+        server_durations = {
+            api: cumulative_shares(
+                server_text, "loghubd_server_request_duration_seconds", f'api="{api}"'
+            )
+            for api in ("PullLogs", "PutLogs")
+        }
         logs = groups * GROUP
         rows: dict[str, Any] = {}
         for name, w in watchers.items():
@@ -288,6 +346,7 @@ def main() -> int:
             "machine": C.machine_notes(),
             "daemon_consumer_options": args.consumer,
             "daemon_jsonl_options": args.jsonl,
+            "producer_core": args.producer_core,
             "rate": args.rate,
             "seconds": args.seconds,
             "logs": logs,
@@ -295,7 +354,10 @@ def main() -> int:
             "failed_writes": len(failed),
             "first_failures": failed[:3],
             "server_cpu_share": round(server_cpu / (time.time() - t0), 3),
+            "producer_and_watchers_cpu_share": round(own_cpu / (time.time() - t0), 3),
             "consumers": rows,
+            "daemon_durations_share_at_most_s": daemon_durations,
+            "server_durations_share_at_most_s": server_durations,
         }
         print(json.dumps(report, indent=1))
         if args.json:
