@@ -433,7 +433,7 @@ class ShardTask:
                     # arriving as the wait ends is returned, never dropped.
                     with anyio.move_on_after(REDELIVERY_POLL_S):
                         return await receive.receive()
-                    cursor = await redelivery()
+                    cursor = await self._ask_redelivery(redelivery)
                     if cursor is not None:
                         return Redeliver(cursor)
             except anyio.EndOfStream:
@@ -441,6 +441,22 @@ class ShardTask:
             finally:
                 self._waiting = None
         return None  # cancelled by request_stop
+
+    async def _ask_redelivery(self, redelivery: Callable[[], Awaitable[object]]) -> str | None:
+        """The processor's `redelivery()`: a cursor, or None. One that raises or answers
+        something else is logged (and noted on the shard) and asked again next time: the
+        shard goes on waiting for data, as it would without the hook."""
+        try:
+            cursor = await redelivery()
+        except Exception as exc:
+            reason = describe_error(exc)
+        else:
+            if cursor is None or (isinstance(cursor, str) and cursor):
+                return cursor
+            reason = f"returned {cursor!r}, not a cursor or None"
+        log.warning("processor_redelivery_failed", **self._bind, error=reason)
+        self.status.note_error(f"redelivery: {reason}")
+        return None
 
     async def _consume(self) -> None:
         assert self.tracker is not None

@@ -137,7 +137,9 @@ class Redeliverable(Protocol):
     to ``process`` again); None changes nothing. For a processor that holds batches past
     ``process`` (a buffer written later, by a timer) and finds that one of them must go through
     ``process`` again, e.g. so that its failure meets the failure policy: on a shard that
-    receives nothing new, no ``process`` call would carry the request. Keep it cheap."""
+    receives nothing new, no ``process`` call would carry the request. Keep it cheap. An
+    exception, or an answer that is neither a cursor nor None, is logged and changes nothing;
+    it is asked again a second later."""
 
     def redelivery(self) -> str | Awaitable[str | None] | None: ...
 

@@ -11,7 +11,8 @@ entry-point mechanism, with nothing installed into the virtualenv. Its processor
   `fail_times` attempts; every attempt at it is appended to `attempts` (time, cursors).
 - `stuck`: like `jsonl`, but one shard's `process()` (sync or async) never returns.
 - `held`: like `jsonl`, but each shard's first batch is only held (a deferred ack, nothing
-  written) until it comes again; with `ask = true` its `redelivery()` asks for it.
+  written) until it comes again; with `ask = true` its `redelivery()` asks for it, after
+  `fail_asks` wrong answers (raising, then returning a number, in turn).
 
 Keep the module importable without pytest: the daemon process imports it.
 """
@@ -229,6 +230,7 @@ class HeldProcessor(JsonlProcessor):
         self.held: str | None = None  # the cursor of the held batch
         self.asked = False
         self.first = True
+        self.fail_asks = factory.fail_asks
         self.lock = threading.Lock()
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
@@ -243,6 +245,11 @@ class HeldProcessor(JsonlProcessor):
 
     def redelivery(self) -> str | None:
         with self.lock:
+            if self.fail_asks > 0:  # wrong answers: an exception, then a number
+                self.fail_asks -= 1
+                if self.fail_asks % 2:
+                    raise RuntimeError("held: redelivery() fails on purpose")
+                return 42  # type: ignore[return-value]
             if not self.factory.ask or self.held is None or self.asked:
                 return None
             self.asked = True
@@ -256,6 +263,7 @@ class HeldFactory:
         self.directory = Path(options["path"])
         self.ask = bool(options["ask"])
         self.asked_path = Path(options["asked"])
+        self.fail_asks = int(options.get("fail_asks", 0))
 
     def __call__(self, shard: int) -> HeldProcessor:
         return HeldProcessor(self, shard)

@@ -6,7 +6,8 @@ The `held` test processor defers the ack of each shard's first batch and writes 
 data is written before the daemon starts and fits in one pull per shard (4 log groups, the
 first pull's ask), so every shard's only batch is the held one. Without the hook nothing
 would ever move that shard's checkpoint (the control below), and with it each shard asks
-once, gets the batch again, writes it, and commits its end.
+once, gets the batch again, writes it, and commits its end. A `redelivery()` that raises is
+logged and asked again: the shard goes on.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def test_a_held_batch_is_redelivered_on_a_quiet_shard_when_the_processor_asks(
     }
     assert shards_with_data, "the producer wrote nothing?"
 
-    def daemon(name: str, ask: bool) -> Daemon:
+    def daemon(name: str, ask: bool, fail_asks: int = 0) -> Daemon:
         return pool.daemon(
             "held",
             f"held-{name}",
@@ -53,6 +54,7 @@ def test_a_held_batch_is_redelivered_on_a_quiet_shard_when_the_processor_asks(
                 "path": str(pool.dir / name / "out"),
                 "ask": ask,
                 "asked": str(pool.dir / f"{name}-asked.jsonl"),
+                "fail_asks": fail_asks,
             },
         ).wait_ready()
 
@@ -68,7 +70,9 @@ def test_a_held_batch_is_redelivered_on_a_quiet_shard_when_the_processor_asks(
     assert not (pool.dir / "control-asked.jsonl").exists()
     assert control.stop() == 0, control.log_tail()
 
-    asking = daemon("asking", ask=True)
+    # Its first two answers on each shard are wrong (an exception, then a number): each is
+    # logged, and the processor is asked again later.
+    asking = daemon("asking", ask=True, fail_asks=2)
     wait_until(
         lambda: pool.committed_to_end("held", "held-asking", SHARDS),
         30,
@@ -79,6 +83,12 @@ def test_a_held_batch_is_redelivered_on_a_quiet_shard_when_the_processor_asks(
         json.loads(line) for line in (pool.dir / "asking-asked.jsonl").read_text().splitlines()
     ]
     assert sorted(a["shard"] for a in asked) == sorted(shards_with_data), asked
+    failed = asking.events("processor_redelivery_failed")
+    assert sorted(e["shard"] for e in failed) == sorted(2 * list(range(SHARDS))), failed
+    assert sorted(e["error"] for e in failed) == sorted(
+        SHARDS * ["RuntimeError('held: redelivery() fails on purpose')"]
+        + SHARDS * ["returned 42, not a cursor or None"]
+    ), failed
     rollbacks = asking.events("shard_rollback")
     assert sorted((e["shard"], e["cursor"]) for e in rollbacks) == sorted(
         (a["shard"], a["cursor"]) for a in asked

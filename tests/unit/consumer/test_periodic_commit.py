@@ -60,7 +60,9 @@ def test_a_stuck_flush_holds_back_only_its_own_shard(monkeypatch: pytest.MonkeyP
                 await until(lambda: stuck.flushes == 1, "shard 0's flush")
                 await until(lambda: logged("checkpoint_commit_slow"), "the slow-commit warning")
                 await anyio.sleep(0.1)  # five more intervals
-                assert 0 not in client.saved
+                # Shard 0 may have committed its start before its processor started (a
+                # loaded machine: the timer fires first, with nothing to flush); never more.
+                assert client.saved.get(0) in (None, at(0)), client.saved
                 assert stuck.flushes == 1, "a commit still running was started again"
             finally:
                 stuck.release.set()
