@@ -74,11 +74,13 @@ class Cluster:
         return self
 
     def state(self) -> dict[str, Any]:
+        """The master's state, or {} while it cannot tell: not listening yet, or (seen once,
+        the second after its web UI bound) answering /json/ with its HTML page."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=3) as r:
                 state: dict[str, Any] = json.loads(r.read())
                 return state
-        except OSError:
+        except (OSError, ValueError):  # JSONDecodeError is a ValueError
             return {}
 
     def logs(self) -> str:
