@@ -83,7 +83,7 @@ async def produce(
                     tg.cancel_scope.cancel()
 
         tg.start_soon(stop_on_signal)
-        await _write(opts, count)
+        await write_logs(opts, count)
         tg.cancel_scope.cancel()
     elapsed = time.monotonic() - started
     summary: dict[str, int | float] = {
@@ -97,7 +97,10 @@ async def produce(
     return summary
 
 
-async def _write(opts: ProduceOptions, count: Callable[[int], None]) -> None:
+async def write_logs(opts: ProduceOptions, count: Callable[[int], None]) -> None:
+    """The writing itself, without the signal handling: `count(n)` is called after each
+    PutLogs with the logs written so far (an exception it raises stops the writing). Also
+    what `loghubd.testing.BackgroundProducer` runs in a thread."""
     creds = Credentials(opts.access_key_id, opts.access_key_secret)
     started = time.monotonic()
     written = 0

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from loghubd.testing import PortReservation, free_port, wait_until
+from loghubd.testing import BackgroundProducer, PortReservation, free_port, wait_until
 from tests.integration.harness_output import (
     LineCounter,
     assert_delivered_exactly,
@@ -322,50 +322,31 @@ class Daemon:
         return out
 
 
-class Producer:
-    """`loghubd produce` in the background; `wait()` returns its JSON summary."""
+class Producer(BackgroundProducer):
+    """What `loghubd produce` writes, from a thread of the test process (the kit's
+    `BackgroundProducer`: no process start per call); `wait()` returns its summary and
+    checks that every log was written. The command itself is tested in test_cli_errors.py."""
 
     def __init__(
         self,
-        directory: Path,
         endpoint: str,
         logstore: str,
         *,
         count: int,
         project: str = PROJECT,
-        rate: float = 0.0,
         group_size: int = 200,
-        keys: int = 0,
-        prefix: str = "",
         start: int = 0,
-        create_shards: int = 0,
+        prefix: str = "",
+        **options: Any,
     ) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(
+            endpoint, project, logstore, count, group_size=group_size, start=start,
+            prefix=prefix, **options,
+        )  # fmt: skip
         self.prefix, self.count, self.first = prefix, count, start
-        self.out_path = directory / f"produce-{prefix or 'ids'}-{start}.out"
-        self.args = [
-            sys.executable, "-m", "loghubd", "produce",
-            "--endpoint", endpoint, "--project", project, "--logstore", logstore,
-            "--count", str(count), "--rate", str(rate), "--group-size", str(group_size),
-            "--keys", str(keys), "--prefix", prefix, "--start", str(start),
-            "--create-shards", str(create_shards),
-        ]  # fmt: skip
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Producer:
-        with open(self.out_path, "wb") as out:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
-        return self
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def wait(self, timeout: float = 60.0) -> dict[str, Any]:
-        assert self.proc is not None, "not started"
-        code = self.proc.wait(timeout)
-        text = self.out_path.read_text()
-        assert code == 0, f"loghubd produce exited with {code}: {text}"
-        summary: dict[str, Any] = json.loads(text.strip().splitlines()[-1])
+        summary = super().wait(timeout)
         assert summary["written"] == self.count, summary
         return summary
 
@@ -374,10 +355,7 @@ class Producer:
         return expected_ids(self.prefix, self.count, self.first)
 
     def kill(self) -> None:
-        if self.running():
-            assert self.proc is not None
-            self.proc.kill()
-            self.proc.wait(10)
+        self.stop()
 
 
 class Pool:
@@ -412,7 +390,7 @@ class Pool:
         return len(cps) == shards and all(at_end(s, cp["checkpoint"]) for s, cp in cps.items())
 
     def produce(self, logstore: str, *, start: bool = True, **kwargs: Any) -> Producer:
-        p = Producer(self.dir / "producers", self.endpoint, logstore, **kwargs)
+        p = Producer(self.endpoint, logstore, **kwargs)
         self.producers.append(p)
         return p.start() if start else p
 

@@ -171,7 +171,7 @@ def test_ctrl_c_on_produce_keeps_the_summary(server: ServerProcess) -> None:
 
 
 def test_ctrl_c_on_status_watch(server: ServerProcess, tmp_path: Path) -> None:
-    Producer(tmp_path, server.endpoint, LOGSTORE, count=10).start().wait()
+    Producer(server.endpoint, LOGSTORE, count=10).start().wait()
     args = ["status", *where(server, group=GROUP), "--watch", "--interval", "0.5"]
     done = interrupt(args, 1.0, ready=f"group {GROUP}")  # once it showed the group
     one_line(done, 130, "interrupted")

@@ -129,9 +129,6 @@ def key_server(
         await c.create_logstore(LOGSTORE, SHARDS)
 
     as_admin(server, setup)
-    # `loghubd produce` (the Producer) signs with these.
-    monkeypatch.setenv("LOGHUBD_ACCESS_KEY_ID", ADMIN.access_key_id)
-    monkeypatch.setenv("LOGHUBD_ACCESS_KEY_SECRET", ADMIN.access_key_secret)
     return KeyServer(server, expires)
 
 
@@ -201,7 +198,10 @@ class Delivery:
 def produce_across(pool: H.Pool, prefix: str, expires: float) -> H.Producer:
     """A producer writing from now until 4 s after the expiry."""
     count = int(RATE * (expires - time.time() + 4.0))
-    return pool.produce(LOGSTORE, count=count, rate=RATE, group_size=10, prefix=prefix)
+    return pool.produce(
+        LOGSTORE, count=count, rate=RATE, group_size=10, prefix=prefix,
+        access_key_id=ADMIN.access_key_id, access_key_secret=ADMIN.access_key_secret,
+    )  # fmt: skip
 
 
 def assert_exactly_once(producer: H.Producer, daemon: H.Daemon) -> None:

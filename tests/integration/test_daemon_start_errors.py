@@ -39,7 +39,7 @@ def test_a_processor_that_cannot_start_is_retried_then_starts(
     tmp_path: Path, loghubd_server: ServerProcess
 ) -> None:
     Admin(loghubd_server.endpoint).create_logstore(LOGSTORE, 1)
-    Producer(tmp_path, loghubd_server.endpoint, LOGSTORE, count=50).start().wait()
+    Producer(loghubd_server.endpoint, LOGSTORE, count=50).start().wait()
     blocker, out = blocked_output(tmp_path)
     daemon = Daemon(
         tmp_path / "d", loghubd_server.endpoint, LOGSTORE, GROUP, "retrying",

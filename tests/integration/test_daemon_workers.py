@@ -74,7 +74,7 @@ format = "json"
             )
             assert status["consumer"] == f"host-{i}"
         wait_until(lambda: sorted(len(s) for s in _held(admin).values()) == [2, 2], 15)
-        Producer(tmp_path, loghubd_server.endpoint, "pool", count=4_000, prefix="w").start().wait()
+        Producer(loghubd_server.endpoint, "pool", count=4_000, prefix="w").start().wait()
         # kill -9 one worker: the parent restarts it under the same name
         out_pids = subprocess.run(
             ["pgrep", "-f", "--", "--name host-0"], capture_output=True, text=True
@@ -93,7 +93,7 @@ format = "json"
             "host-0 not restarted",
         )
         Producer(
-            tmp_path, loghubd_server.endpoint, "pool", count=4_000, prefix="w", start=4_000
+            loghubd_server.endpoint, "pool", count=4_000, prefix="w", start=4_000
         ).start().wait()
         wait_until(lambda: set(read_ids([out])) >= {f"w{i}" for i in range(8_000)}, 30)
         parent.send_signal(signal.SIGTERM)

@@ -58,7 +58,7 @@ def describe(endpoint: str) -> dict[str, Any]:
 
 
 def produce(tmp: Path, endpoint: str, prefix: str, count: int) -> list[str]:
-    Producer(tmp, endpoint, LOGSTORE, count=count, prefix=prefix, group_size=10).start().wait()
+    Producer(endpoint, LOGSTORE, count=count, prefix=prefix, group_size=10).start().wait()
     return expected_ids(prefix, count)
 
 

@@ -86,7 +86,7 @@ def test_metrics_count_what_was_written_and_lag_reaches_zero(
         daemon.wait_ready()
         t_written = time.time()
         summary = (
-            Producer(tmp_path, loghubd_server.endpoint, "metrics", count=20_000, group_size=100)
+            Producer(loghubd_server.endpoint, "metrics", count=20_000, group_size=100)
             .start()
             .wait()
         )
@@ -166,7 +166,7 @@ def test_readyz_follows_the_server_and_healthz_stays_up(
 def test_status_describes_a_group_of_three(tmp_path: Path, loghubd_server: ServerProcess) -> None:
     admin = Admin(loghubd_server.endpoint)
     admin.create_logstore("described", 6)
-    Producer(tmp_path, loghubd_server.endpoint, "described", count=3_000).start().wait()
+    Producer(loghubd_server.endpoint, "described", count=3_000).start().wait()
     daemons = [
         Daemon(tmp_path / f"d{i}", loghubd_server.endpoint, "described", "grp", f"c{i}").start()
         for i in range(3)

@@ -6,7 +6,8 @@ are switched at any time from the controlling thread:
 - `set_delay(max_s)`: every request burst (client→server bytes after a quiet gap) is held
   back a random 0..max_s seconds before it is forwarded; order within a connection is kept.
 - `set_drop_rate(p)`: each new connection, and each request burst on an open one, is dropped
-  with probability p: both sides are closed and the request never reaches the server.
+  with probability p: both sides are closed and the request never reaches the server. The
+  first request burst after it is set above 0 is dropped whatever the draw.
 - `reset_mid_response(p)`: each response burst (server→client) is, with probability p, cut
   in half: the first half is forwarded, then the client connection is reset (RST).
 - `blackhole(on)`: while on, new connections are accepted and read but never answered, and
@@ -56,6 +57,7 @@ class ProxyStats:
 class _Faults:
     delay_max: float = 0.0
     drop_rate: float = 0.0
+    drop_next: bool = False  # the next request burst is dropped whatever the draw
     reset_rate: float = 0.0
     blackhole: bool = False
 
@@ -129,7 +131,12 @@ class FaultProxy:
         self._faults.delay_max = max(0.0, float(max_s))
 
     def set_drop_rate(self, p: float) -> None:
+        """Each new connection and request burst is dropped with probability `p`; the first
+        request burst after a rate above 0 is set is dropped for certain, so a short fault
+        phase always has a drop to recover from (a run of ~150 requests at 5 % has none
+        once in ~1,600)."""
         self._faults.drop_rate = min(1.0, max(0.0, float(p)))
+        self._faults.drop_next = self._faults.drop_rate > 0
 
     def reset_mid_response(self, p: float) -> None:
         self._faults.reset_rate = min(1.0, max(0.0, float(p)))
@@ -264,7 +271,8 @@ class FaultProxy:
                 now = time.monotonic()
                 f = self._faults
                 if now - last_read > BURST_GAP_S:  # a new request
-                    if f.drop_rate and self._rng.random() < f.drop_rate:
+                    if f.drop_rate and (f.drop_next or self._rng.random() < f.drop_rate):
+                        f.drop_next = False
                         self._stats.dropped_requests += 1
                         self._close(conn, reset=False)
                         return

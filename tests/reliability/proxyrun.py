@@ -174,7 +174,6 @@ class ProxyRun(ClusterRun):
         )
         count = int(cfg.rate * (cfg.planned_seconds() + 5))
         self.producer = Producer(
-            self.dir / "producer",
             self.server.endpoint,
             LOGSTORE,
             count=count,

@@ -26,7 +26,7 @@ from loghubd import SlsClient, testing
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol.signing import Credentials
-from loghubd.testing import free_port
+from loghubd.testing import BackgroundProducer, free_port
 
 HERE = Path(__file__).resolve().parent
 T = TypeVar("T")
@@ -91,35 +91,17 @@ def produce(
     group_size: int = 100,
     rate: float = 0.0,
     wait: bool = True,
-) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "loghubd",
-        "produce",
-        "--endpoint",
-        endpoint,
-        "--project",
-        project,
-        "--logstore",
-        logstore,
-        "--count",
-        str(count),
-        "--start",
-        str(start),
-        "--group-size",
-        str(group_size),
-    ]
-    if shards:
-        cmd += ["--create-shards", str(shards)]
-    if rate:
-        cmd += ["--rate", str(rate)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+) -> BackgroundProducer:
+    """What `loghubd produce` writes, from a thread of this process (no process start per
+    call); with `wait`, returns once every log is written."""
+    producer = BackgroundProducer(
+        endpoint, project, logstore, count, start=start, group_size=group_size, rate=rate,
+        create_shards=shards,
+    ).start()  # fmt: skip
     if wait:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"produce failed: {err.decode()[-2000:]}"
-        _ = out
-    return proc
+        summary = producer.wait(300)
+        assert summary["written"] == count, summary
+    return producer
 
 
 class Source:
