@@ -91,12 +91,14 @@ def produce(
     group_size: int = 100,
     rate: float = 0.0,
     wait: bool = True,
+    **options: Any,
 ) -> BackgroundProducer:
     """What `loghubd produce` writes, from a thread of this process (no process start per
-    call); with `wait`, returns once every log is written."""
+    call); with `wait`, returns once every log is written. `options`: the rest of
+    loghubd.produce.ProduceOptions (keys to sign with)."""
     producer = BackgroundProducer(
         endpoint, project, logstore, count, start=start, group_size=group_size, rate=rate,
-        create_shards=shards,
+        create_shards=shards, **options,
     ).start()  # fmt: skip
     if wait:
         summary = producer.wait(300)

@@ -311,10 +311,11 @@ def test_loghubd_spark_stream_command_with_signed_requests(
     keys = tmp_path / "keys.toml"
     keys.write_text(f'[[keys]]\nid = "{key_id}"\nsecret = "{secret}"\n')
     server = loghubd_server_factory(extra_args=["--access-keys", str(keys)])
-    monkeypatch.setenv("LOGHUBD_ACCESS_KEY_ID", key_id)
-    monkeypatch.setenv("LOGHUBD_ACCESS_KEY_SECRET", secret)
     total = 20_000
-    produce(server.endpoint, "streamcli", "app", total, shards=2)
+    produce(
+        server.endpoint, "streamcli", "app", total, shards=2,
+        access_key_id=key_id, access_key_secret=secret,
+    )  # fmt: skip
 
     source = (
         f'[source]\nendpoint = "{server.endpoint}"\nproject = "streamcli"\nlogstore = "app"\n'
