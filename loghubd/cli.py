@@ -186,6 +186,13 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
         help="create the project and logstore with N shards if missing",
     )
     produce.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds for each call, retries included: how long a service that does not "
+        "answer is waited for (above 0)",
+    )
+    produce.add_argument(
         "--progress",
         type=float,
         default=0.0,

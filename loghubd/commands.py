@@ -290,6 +290,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             create_shards=args.create_shards,
             access_key_id=creds.access_key_id,
             access_key_secret=creds.access_key_secret,
+            request_timeout=args.timeout,
         ),
         progress_every=args.progress,
     )

@@ -45,6 +45,9 @@ class ProduceOptions:
     access_key_id: str = ""
     access_key_secret: str = ""
     topic: str = "loghubd-produce"
+    # Seconds for each call, retries included: how long a service that does not answer (not
+    # started yet, restarting) is waited for before the error.
+    request_timeout: float = 30.0
 
 
 def key_hash(key: str) -> str:
@@ -107,7 +110,11 @@ async def write_logs(opts: ProduceOptions, count: Callable[[int], None]) -> None
     seqs: dict[str, int] = {}
     async with aiohttp.ClientSession() as session:
         client = SlsClient(
-            session, opts.endpoint, opts.project, lambda: creds, request_timeout=30.0
+            session,
+            opts.endpoint,
+            opts.project,
+            lambda: creds,
+            request_timeout=opts.request_timeout,
         )
         if opts.create_shards:
             await ensure_logstore(client, opts.logstore, opts.create_shards)
@@ -159,6 +166,10 @@ def check(opts: ProduceOptions, progress_every: float = 0.0) -> None:
         if not (math.isfinite(value) and value >= lowest):
             what = "a positive number" if lowest else "0 or more"
             raise UserError(USAGE, f"{flag} {value:g}: must be {what}")
+    if not (math.isfinite(opts.request_timeout) and opts.request_timeout > 0):
+        raise UserError(
+            USAGE, f"--timeout {opts.request_timeout:g}: must be a number of seconds above 0"
+        )
 
 
 def run(opts: ProduceOptions, progress_every: float = 0.0) -> int:

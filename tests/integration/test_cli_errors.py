@@ -84,11 +84,15 @@ def test_debug_gives_the_traceback(server: ServerProcess) -> None:
     assert "does not exist" in done.stderr
 
 
-def test_status_against_an_unreachable_endpoint() -> None:
+@pytest.mark.parametrize("command", ["status", "produce"])
+def test_an_unreachable_endpoint_is_reported_after_the_timeout(command: str) -> None:
+    """`--timeout` bounds the wait (produce's default, 30 s, would pass the bound below)."""
     port = free_port()  # nothing listens there
     args = ["--endpoint", f"http://127.0.0.1:{port}", "--project", PROJECT, "--logstore", "x"]
+    if command == "status":
+        args += ["--group", "g"]
     started = time.monotonic()
-    done = cli("status", *args, "--group", "g", "--timeout", "1")
+    done = cli(command, *args, "--timeout", "1")
     one_line(done, 4, f"cannot reach http://127.0.0.1:{port}", "--endpoint")
     assert time.monotonic() - started < 20
 

@@ -219,7 +219,8 @@ def test_shards_that_do_not_exist_are_counted_even_in_a_wide_range() -> None:
 @pytest.mark.parametrize(
     ("flag", "value"),
     [("--count", "-1"), ("--rate", "-5"), ("--keys", "-1"), ("--group-size", "0"),
-     ("--create-shards", "-2"), ("--progress", "-1"), ("--rate", "nan"), ("--start", "-3")],
+     ("--create-shards", "-2"), ("--progress", "-1"), ("--rate", "nan"), ("--start", "-3"),
+     ("--timeout", "0"), ("--timeout", "-1"), ("--timeout", "nan")],
 )  # fmt: skip
 def test_produce_refuses_values_it_cannot_use(
     capsys: pytest.CaptureFixture[str], flag: str, value: str
