@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import aiohttp
 import anyio
 
+from loghubd.admin.connect import positive_seconds
 from loghubd.admin.errors import USAGE, UserError
 from loghubd.protocol import errors as E
 from loghubd.protocol import pb
@@ -88,12 +89,18 @@ async def produce(
         tg.start_soon(stop_on_signal)
         await write_logs(opts, count)
         tg.cancel_scope.cancel()
-    elapsed = time.monotonic() - started
+    return summarize(opts, written, time.monotonic() - started, interrupted=interrupted)
+
+
+def summarize(
+    opts: ProduceOptions, written: int, seconds: float, *, interrupted: bool
+) -> dict[str, int | float]:
+    """The line `loghubd produce` prints at the end (and `BackgroundProducer.wait` returns)."""
     summary: dict[str, int | float] = {
         "written": written,
         "first_id": opts.start,
         "last_id": opts.start + written - 1,
-        "seconds": round(elapsed, 3),
+        "seconds": round(seconds, 3),
     }
     if interrupted:
         summary["interrupted"] = 1
@@ -166,10 +173,7 @@ def check(opts: ProduceOptions, progress_every: float = 0.0) -> None:
         if not (math.isfinite(value) and value >= lowest):
             what = "a positive number" if lowest else "0 or more"
             raise UserError(USAGE, f"{flag} {value:g}: must be {what}")
-    if not (math.isfinite(opts.request_timeout) and opts.request_timeout > 0):
-        raise UserError(
-            USAGE, f"--timeout {opts.request_timeout:g}: must be a number of seconds above 0"
-        )
+    positive_seconds("--timeout", opts.request_timeout)
 
 
 def run(opts: ProduceOptions, progress_every: float = 0.0) -> int:
@@ -189,7 +193,6 @@ def run(opts: ProduceOptions, progress_every: float = 0.0) -> int:
     try:
         summary = anyio.run(produce, opts, progress)
     except KeyboardInterrupt:  # before the signal handler was in place: nothing written
-        summary = {"written": 0, "first_id": opts.start, "last_id": opts.start - 1}
-        summary["seconds"], summary["interrupted"] = 0, 1
+        summary = summarize(opts, 0, 0.0, interrupted=True)
     print(json.dumps(summary), flush=True)
     return 130 if summary.get("interrupted") else 0

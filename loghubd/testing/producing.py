@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from loghubd.produce import ProduceOptions, write_logs
+from loghubd.produce import ProduceOptions, summarize, write_logs
 
 
 class _Stopped(Exception):
@@ -75,15 +75,8 @@ class BackgroundProducer:
             raise AssertionError(
                 f"producer failed after {self.written} logs: {self.error!r}"
             ) from self.error
-        summary: dict[str, Any] = {
-            "written": self.written,
-            "first_id": self.options.start,
-            "last_id": self.options.start + self.written - 1,
-            "seconds": round(self._seconds, 3),
-        }
-        if self._stop.is_set() and self.written < self.options.count:
-            summary["interrupted"] = 1
-        return summary
+        interrupted = self._stop.is_set() and self.written < self.options.count
+        return dict(summarize(self.options, self.written, self._seconds, interrupted=interrupted))
 
     def stop(self, timeout: float = 30.0) -> None:
         """End the writing after the PutLogs under way (a no-op once it is done)."""
