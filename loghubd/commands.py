@@ -27,7 +27,9 @@ from loghubd.config import Config
 from loghubd.ops.systemd import SystemdNotifier
 
 if TYPE_CHECKING:
+    from loghubd import shutdown
     from loghubd.app import Daemon
+    from loghubd.rollback import ReloadState
     from loghubd.server.runner import ServeOptions
 
 
@@ -154,18 +156,46 @@ def startup() -> Iterator[None]:
         gc.enable()
 
 
+class _StartFailed(Exception):
+    """`loghubd run` could not start: the exit code, and what stderr says."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from loghubd import shutdown
+    from loghubd import rollback, shutdown
 
     shutdown.hold_reloads()
+    handed = rollback.take(os.environ)  # set by a reload's exec
+    try:
+        return _run(args, handed)
+    except _StartFailed as failed:
+        print(failed.message, file=sys.stderr)
+        if handed is not None and handed.failed is None:  # a reload's image, not a rollback's
+            shutdown.roll_back(handed, failed.message.removeprefix("loghubd run: "))
+        return failed.code
+
+
+def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
+    from loghubd import shutdown
+
     overrides: dict[str, object] = {}
     if args.name:
         overrides["consumer.name"] = args.name
+    origin = args.config or "<none>"
     try:
-        cfg = _load_config(args.config, overrides)
+        if handed is not None and handed.failed is not None:  # a reload that did not start
+            text, origin = handed.previous, f"{origin} (as it ran before the failed reload)"
+        else:
+            text = config_mod.read_text(args.config) if args.config else ""
+        cfg = config_mod.loads(text, os.environ, overrides, origin=origin)
     except config_mod.ConfigError as exc:
-        print(f"loghubd run: invalid configuration:\n{exc}", file=sys.stderr)
-        return 2
+        raise _StartFailed(
+            USAGE, f"loghubd run: invalid configuration ({origin}):\n{exc}"
+        ) from None
     # A --log-level/--log-format flag wins over the config's [log].
     loghubd_logging.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format)
     if args.workers < 1:
@@ -177,12 +207,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_workers(args.workers, sys.argv[1:], cfg)
     with startup():
         daemon = _build_daemon(cfg)
-    if isinstance(daemon, int):
-        return daemon
-    from loghubd.app import StartupError
-
+    if handed is not None and handed.failed is not None:
+        reason = f"the reloaded configuration did not start: {handed.failed}"
+        daemon.config_reloads.checked(reason, handed.failed_at)
+        structlog.get_logger("loghubd.shutdown").warning(
+            "reload_rolled_back", reason=reason, config=args.config
+        )
     notify = SystemdNotifier.from_env()
     trigger = shutdown.Trigger(args.config, notify.send, daemon.config_reloads.checked)
+    code = _run_daemon(daemon, cfg, trigger, notify)
+    if trigger.reload:
+        shutdown.reload_after(code, text)  # stuck worker threads, if any, end with this image
+    if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
+        shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
+    return code
+
+
+def _run_daemon(
+    daemon: Daemon, cfg: Config, trigger: shutdown.Trigger, notify: SystemdNotifier
+) -> int:
+    """Run `daemon` until it stops; its exit code. A failure to start: `_StartFailed`."""
+    from loghubd.app import StartupError
+
     try:
         code: int = anyio.run(
             lambda: daemon.run(
@@ -193,12 +239,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     except BaseExceptionGroup as group:
         if _port_taken(group):
-            print(
+            raise _StartFailed(
+                UNREACHABLE,
                 f"loghubd run: ops.listen {cfg.ops.listen} is already in use (another loghubd "
                 "run?): stop that process, or set ops.listen (LOGHUBD_OPS__LISTEN)",
-                file=sys.stderr,
-            )
-            return UNREACHABLE
+            ) from None
         from loghubd.errors import leaves
         from loghubd.ops.server import ListenError
 
@@ -206,28 +251,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         if listen is not None:
             reason = leaves(listen)[0]
             why = reason.strerror if isinstance(reason, OSError) else str(reason)
-            print(
+            raise _StartFailed(
+                UNREACHABLE,
                 f"loghubd run: ops.listen {cfg.ops.listen} cannot be listened on: "
-                f"{why}; give an address of this host "
-                "(LOGHUBD_OPS__LISTEN)",
-                file=sys.stderr,
-            )
-            return UNREACHABLE
+                f"{why}; give an address of this host (LOGHUBD_OPS__LISTEN)",
+            ) from None
         matched, rest = group.split(StartupError)
         if matched is None or rest is not None:
             raise
-        codes = set()
-        for err in matched.exceptions:
-            print(f"loghubd run: cannot start: {err}", file=sys.stderr)
-            codes.add(err.exit_code if isinstance(err, StartupError) else 1)
-        return codes.pop() if len(codes) == 1 else 1
+        errors = matched.exceptions
+        codes = {err.exit_code if isinstance(err, StartupError) else 1 for err in errors}
+        raise _StartFailed(
+            codes.pop() if len(codes) == 1 else 1,
+            "\n".join(f"loghubd run: cannot start: {err}" for err in errors),
+        ) from None
     except StartupError as exc:
-        print(f"loghubd run: cannot start: {exc}", file=sys.stderr)
-        return exc.exit_code
-    if trigger.reload:
-        shutdown.reload_after(code)  # stuck worker threads, if any, end with this image
-    if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
-        shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
+        raise _StartFailed(exc.exit_code, f"loghubd run: cannot start: {exc}") from None
     return code
 
 
@@ -239,17 +278,16 @@ def _port_taken(exc: BaseException) -> bool:
     return any(isinstance(e, OSError) and e.errno == errno.EADDRINUSE for e in leaves(exc))
 
 
-def _build_daemon(cfg: Config) -> Daemon | int:
-    """The configured daemon, or exit code 2 when a plugin does not load or the configured
-    processor refuses its options."""
+def _build_daemon(cfg: Config) -> Daemon:
+    """The configured daemon; `_StartFailed` (exit code 2) when a plugin does not load or the
+    configured processor refuses its options."""
     from loghubd.app import Daemon
     from loghubd.plugins.manager import PluginError, Plugins
 
     try:
         return Daemon(cfg, Plugins())
     except (PluginError, ValueError) as exc:
-        print(f"loghubd run: {exc}", file=sys.stderr)
-        return 2
+        raise _StartFailed(USAGE, f"loghubd run: {exc}") from None
 
 
 def cmd_produce(args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ as it was. One it accepts starts the same graceful shutdown as SIGTERM (every fi
 committed, the shards let go), and the process then replaces itself with a fresh `loghubd run`
 of the same command line (`reexec`): same PID, so systemd (`systemctl reload`, `ExecReload`),
 a container runtime or `--workers`' supervisor keep following it. Nothing is delivered twice.
+If the fresh image cannot start with the new file, it starts again with the text that ran
+before (`loghubd.rollback`, `roll_back`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from typing import Any, NoReturn
 
 import anyio
 import structlog
+
+from loghubd import rollback
+from loghubd.rollback import ReloadState
 
 log = structlog.get_logger("loghubd.shutdown")
 
@@ -162,20 +167,36 @@ async def check_config(path: str) -> str | None:
     return f"loghubd check-config {path} did not finish in {CHECK_TIMEOUT_S:.0f} s"
 
 
-def reload_after(code: int) -> None:
-    """The graceful shutdown of an accepted reload is over: `reexec`, unless it failed
+def reload_after(code: int, running: str) -> None:
+    """The graceful shutdown of an accepted reload is over: `reexec`, handing over `running`
+    (the configuration text this process ran: `loghubd.rollback`), unless the shutdown failed
     (`code` not 0; the caller then exits with it, and a supervisor restarts the daemon)."""
     if code == 0:
-        reexec()
+        reexec(ReloadState(running))
     log.error("reload_abandoned", exit_code=code, reason="the shutdown before it failed")
 
 
-def reexec() -> NoReturn:
+def roll_back(state: ReloadState, reason: str) -> NoReturn:
+    """A reloaded configuration did not start: start again with the one that ran before it
+    (`state.previous`), once; that image reports the failed reload."""
+    log.error(
+        "reload_failed",
+        reason=reason,
+        action="starting again with the configuration that ran before the reload",
+        hint="fix the file and send SIGHUP again",
+    )
+    reexec(ReloadState(state.previous, failed=reason, failed_at=time.time()))
+
+
+def reexec(state: ReloadState) -> NoReturn:
     """Replace this process by a fresh one of the same command line (same PID, same
-    environment and working directory). Only after the graceful shutdown: every file
-    descriptor but the standard streams is closed by the exec (Python opens them
-    non-inheritable), and so is every thread."""
+    environment and working directory), handing it `state`. Only after the graceful shutdown
+    (or before the daemon started): every file descriptor but the standard streams and the
+    state's is closed by the exec (Python opens them non-inheritable), and so is every
+    thread."""
     argv = list(sys.orig_argv)
+    if not rollback.hand_over(state, os.environ):
+        log.warning("reload_without_rollback", reason="this platform has no memfd_create")
     log.info("reloading", argv=argv)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -82,6 +82,7 @@ __all__ = [
     "_coerce",
     "load",
     "loads",
+    "read_text",
 ]
 
 
@@ -132,8 +133,12 @@ def load(
     """
     if path is None:
         return _build({}, "<none>", environ, overrides)
+    return loads(read_text(path), environ, overrides, origin=str(path))
+
+
+def read_text(path: str | Path) -> str:
+    """The text of the config file at `path`; `ConfigError` when it cannot be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read the config file: {exc.strerror}"]) from None
-    return loads(text, environ, overrides, origin=str(path))

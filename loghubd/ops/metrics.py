@@ -275,8 +275,8 @@ class ConfigReloads:
     def collect(self) -> Iterable[Metric]:
         ok = GaugeMetricFamily(
             "loghubd_config_last_reload_successful",
-            "0 when the last SIGHUP's configuration file was refused (the daemon runs an older "
-            "one), else 1",
+            "0 when the last SIGHUP's configuration file was refused or did not start (the daemon "
+            "runs an older one), else 1",
         )
         ok.add_metric([], 1.0 if self.successful else 0.0)
         at = GaugeMetricFamily(

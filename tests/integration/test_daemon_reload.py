@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,59 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
     )
     assert not report["missing"] and not report["duplicated"], short(report)
     assert not report["unexpected"], short(report)
+
+
+@pytest.mark.parametrize("breakage", ["missing-logstore", "ops-port-taken"])
+def test_a_reload_that_cannot_start_runs_on_with_the_configuration_before_it(
+    daemon_pool: Pool, request: pytest.FixtureRequest, breakage: str
+) -> None:
+    """`check-config` accepts a file it cannot know will not start: a logstore the service
+    does not have, an `ops.listen` port something else holds. The reloaded image then starts
+    again with the configuration that ran (loghubd/rollback.py), reports the failed reload,
+    and consumes on from where it was; the next SIGHUP takes the file once it starts. Before,
+    the daemon exited (3 or 4) and consumption stopped."""
+    pool = daemon_pool
+    ls = f"rollback-{breakage}"
+    pool.admin.create_logstore(ls, 2)
+    d = pool.daemon(ls, ls, "a")
+    d.wait_ready()
+    pid = d.pid
+    pool.produce(ls, count=500, group_size=50, prefix="a").wait()
+    wait_until(lambda: pool.committed_to_end(ls, ls, 2), 60, d.log_tail)
+
+    good = dict(d.config)
+    if breakage == "missing-logstore":
+        bad = {**good, "source": {**good["source"], "logstore": "no-such-logstore"}}
+        words = "no-such-logstore"
+    else:
+        holder = socket.socket()
+        request.addfinalizer(holder.close)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        bad = {**good, "ops": {"listen": f"127.0.0.1:{holder.getsockname()[1]}"}}
+        words = "already in use"
+    d.config_path.write_text(dump_toml(bad))
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: d.events("reload_rolled_back"), 60, d.log_tail)
+    [failed] = d.events("reload_failed")
+    assert words in failed["reason"], failed
+    d.wait_ready()
+    assert d.pid == pid and d.alive(), d.log_tail()
+    assert "\nloghubd_config_last_reload_successful 0.0\n" in d.metrics()
+    last = d.status()["config"]["last_reload"]
+    assert not last["accepted"] and words in last["problem"], last
+
+    pool.produce(ls, count=500, group_size=50, prefix="b").wait()  # consumed as before
+    wait_until(lambda: pool.committed_to_end(ls, ls, 2), 60, d.log_tail)
+
+    d.config_path.write_text(dump_toml(good))  # fixed: the next SIGHUP takes it
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: len(d.events("reloading")) == 3, 60, d.log_tail)
+    d.wait_ready()
+    assert d.pid == pid and d.metric("loghubd_config_last_reload_successful") == 1
+    assert d.stop() == 0, d.log_tail()
+    report = delivery_report(expected_ids("a", 500) + expected_ids("b", 500), read_ids([d.output]))
+    assert not report["missing"] and not report["duplicated"], short(report)
 
 
 def test_sighup_while_the_daemon_starts_reloads_once_it_listens(
