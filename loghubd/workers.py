@@ -132,6 +132,7 @@ def _supervise(
 
     children: dict[str, subprocess.Popen[bytes]] = {}
     restarts: dict[str, float] = {}
+    due: dict[str, float] = {}  # a dead worker's name → when it is started again
     stopping = False
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -185,7 +186,16 @@ def _supervise(
                 alive = True
                 continue
             if stopping:
-                worst = max(worst, code)
+                if due.pop(name, None) is None:  # not one that was waiting for its restart
+                    worst = max(worst, code)
+                continue
+            if name in due:  # dead, and restarted when its back-off is over
+                if time.monotonic() >= due[name]:
+                    del due[name]
+                    restarts[name] = time.monotonic()
+                    children[name] = spawn(names.index(name))
+                    log.info("worker_restarted", name=name, pid=children[name].pid)
+                    alive = True
                 continue
             if code in PERMANENT:
                 # The child refused its configuration (e.g. a processor's options), or what it
@@ -196,13 +206,12 @@ def _supervise(
                 forward(signal.SIGTERM, None)
                 worst = code
                 continue
+            # The back-off is waited out by this loop, not in a sleep: the others' watchdog
+            # pings, readiness and deaths are still seen meanwhile, and a stop in between
+            # cancels the restart (a worker started after it would not get the signal).
             wait = 1.0 if time.monotonic() - restarts.get(name, 0) > 30 else 5.0
             log.warning("worker_died", name=name, exit_code=code, restart_in_s=wait)
-            time.sleep(wait)
-            restarts[name] = time.monotonic()
-            children[name] = spawn(names.index(name))
-            log.info("worker_restarted", name=name, pid=children[name].pid)
-            alive = True
+            due[name] = time.monotonic() + wait
         if stopping and not alive:
             return worst
         time.sleep(0.2)

@@ -96,14 +96,31 @@ format = "json"
             loghubd_server.endpoint, "pool", count=4_000, prefix="w", start=4_000
         ).start().wait()
         wait_until(lambda: set(read_ids([out])) >= {f"w{i}" for i in range(8_000)}, 30)
+        # A stop while a dead worker waits for its restart (1 s back-off) cancels the restart:
+        # a worker started after the stop would never get the signal, and the parent would
+        # wait for it for ever (it did, when the back-off was a sleep in its loop).
+        os.kill(_pids("host-1", parent.pid)[0], signal.SIGKILL)
+        wait_until(
+            lambda: (
+                '"worker_died"' in (tmp_path / "workers.log").read_text()
+                and "host-1" in (tmp_path / "workers.log").read_text().split('"worker_died"')[-1]
+            ),
+            5,
+        )
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(40) == 0
+        assert not _pids("host-1", parent.pid), "a worker was started after the stop"
         wait_until(lambda: consumers() == [], 10)
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait(10)  # reaped here, not warned about in a later test
         subprocess.run(["pkill", "-9", "-f", str(config)], check=False)
+
+
+def _pids(name: str, parent: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "--", f"--name {name}"], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split() if int(p) != parent]
 
 
 def _held(admin: Admin) -> dict[str, list[int]]:
