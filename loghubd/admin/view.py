@@ -6,6 +6,7 @@ from the SLS calls; `render` and `to_json` present them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -71,16 +72,28 @@ class GroupView:
         return [c.name for c in self.consumers if c.live]
 
     def totals(self) -> dict[str, Any]:
-        groups = [s.lag_log_groups for s in self.shards if s.lag_log_groups is not None]
-        logs = [s.lag_logs for s in self.shards if s.lag_logs is not None]
-        secs = [s.lag_seconds for s in self.shards if s.lag_seconds is not None]
+        """Sums over the shards, each None (unknown) as soon as one shard's figure is unknown
+        (`--no-count` leaves a lagging shard's `lag_logs` None). `lag_logs_exact` False means
+        estimated (`~`), as for a shard: it never marks a partial sum."""
         return {
             "shards": len(self.shards),
-            "lag_log_groups": sum(groups) if groups else None,
-            "lag_logs": sum(logs) if logs else None,
+            "lag_log_groups": known_total([s.lag_log_groups for s in self.shards], sum),
+            "lag_logs": known_total([s.lag_logs for s in self.shards], sum),
             "lag_logs_exact": all(s.lag_logs_exact for s in self.shards),
-            "max_lag_seconds": max(secs) if secs else None,
+            "max_lag_seconds": known_total([s.lag_seconds for s in self.shards], max),
         }
+
+
+def known_total(values: Sequence[int | None], combine: Callable[[list[int]], int]) -> int | None:
+    """`combine` of the values, or None when one is unknown (or there are none).
+
+    Why not combine the known ones: the result reads as the whole. `--no-count` leaves every
+    lagging shard's log count unknown, and a sum of the rest said `0 logs` behind.
+    """
+    known = [v for v in values if v is not None]
+    if not known or len(known) < len(values):
+        return None
+    return combine(known)
 
 
 def to_json(view: GroupView) -> dict[str, Any]:
@@ -129,6 +142,23 @@ def _count(value: int | None, exact: bool = True) -> str:
     return f"{value:,}" if exact else f"~{value:,}"
 
 
+def owner_cell(row: ShardRow, source: str) -> str:
+    """Who holds the shard, as the service reports it: `-` for nobody (an unassigned shard),
+    `?` when the service does not report owners (`source == "checkpoints"`). Never the last
+    committer: a consumer that stopped is the last committer of the shards it left."""
+    owner = row.owner or ("?" if source == "checkpoints" else "-")
+    return owner + (f" -> {row.next_owner}" if row.next_owner else "")
+
+
+def committer_cell(row: ShardRow, now: float) -> str:
+    """Who committed the checkpoint last, and how long ago (`now` 0: not given); `-` for no
+    commit, `(unnamed)` for a commit without a consumer name (e.g. a `group reset`)."""
+    if row.committed_at is None:
+        return row.committed_by or "-"
+    when = f"{age(now - row.committed_at)} ago" if now > 0 else ""
+    return " ".join(part for part in (row.committed_by or "(unnamed)", when) if part)
+
+
 def render(view: GroupView) -> str:
     """The text of `loghubd group describe` / `loghubd status`."""
     lines = [
@@ -137,10 +167,10 @@ def render(view: GroupView) -> str:
         + (f"  ordered {'yes' if view.order else 'no'}" if view.order is not None else "")
     ]
     if view.source == "checkpoints":
-        lines.append(
-            "  (owners are the last committers and liveness is a guess from commit times: "
-            "the service does not report consumers)"
-        )
+        lines += [
+            "  (the service does not report owners or consumers: OWNER is ?, liveness is a guess",
+            "   from commit times, and a live consumer's SHARDS are those it last committed)",
+        ]
     if view.consumers:
         lines.append(f"{'CONSUMER':<28} {'LIVE':<5} {'HEARTBEAT':>9} {'COMMIT':>8}  SHARDS")
         for c in view.consumers:
@@ -153,13 +183,13 @@ def render(view: GroupView) -> str:
         lines.append("consumers: none")
     lines.append(
         f"{'SHARD':>5}  {'STATE':<20} {'OWNER':<24} {'COMMITTED POSITION':<22} "
-        f"{'LAG(groups)':>11} {'LAG(logs)':>10} {'LAG(time)':>9}"
+        f"{'LAG(groups)':>11} {'LAG(logs)':>10} {'LAG(time)':>9}  LAST COMMITTED BY"
     )
     for r in view.shards:
         state = r.state or "-"
         if r.status == "readonly":
             state += " (read-only)"
-        owner = (r.owner or r.committed_by or "-") + (f" -> {r.next_owner}" if r.next_owner else "")
+        owner = owner_cell(r, view.source)
         if not r.checkpoint:
             position = "none (start setting)"
         else:
@@ -167,13 +197,18 @@ def render(view: GroupView) -> str:
         lines.append(
             f"{r.shard:>5}  {state:<20} {owner:<24} {position:<22} "
             f"{_count(r.lag_log_groups):>11} {_count(r.lag_logs, r.lag_logs_exact):>10} "
-            f"{age(r.lag_seconds) if r.lag_seconds is not None else '-':>9}"
+            f"{age(r.lag_seconds) if r.lag_seconds is not None else '-':>9}  "
+            f"{committer_cell(r, view.now)}"
         )
     t = view.totals()
+    logs = (
+        "logs not counted"
+        if t["lag_logs"] is None
+        else f"{_count(t['lag_logs'], t['lag_logs_exact'])} logs"
+    )
     lines.append(
         f"total  {t['shards']} shard(s), lag {_count(t['lag_log_groups'])} log groups, "
-        f"{_count(t['lag_logs'], t['lag_logs_exact'])} logs, oldest unread written "
-        f"{age(t['max_lag_seconds'])} ago"
+        f"{logs}, oldest unread written {age(t['max_lag_seconds'])} ago"
     )
     if not t["lag_logs_exact"]:
         lines.append("  (~ estimated from the logs per group read so far)")

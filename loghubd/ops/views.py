@@ -86,7 +86,9 @@ def source_status(source: SourceSnapshot) -> dict[str, Any]:
                 "position": readable_position(s.shard, s.cursor),
                 "position_written_at": None if s.cursor_time is None else _iso(s.cursor_time),
                 "checkpoint_position": readable_position(s.shard, s.checkpoint),
-                "behind": behind(s.lag_log_groups, s.lag_seconds, s.caught_up),
+                "behind": behind(
+                    s.lag_log_groups, s.lag_seconds, s.caught_up, failing=bool(s.processor_error)
+                ),
                 "last_error": None
                 if s.last_error is None
                 else {"message": s.last_error.message, "at": _iso(s.last_error.at)},
@@ -112,16 +114,31 @@ def readable_position(shard: int, cursor: str | None) -> str | None:
         return None
 
 
-def behind(lag_log_groups: int | None, lag_seconds: float | None, caught_up: bool) -> str:
-    """The lag in words: `caught up`, `12 log groups, oldest unread written 4s ago`."""
-    if caught_up or lag_log_groups == 0:
+def behind(
+    lag_log_groups: int | None,
+    lag_seconds: float | None,
+    caught_up: bool,
+    *,
+    failing: bool = False,
+) -> str:
+    """The lag in words: `caught up`, `12 log groups, oldest unread written 4s ago`.
+
+    `caught up` only when the `caught_up` field next to it says so: read to the end and no
+    batch failing. The lag is measured from the fetch position, so a lag of 0 alone says
+    only that everything has been fetched: batches may still be in the processor, or failing
+    over and over (`failing`: the shard's `processor_error` is set).
+    """
+    if caught_up and not failing:
         return "caught up"
     if lag_log_groups is None:
-        return "not measured yet"
-    text = f"{lag_log_groups:,} log groups"
-    if lag_seconds is not None:
-        text += f", oldest unread written {lag_seconds:.0f}s ago"
-    return text
+        text = "not measured yet"
+    elif lag_log_groups == 0:
+        text = "fetched to the end" + ("" if failing else ", not all processed yet")
+    else:
+        text = f"{lag_log_groups:,} log groups"
+        if lag_seconds is not None:
+            text += f", oldest unread written {lag_seconds:.0f}s ago"
+    return text + (", processing failing" if failing else "")
 
 
 def _iso(when: float) -> str:

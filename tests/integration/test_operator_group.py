@@ -161,6 +161,15 @@ def test_reset_while_stopped_moves_where_the_daemons_start(
         assert stopped["totals"]["lag_logs"] == 100 and stopped["totals"]["lag_logs_exact"]
         assert stopped["totals"]["lag_log_groups"] == 10
         assert 0 <= stopped["totals"]["max_lag_seconds"] <= 60
+        # --no-count: the lagging shards' logs are not counted, so neither is their total; the
+        # stopped daemons committed last but own nothing (they used to show as OWNER)
+        uncounted = loghubd(ep, "status", "--group", GROUP, "--no-count", "--json").stdout
+        assert json.loads(uncounted)["totals"]["lag_logs"] is None
+        text = loghubd(ep, "status", "--group", GROUP, "--no-count").stdout
+        assert "lag 10 log groups, logs not counted," in text, text
+        rows = [line.split() for line in text.splitlines() if line.split()[0] in ("0", "1")]
+        assert len(rows) == 2 and all(r[1:3] == ["unassigned", "-"] for r in rows), text
+        assert {r[-3] for r in rows} <= {"op0", "op1"}, text  # LAST COMMITTED BY
 
         loghubd(ep, "group", "reset", GROUP, "--to", str(middle - 1000), "--execute")
         everything = describe(ep)["totals"]

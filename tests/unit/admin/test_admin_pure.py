@@ -4,6 +4,7 @@ checks, the error lines and the describe table."""
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -179,6 +180,121 @@ def test_describe_table_uses_operator_words_and_times() -> None:
         "shards": 2, "lag_log_groups": 5, "lag_logs": 500, "lag_logs_exact": False,
         "max_lag_seconds": 75,
     }  # fmt: skip
+
+
+def shard(n: int, **fields: Any) -> view.ShardRow:
+    return view.ShardRow(n, "readwrite", **fields)
+
+
+# (per shard: lag_log_groups, lag_logs, lag_logs_exact, lag_seconds) -> the totals' figures
+@pytest.mark.parametrize(
+    ("shards", "groups", "logs", "exact", "oldest"),
+    [
+        ([(5, 500, True, 75), (0, 0, True, 0)], 5, 500, True, 75),
+        ([(5, 500, False, 75), (3, 30, True, 9)], 8, 530, False, 75),  # one estimate: ~530
+        # --no-count: the lagging shard's logs are not counted, so neither is the total (it
+        # said `0 logs`, exact, with a log group behind)
+        ([(1, None, True, 5), (0, 0, True, 0)], 1, None, True, 5),
+        ([(1, None, True, 5), (2, None, True, 7)], 3, None, True, 7),
+        ([(None, 40, True, 3), (4, 40, True, 3)], None, 80, True, 3),  # cursors not numbers
+        ([], None, None, True, None),
+    ],
+)
+def test_totals_are_unknown_when_a_shard_figure_is(
+    shards: list[tuple[int | None, int | None, bool, int | None]],
+    groups: int | None,
+    logs: int | None,
+    exact: bool,
+    oldest: int | None,
+) -> None:
+    rows = [
+        shard(n, lag_log_groups=g, lag_logs=lg, lag_logs_exact=ex, lag_seconds=sec)
+        for n, (g, lg, ex, sec) in enumerate(shards)
+    ]
+    v = view.GroupView("p", "s", "g", 20, False, [], rows)
+    assert view.to_json(v)["totals"] == {
+        "shards": len(shards), "lag_log_groups": groups, "lag_logs": logs,
+        "lag_logs_exact": exact, "max_lag_seconds": oldest,
+    }  # fmt: skip
+
+
+@given(st.lists(st.none() | st.integers(0, 10**9)))
+def test_a_total_is_the_whole_or_nothing(values: list[int | None]) -> None:
+    total = view.known_total(values, sum)
+    if values and None not in values:
+        assert total == sum(v for v in values if v is not None)
+    else:
+        assert total is None
+
+
+@pytest.mark.parametrize(
+    ("logs", "exact", "words"),
+    [
+        ([None, 0], True, "lag 1 log groups, logs not counted,"),
+        ([0, 0], True, "lag 1 log groups, 0 logs,"),
+        ([100, 0], False, "lag 1 log groups, ~100 logs,"),
+    ],
+)
+def test_the_total_line_says_when_logs_were_not_counted(
+    logs: list[int | None], exact: bool, words: str
+) -> None:
+    rows = [
+        shard(0, lag_log_groups=1, lag_logs=logs[0], lag_logs_exact=exact, lag_seconds=5),
+        shard(1, lag_log_groups=0, lag_logs=logs[1], lag_seconds=0),
+    ]
+    text = view.render(view.GroupView("p", "s", "g", 20, False, [], rows))
+    assert f"total  2 shard(s), {words}" in text, text
+
+
+# (owner, next owner, last committer, source) -> the OWNER cell
+@pytest.mark.parametrize(
+    ("owner", "next_owner", "committed_by", "source", "cell"),
+    [
+        ("c1", "", "c1", "loghubd serve", "c1"),
+        ("c1", "c2", "c1", "loghubd serve", "c1 -> c2"),
+        # unassigned, last committed by a consumer that stopped: nobody owns it (was `c0`)
+        ("", "", "c0", "loghubd serve", "-"),
+        ("", "", "", "loghubd serve", "-"),
+        # the standard calls do not say who owns a shard: unknown, not the last committer
+        ("", "", "c0", "checkpoints", "?"),
+    ],
+)
+def test_the_owner_column_is_the_owner_never_the_last_committer(
+    owner: str, next_owner: str, committed_by: str, source: str, cell: str
+) -> None:
+    row = shard(0, owner=owner, next_owner=next_owner, committed_by=committed_by)
+    assert view.owner_cell(row, source) == cell
+
+
+@pytest.mark.parametrize(
+    ("committed_by", "committed_at", "now", "cell"),
+    [
+        ("c0", 1000.0, 1310.0, "c0 5m10s ago"),
+        ("c0", 1000.0, 0.0, "c0"),  # no `now`: no age
+        ("", 1000.0, 1003.0, "(unnamed) 3s ago"),
+        ("", None, 1003.0, "-"),
+    ],
+)
+def test_the_last_committer_has_its_own_column(
+    committed_by: str, committed_at: float | None, now: float, cell: str
+) -> None:
+    row = shard(0, committed_by=committed_by, committed_at=committed_at)
+    assert view.committer_cell(row, now) == cell
+
+
+def test_a_stopped_consumer_is_shown_as_last_committer_not_as_owner() -> None:
+    v = view.GroupView(
+        "p", "s", "g", 20, False,
+        consumers=[view.ConsumerRow("vm-24510", [], commit_age=310.0, live=False)],
+        shards=[shard(0, state="unassigned", checkpoint="MTAw", committed_by="vm-24510",
+                      committed_at=1000.0, lag_log_groups=0, lag_logs=0, lag_seconds=0)],
+        source="loghubd serve",
+        now=1310.0,
+    )  # fmt: skip
+    header, row = view.render(v).splitlines()[-3:-1]
+    assert row.split()[:3] == ["0", "unassigned", "-"]  # was `vm-24510`, in the OWNER column
+    assert view.to_json(v)["shards"][0]["owner"] == ""
+    assert header.endswith("LAST COMMITTED BY") and row.endswith("vm-24510 5m10s ago")
 
 
 @pytest.mark.parametrize(

@@ -24,14 +24,23 @@ def test_positions(shard: int, cursor: str | None, text: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("groups", "seconds", "caught_up", "text"),
+    ("groups", "seconds", "caught_up", "failing", "text"),
     [
-        (0, 0.0, True, "caught up"),
-        (5, 3.0, True, "caught up"),
-        (None, None, False, "not measured yet"),
-        (1200, 75.4, False, "1,200 log groups, oldest unread written 75s ago"),
-        (3, None, False, "3 log groups"),
+        (0, 0.0, True, False, "caught up"),
+        (5, 3.0, True, False, "caught up"),  # `caught_up` is newer than the last lag probe
+        (None, None, False, False, "not measured yet"),
+        (1200, 75.4, False, False, "1,200 log groups, oldest unread written 75s ago"),
+        (3, None, False, False, "3 log groups"),
+        # lag 0 is measured from the fetch position: fetched, not necessarily processed
+        (0, 0.0, False, False, "fetched to the end, not all processed yet"),
+        # a batch failing over and over is never "caught up", whatever the lag says
+        (0, 0.0, False, True, "fetched to the end, processing failing"),
+        (0, 0.0, True, True, "fetched to the end, processing failing"),
+        (12, 4.2, False, True, "12 log groups, oldest unread written 4s ago, processing failing"),
+        (None, None, False, True, "not measured yet, processing failing"),
     ],
 )
-def test_behind(groups: int | None, seconds: float | None, caught_up: bool, text: str) -> None:
-    assert behind(groups, seconds, caught_up) == text
+def test_behind(
+    groups: int | None, seconds: float | None, caught_up: bool, failing: bool, text: str
+) -> None:
+    assert behind(groups, seconds, caught_up, failing=failing) == text

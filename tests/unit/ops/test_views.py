@@ -31,9 +31,15 @@ def test_a_shard_behind_shows_when_the_data_at_its_position_was_written() -> Non
     [
         ({"caught_up": True, "lag_log_groups": 0}, "caught up"),
         ({"lag_log_groups": None, "lag_seconds": None}, "not measured yet"),
+        # fetched to the end but the batch keeps failing: `caught_up` is false, and so is this
+        (
+            {"caught_up": False, "lag_log_groups": 0, "processor_error": "ValueError: bad"},
+            "fetched to the end, processing failing",
+        ),
+        ({"caught_up": False, "lag_log_groups": 0}, "fetched to the end, not all processed yet"),
     ],
 )
-def test_no_time_when_caught_up_or_not_measured(changes: dict[str, object], behind: str) -> None:
+def test_no_time_at_the_end_or_when_not_measured(changes: dict[str, object], behind: str) -> None:
     row = shard_status(cursor_time=None, **changes)
     assert row["position_written_at"] is None
     assert row["behind"] == behind
