@@ -320,6 +320,14 @@ def _run_delete(args: argparse.Namespace, cfg: Config | None) -> int:
                     return REFUSED
             await client.delete_group(t.logstore, t.group)
         print(f"deleted group {t.group} on {t.project}/{t.logstore}")
+        if v.live_consumers:  # --force: say what it did to them
+            print(
+                f"warning: {len(v.live_consumers)} live consumer(s) were in it "
+                f"({', '.join(v.live_consumers)}): their heartbeats now fail "
+                "(ConsumerGroupNotExist) and they consume nothing, unready, until restarted; "
+                "a restarted daemon creates the group again and starts from consumer.start",
+                file=sys.stderr,
+            )
         return OK
 
     return _run(t, go)

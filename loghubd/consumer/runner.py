@@ -345,6 +345,8 @@ class SourceRunner:
             try:
                 await client.leave(spec.source.logstore, c.group, self.consumer)
                 log.info("left_group", **bind)
+            except E.ConsumerGroupNotExist as exc:  # deleted under us: nothing to leave
+                log.warning("group_gone", **bind, error=str(exc)[:200])
             except E.SlsError as exc:
                 log.info("leave_not_supported", **bind, error=str(exc)[:200])
         self.clean = clean

@@ -248,3 +248,26 @@ def test_status_against_a_service_without_the_status_extension(
             assert "liveness is a guess" in text
     finally:
         assert daemon.stop() == 0, daemon.log_tail()
+
+
+def test_a_forced_delete_under_a_live_daemon_says_what_it_did_to_it(
+    tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    """`group delete --force` while a daemon consumes: the command warns that the daemon now
+    consumes nothing until restarted (it cannot heartbeat into a group that is gone), the
+    daemon's /readyz says why, and its stop logs `group_gone` (before: `leave_not_supported`,
+    which blamed the service)."""
+    ep = loghubd_server.endpoint
+    Admin(ep).create_logstore(LOGSTORE, 1)
+    d = Daemon(tmp_path / "gone", ep, LOGSTORE, GROUP, "op-gone").start()
+    try:
+        d.wait_ready()
+        done = loghubd(ep, "group", "delete", GROUP, "--yes", "--force")
+        assert "deleted group" in done.stdout
+        assert "op-gone" in done.stderr and "until restarted" in done.stderr, done.stderr
+        wait_until(lambda: "ConsumerGroupNotExist" in json.dumps(d.readiness()), 20, d.log_tail)
+        d.stop()
+        assert d.events("group_gone") and not d.events("leave_not_supported"), d.log_tail()
+    finally:
+        if d.alive():
+            d.kill()
