@@ -93,6 +93,7 @@ def _build(
     layers.add_toml(data, origin)
     layers.add_env(environ)
     layers.add_overrides(overrides)
+    layers.take_misplaced_tables()
     problems = layers.problems
     top = {
         name: _section_kwargs(
@@ -105,7 +106,8 @@ def _build(
     log = _construct(LogConfig, top["log"], problems, "log")
     _raise_if(problems)
     warnings = tuple(dict.fromkeys(layers.warnings))  # a shared key warns once
-    return Config(specs, ops, log, multi=layers.multi, warnings=warnings)
+    refs = layers.processor_refs()
+    return Config(specs, ops, log, multi=layers.multi, warnings=warnings, processor_refs=refs)
 
 
 def loads(

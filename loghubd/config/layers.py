@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from loghubd.config.sections import _SECTIONS, _SOURCE_NAME, ProcessorConfig
+from loghubd.config.redact import described
+from loghubd.config.sections import (
+    _SECTIONS,
+    _SOURCE_NAME,
+    DEFAULT_PROCESSOR,
+    ProcessorConfig,
+    ProcessorRef,
+)
 from loghubd.config.values import _guess, _suggest, _Value
 
 ENV_PREFIX = "LOGHUBD_"
@@ -37,6 +44,7 @@ class _Tables:
     def __init__(self) -> None:
         self.core: dict[str, dict[str, _Value]] = {}
         self.options: dict[str, Any] = {}  # processor name → its (nested) table
+        self.origins: dict[str, str] = {}  # processor name → where its table was first given
 
 
 class _Layers:
@@ -112,6 +120,7 @@ class _Layers:
         textual: bool,
         label: str,
     ) -> None:
+        tables.origins.setdefault(path[0], origin)
         table = tables.options
         for part in path[:-1]:
             table = table.setdefault(part, {})
@@ -149,6 +158,7 @@ class _Layers:
                 for name, option in value.items():
                     self._put(tables, section, [key, name], option, origin, False, label)
                 tables.options.setdefault(key, {})  # keep empty tables too
+                tables.origins.setdefault(key, origin)
             else:
                 self._put(tables, section, [key], value, origin, False, label)
 
@@ -188,6 +198,40 @@ class _Layers:
                 else:
                     self._put(tables, "source", [key], value, origin, False, f"sources.{name}")
 
+    def processor_refs(self) -> tuple[ProcessorRef, ...]:
+        """Where the layers name processors, keyed as messages name them: the `name` of
+        `[processor]` (given, or the default of the single form), each `[[sources]]` entry's
+        (its own, else the shared one), then every option table."""
+        shared = self.top.core.get("processor", {}).get("name")
+        # A shared name every entry overrides chooses nothing, but a typo there is one still.
+        refs = [_chosen("processor.name", shared)] if shared or not self.multi else []
+        for name, tables in self.sources.values():
+            own = tables.core.get("processor", {}).get("name")
+            key = f"sources.{name}.processor.name" if own else "processor.name"
+            refs.append(_chosen(key, own or shared))
+        for where, tables in self._processor_scopes():
+            refs.extend(ProcessorRef(f"{where}.{n}", n, o) for n, o in tables.origins.items())
+        return tuple(dict.fromkeys(refs))
+
+    def take_misplaced_tables(self) -> None:
+        """`[processor]` keys naming a processor the configuration uses (chooses, or gives a
+        table for) that hold a value instead of its table (`jsonl = "/var/log/app"`): refused
+        as such rather than as unknown keys, and taken out of the section's keys."""
+        known = {ref.name for ref in self.processor_refs()} - set(_field_names(ProcessorConfig))
+        for where, tables in self._processor_scopes():
+            values = tables.core.get("processor", {})
+            for key in [key for key in values if key in known]:
+                value, origin, _textual = values.pop(key)
+                self.problems.append(
+                    f"{where}.{key}: expected a table of the {key} processor's options, "
+                    f"got {described(key, value)} [{origin}]"
+                )
+
+    def _processor_scopes(self) -> list[tuple[str, _Tables]]:
+        """Each scope with `[processor]` keys and tables, and the key its tables are under."""
+        entries = [(f"sources.{name}.processor", t) for name, t in self.sources.values()]
+        return [("processor", self.top), *entries]
+
     def add_env(self, environ: Mapping[str, str]) -> None:
         for var, text in sorted(environ.items()):
             if not var.startswith(ENV_PREFIX) or "__" not in var:
@@ -206,6 +250,12 @@ class _Layers:
                 self.add_overrides(value, f"{prefix}{key}.")
             elif value is not None:  # None: an unset CLI flag
                 self.set(f"{prefix}{key}".split("."), value, "override", isinstance(value, str))
+
+
+def _chosen(key: str, given: _Value | None) -> ProcessorRef:
+    if given is None:
+        return ProcessorRef(key, DEFAULT_PROCESSOR, "")
+    return ProcessorRef(key, str(given.value), given.origin)
 
 
 def _field_names(cls: type[Any]) -> list[str]:

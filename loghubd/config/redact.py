@@ -1,5 +1,6 @@
 """Secrets out of what loghubd prints: `check-config`'s effective config, and the error
-messages and log lines that quote a URL, a DSN or a path a user configured.
+messages and log lines that quote a URL, a DSN or a path a user configured (`described`:
+how a message quotes a value a user gave, in the words of a config file).
 
 Plugin tables have no schema the core knows, so a secret is recognised two ways:
 
@@ -17,6 +18,8 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from datetime import date, datetime, time
 from typing import Any
 
 MASK = "***"
@@ -93,3 +96,59 @@ def redact_value(name: str, value: Any) -> Any:
     if not isinstance(value, str) or not value:
         return value
     return MASK if is_secret_name(name) else redact_text(value)
+
+
+def described(key: str, value: Any) -> str:
+    """A value a user gave under `key`, as an error message quotes it: its kind in the words of
+    a config file and, unless it may be a secret, the value itself, cut short (`a string
+    '60s'`, `an integer -5`, `a list ['a', 'b']`, `true`). The value is left out under a key
+    named like a secret, and when its text holds a secret word (a header line
+    `Authorization: Bearer ...` given where a table was expected); URL passwords are masked."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:  # given from Python, not from a file
+        return "None"
+    kind = _kind(value)
+    text = redact_text(_text(value))
+    if is_secret_name(key) or is_secret_name(text):
+        return kind
+    return f"{kind} {text if len(text) <= _SHOWN else text[: _SHOWN - 3] + '...'}"
+
+
+_SHOWN = 60  # characters of a value quoted in a message
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, datetime):
+        return "a date and time"
+    if isinstance(value, date):
+        return "a date"
+    if isinstance(value, time):
+        return "a time of day"
+    return f"a {type(value).__name__}"  # given from Python, not from a file
+
+
+def _text(value: Any) -> str:
+    """`value` as it was written: a frozen table or array (`loghubd.config.sections`) shown as
+    a dict or list, not as a mappingproxy or tuple; dates and times in ISO 8601."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            return {k: plain(item) for k, item in v.items()}
+        if isinstance(v, list | tuple):
+            return [plain(item) for item in v]
+        return v
+
+    if isinstance(value, date | time):  # datetime is a date
+        return value.isoformat()
+    return repr(plain(value))

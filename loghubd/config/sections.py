@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from loghubd.config.redact import MASK, redact_text, redact_value
@@ -37,6 +37,7 @@ ENV_CREDENTIALS = (
     "ALIBABA_CLOUD_SECURITY_TOKEN",
 )
 _DEFAULT_HEARTBEAT = 5.0
+DEFAULT_PROCESSOR = "jsonl"
 StartPosition = Literal["begin", "end"] | float  # float: unix seconds
 
 
@@ -234,7 +235,7 @@ class ProcessorConfig:
     its own table.
     """
 
-    name: str = "jsonl"
+    name: str = DEFAULT_PROCESSOR
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -313,6 +314,27 @@ class SourceSpec:
         )
 
 
+class ProcessorRef(NamedTuple):
+    """Where the configuration names a processor: a `name` key choosing it (or the default),
+    or an option table given for it. Only the plugins know which processors exist, so these
+    are checked against them after loading (`loghubd.plugins.configured`)."""
+
+    key: str  # as messages name it: `processor.name`, `sources.app.processor.parquet`
+    name: str  # the processor's
+    origin: str  # the file, an env var or "override"; "" for the default (or built in Python)
+
+
+def _processor_refs(sources: tuple[SourceSpec, ...], multi: bool) -> tuple[ProcessorRef, ...]:
+    """The refs of a Config built in Python, not loaded: each source's own, keys as the
+    `[[sources]]` form names them when `multi`."""
+    refs = []
+    for spec in sources:
+        where = f"sources.{spec.name}.processor" if multi else "processor"
+        refs.append(ProcessorRef(f"{where}.name", spec.processor.name, ""))
+        refs.extend(ProcessorRef(f"{where}.{name}", name, "") for name in spec.processor.options)
+    return tuple(dict.fromkeys(refs))
+
+
 def _section_table(obj: Any) -> dict[str, Any]:
     """One section as a plain TOML-shaped dict, non-empty secrets as "***" (and URL
     passwords and secret `name=value` pairs within other strings)."""
@@ -348,10 +370,16 @@ class Config:
     multi: bool = False
     # Deprecated keys the configuration used, one message each (see `loghubd.config`).
     warnings: tuple[str, ...] = ()
+    # Where the configuration names processors, for the check against the installed ones
+    # (`loghubd.plugins.configured`): filled by the loader, else made from `sources`.
+    processor_refs: tuple[ProcessorRef, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if not self.sources:
             raise ConfigError(["sources: at least one source is needed"])
+        if not self.processor_refs:
+            refs = _processor_refs(self.sources, self.multi)
+            object.__setattr__(self, "processor_refs", refs)
 
     @property
     def source(self) -> SourceConfig:

@@ -4,7 +4,7 @@ Parsers of the values with a syntax of their own (`consumer.start` / `end` times
 lists), `_coerce` for the plain field types (str, bool, int, float, Literal, tuple[str, ...]),
 `_section_kwargs` turning one section's raw values into typed keyword arguments, and the error
 types: `_Invalid` (one value, no key yet) and `ConfigError` (every problem, each naming its key).
-Imports nothing from the other config modules.
+Imports nothing from the other config modules but `redact` (how a message quotes a value).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, fields
 from datetime import date, datetime
 from typing import Any, Literal, NamedTuple
+
+from loghubd.config.redact import described
 
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no"})
 
@@ -228,17 +230,12 @@ def _section_kwargs(
             kwargs[key] = parse(value) if parse else _coerce(hints[key], value, textual)
         except _Invalid as exc:
             # Never echo a secret, not even a mistyped one.
-            got = "" if f.metadata.get("secret") else f", got {_show(value)}"
+            got = "" if f.metadata.get("secret") else f", got {described(key, value)}"
             problems.append(f"{label(key)}: {exc}{got} [{origin}]")
     for f in by_name.values():
         if f.default is MISSING and f.default_factory is MISSING and f.name not in given:
             problems.append(f"{label(f.name)}: required key is missing ({missing_hint(f.name)})")
     return kwargs
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
 def _construct(cls: type[Any], kwargs: dict[str, Any], problems: list[str], rename: str) -> Any:

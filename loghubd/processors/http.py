@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from yarl import URL
 
 from loghubd.backoff import Backoff
-from loghubd.config.redact import redact_text
+from loghubd.config.redact import described, redact_text
 from loghubd.consumer.tracking import until_stopping
 from loghubd.errors import leaves
 from loghubd.models import Batch
@@ -123,7 +123,9 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
     headers = {}
     for name, value in dict(options.get("headers", {})).items():
         if not isinstance(value, str) or "\n" in value or "\r" in value:
-            raise ValueError(f"{PREFIX}.headers.{name}: must be a one-line string")
+            raise ValueError(
+                f"{PREFIX}.headers.{name}: must be a one-line string, got {described(name, value)}"
+            )
         headers[str(name)] = value
     token = options.get("bearer_token")
     if token:
@@ -144,12 +146,15 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
     initial = float(options.get("retry_initial_backoff_s", 0.5))
     maximum = float(options.get("retry_max_backoff_s", 30.0))
     if timeout <= 0:
-        raise ValueError(f"{PREFIX}.timeout_s: must be > 0")
+        raise ValueError(f"{PREFIX}.timeout_s: must be > 0, got {timeout:g}")
     if not 0 < initial <= maximum:
-        raise ValueError(f"{PREFIX}.retry_initial_backoff_s: must be > 0 and <= the maximum")
+        raise ValueError(
+            f"{PREFIX}.retry_initial_backoff_s: must be > 0 and <= retry_max_backoff_s "
+            f"({maximum:g}), got {initial:g}"
+        )
     retries = int(options.get("max_retries", 0))
     if retries < 0:
-        raise ValueError(f"{PREFIX}.max_retries: must be >= 0 (0: for ever)")
+        raise ValueError(f"{PREFIX}.max_retries: must be >= 0 (0: for ever), got {retries}")
     tls = {
         key: str(options.get(key, "")) for key in ("tls_ca_file", "tls_cert_file", "tls_key_file")
     }

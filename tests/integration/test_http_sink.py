@@ -308,7 +308,11 @@ def test_parts_given_up_count_as_cancelled_not_as_endpoint_errors(daemon_pool: P
         ({"url": "ftp://u:pw@example.com/"}, "processor.http.url: 'ftp://u:***@example.com/' is"),
         ({"url": "http://h/", "batch_size": 0}, "processor.http.batch_size: must be >= 1"),
         ({"url": "http://h/", "max_body_bytes": 100}, "processor.http.max_body_bytes: must be 0"),
-        ({"url": "http://h/", "gzip": "yes"}, "processor.http.gzip: expected bool, got str"),
+        (
+            {"url": "http://h/", "gzip": "yes"},
+            "processor.http.gzip: expected true or false, got a string 'yes'",
+        ),
+        ({"url": "http://h/", "timeout_s": -1}, "processor.http.timeout_s: must be > 0, got -1"),
         ({"url": "http://h/", "header": {}}, "processor.http.header: unknown key"),
     ],
 )

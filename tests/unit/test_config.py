@@ -320,6 +320,30 @@ INVALID: list[tuple[str, str, dict[str, str], dict[str, Any], list[str]]] = [
         ["processor.nmae: unknown key (did you mean processor.name?)"],
     ),
     (
+        "processor table given as a value",
+        toml_with(tail="[processor]\njsonl = 'x'"),
+        {},
+        {},
+        ["processor.jsonl: expected a table of the jsonl processor's options, got a string 'x'"],
+    ),
+    (
+        "chosen processor's table given as a value by env var",
+        toml_with(tail="[processor]\nname = 'parquet'"),
+        {"LOGHUBD_PROCESSOR__PARQUET": "/data"},
+        {},
+        [
+            "processor.parquet: expected a table of the parquet processor's options, got a "
+            "string '/data' [LOGHUBD_PROCESSOR__PARQUET]"
+        ],
+    ),
+    (
+        "a wrong value is quoted in the file's words",
+        toml_with("max_attempts = [1]"),
+        {},
+        {},
+        ["consumer.max_attempts: expected an integer, got a list [1]"],
+    ),
+    (
         "duration as text",
         toml_with("heartbeat_interval = '5s'"),
         {},
@@ -1098,6 +1122,15 @@ MULTI_INVALID: list[tuple[str, str, dict[str, str], list[str]]] = [
         ONE_SOURCE.replace('endpoint = "http://', 'endpoint = "ftp://'),
         {},
         ["sources.app.endpoint: expected an http:// or https:// URL"],
+    ),
+    (
+        "an entry's processor table given as a value",
+        ONE_SOURCE + "[sources.processor]\njsonl = 3\n",
+        {},
+        [
+            "sources.app.processor.jsonl: expected a table of the jsonl processor's options, "
+            "got an integer 3"
+        ],
     ),
     (
         "consumer is not a table",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import date
+from types import MappingProxyType
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from loghubd.config.redact import MASK, is_secret_name, redact_text, redact_value
+from loghubd.config.redact import MASK, described, is_secret_name, redact_text, redact_value
 
 
 @pytest.mark.parametrize(
@@ -69,6 +72,27 @@ def test_redact_text(text: str, shown: str) -> None:
 )
 def test_redact_value(name: str, value: object, shown: object) -> None:
     assert redact_value(name, value) == shown
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        ("max_age_s", "60s", "a string '60s'"),
+        ("rotate_bytes", -5, "an integer -5"),
+        ("ratio", 0.5, "a number 0.5"),
+        ("gzip", True, "true"),
+        ("fields", ("a", "b"), "a list ['a', 'b']"),  # a frozen TOML array
+        ("sink", MappingProxyType({"mode": ("x",)}), "a table {'mode': ['x']}"),  # a frozen table
+        ("start", date(2024, 5, 1), "a date 2024-05-01"),
+        pytest.param("path", "p" * 80, "a string '" + "p" * 56 + "...", id="cut to 60"),
+        ("bearer_token", 123456, "an integer"),  # a secret's name: its value is not quoted
+        ("headers", "Authorization: Bearer t0k", "a string"),  # a secret word in the value
+        ("dsn", "host=h password=pw", "a string"),
+        ("url", "https://a:pw@c/", "a string 'https://a:***@c/'"),
+    ],
+)
+def test_described(name: str, value: object, shown: str) -> None:
+    assert described(name, value) == shown
 
 
 @pytest.mark.parametrize(
