@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,3 +26,21 @@ def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.fixture
+def immutable() -> Iterator[Callable[[Path], None]]:
+    """`immutable(path)`: `chattr +i path`, undone after the test. The tests run as root, whom
+    file modes do not stop; this does: no write to the file, no new name in the directory.
+    Skips the test on a file system without the attribute."""
+    made: list[Path] = []
+
+    def make(path: Path) -> None:
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"this test needs `chattr +i` on {path}: {done.stderr.strip()}")
+        made.append(path)
+
+    yield make
+    for path in reversed(made):
+        subprocess.run(["chattr", "-i", str(path)], check=False)

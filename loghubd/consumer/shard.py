@@ -138,6 +138,7 @@ class ShardTask:
         self.processor: LoadedProcessor | None = None
         self.lost = False  # another consumer owns the shard: never commit again
         self.commit_failed = False  # the last commit attempt failed for another reason
+        self.shutdown_failed = False  # `processor.shutdown` raised: its last work may be undone
         # Still busy when the shutdown grace ended: processor calls are bounded from now on.
         self.abandoned = False
         # Set when retrying a failing final commit is pointless or too late: the daemon is
@@ -362,6 +363,7 @@ class ShardTask:
             with anyio.fail_after(ABANDONED_CALL_S if self.abandoned else 30):
                 await self.processor.shutdown(self.tracker)
         except Exception as exc:
+            self.shutdown_failed = True
             log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
         saved = await self._commit_until(
             self.no_more_retries, resend=False, patience=HANDOVER_PATIENCE_S, while_leased=True

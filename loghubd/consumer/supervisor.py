@@ -164,7 +164,10 @@ class Supervisor:
     async def _on_exit(self, task: ShardTask) -> None:
         self.tasks.pop(task.shard, None)
         self._scopes.pop(task.shard, None)
-        if self.closing and task.commit_failed and not task.lost:
+        # A final commit or a processor shutdown (a sink's last write) that failed while the
+        # daemon stops: nothing is lost (the checkpoint stays before it), but the exit code
+        # must say the stop was not clean.
+        if self.closing and (task.commit_failed or task.shutdown_failed) and not task.lost:
             self.unflushed.append(task.shard)
         held_still = task.shard in self.assignment.running
         if task.status.state == "failed" and not task.lost and held_still:

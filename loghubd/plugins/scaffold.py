@@ -1,5 +1,7 @@
 """`loghubd new-plugin`: the files of a new processor plugin package, ready to install and
-test. Pure: `files(...)` returns path → text; the CLI writes them.
+test. `files(...)` is pure (path → text); `write(...)` puts them in a new directory, and says
+in one line why when it cannot (a `UserError`: no traceback, exit 2 for a directory that
+cannot be used).
 
 The package it makes has what `plugins/loghubd-example` shows: a `ProcessorSpec` with its
 options declared, option checks naming the key, a processor that saves its checkpoint after
@@ -10,10 +12,15 @@ end-to-end run against the `loghubd_server` fixture).
 
 from __future__ import annotations
 
+import errno
 import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
 from string import Template
 
 import loghubd
+from loghubd.admin.errors import FAILED, USAGE, UserError
 
 _DIST = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 _PROCESSOR = re.compile(r"[a-z][a-z0-9_]*")
@@ -48,6 +55,40 @@ def files(distribution: str, processor: str | None = None) -> dict[str, str]:
         )
         for path, text in _FILES.items()
     }
+
+
+def write(root: Path, made: Mapping[str, str]) -> None:
+    """Write `made` (from `files`) under `root`, which must not exist yet. A `root` that
+    cannot be made (under a file, not writable) is a UserError with exit code 2 naming it and
+    why; a file that cannot be written then (a full disk) one with exit code 1, and what was
+    made of `root` is removed, so that the command can simply be run again."""
+    if root.exists() or root.is_symlink():
+        raise UserError(USAGE, f"{root} already exists")
+    try:
+        root.mkdir(parents=True)
+    except OSError as exc:
+        raise UserError(USAGE, f"{root} cannot be made: {_why(root, exc)}") from None
+    for relative, text in made.items():
+        path = root / relative
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            raise UserError(FAILED, f"cannot write {path}: {_reason(exc)}") from None
+
+
+def _why(root: Path, exc: OSError) -> str:
+    if exc.errno == errno.ENOTDIR:  # name the file in the way, not only "Not a directory"
+        for path in reversed(root.parents):
+            if path.exists() and not path.is_dir():
+                return f"{path} is not a directory"
+    return f"{_reason(exc)}; pick another --dir"
+
+
+def _reason(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    return f"{exc.strerror or exc}" + (f" ({name})" if name else "")
 
 
 _FILES = {

@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry, Counter
 from loghubd import files
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
+from loghubd.processors.file_errors import doing
 from loghubd.processors.jsonl_compress import Compressor
 from loghubd.processors.options import check_options
 from loghubd.protocol import cursor as cursors
@@ -93,16 +94,26 @@ class JsonlOptions:
             )
         rotate_bytes = options.get("rotate_bytes", 0)
         rotate_seconds = float(options.get("rotate_seconds", 0))
-        if isinstance(rotate_bytes, bool) or rotate_bytes < 0:
-            raise ValueError("processor.jsonl.rotate_bytes: a number of bytes >= 0 (0: never)")
-        if isinstance(options.get("rotate_seconds"), bool) or rotate_seconds < 0:
-            raise ValueError("processor.jsonl.rotate_seconds: seconds >= 0 (0: never)")
+        if rotate_bytes < 0:  # check_options refused a bool
+            raise ValueError(
+                "processor.jsonl.rotate_bytes: a number of bytes >= 0 (0: never), "
+                f"got {rotate_bytes}"
+            )
+        if rotate_seconds < 0:
+            raise ValueError(
+                f"processor.jsonl.rotate_seconds: seconds >= 0 (0: never), got {rotate_seconds:g}"
+            )
         opts = cls(fsync, rotate_bytes, rotate_seconds, compress)
         return Path(options["path"]), opts
 
 
 class JsonlPathInUse(RuntimeError):
     """Another processor (another source, another daemon) writes this shard's file."""
+
+    def __repr__(self) -> str:
+        # The daemon shows a processor's error as its repr (`describe_error`: /status,
+        # /readyz, the logs): the message, not `JsonlPathInUse('...')`.
+        return str(self)
 
 
 class JsonlMetrics:
@@ -155,12 +166,14 @@ class JsonlProcessor:
         self._compressor = Compressor(directory, shard, self.options.compress, sync, failures)
 
     def initialize(self, shard: int) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        with doing("create directory", self.directory):
+            self.directory.mkdir(parents=True, exist_ok=True)
         if self.replay:
             return
         self._take_shard()
         self._compressor.start()  # also what a crash or a stop left uncompressed
-        self._open()
+        with doing("open", self.path):  # (reading its end: `_cut_torn_tail`)
+            self._open()
 
     def _take_shard(self) -> None:
         """Two processors appending to one file, each rotating and cutting it back by its own
@@ -168,7 +181,8 @@ class JsonlProcessor:
         daemon retries the start with backoff (right for a shard handed over between
         daemons: the old owner lets go at its shutdown, or at its end, killed or not)."""
         lock = self.directory / f".shard-{self.shard}.lock"
-        fd = files.lock_exclusive(lock)
+        with doing("lock", lock):
+            fd = files.lock_exclusive(lock)
         if fd is None:
             raise JsonlPathInUse(
                 f"jsonl: {self.path} is being written by another processor (another source "
@@ -191,7 +205,8 @@ class JsonlProcessor:
     def _open_live(self) -> int:
         # O_APPEND: every write goes to the end, wherever a truncation left it. O_RDWR: to
         # find the last whole line (`_cut_torn_tail`).
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        with doing("open", self.path):
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     def _use(self, fd: int) -> None:
         self._cut_torn_tail(fd)
@@ -224,7 +239,9 @@ class JsonlProcessor:
             self._write_replayed(batch)
             tracker.save_checkpoint(persist=False)
             return
-        with self._lock:
+        # Whatever fails in here fails the batch, and is what the operator sees of it (the
+        # steps of a rotation say which of them failed).
+        with self._lock, doing("write", self.path):
             if self._closing is None:
                 self._follow_path()
             # The file's real size, not a count of ours: logrotate's copytruncate may have
@@ -291,7 +308,8 @@ class JsonlProcessor:
         final = self.directory / f"shard-{self.shard}.replay-{start}-{end}.jsonl"
         # Two replays of the same letter at once each write a temporary file of their own.
         sync = self.options.fsync != "never"
-        written = files.write_atomically(final, batch.write_jsonl, sync=sync)
+        with doing("write", final):
+            written = files.write_atomically(final, batch.write_jsonl, sync=sync)
         self.metrics.bytes.inc(written)
 
     def _cut_back(self) -> None:
@@ -320,11 +338,13 @@ class JsonlProcessor:
         one is in place, so a failure never leaves the shard without a file."""
         if self._closing is None:
             if self.options.fsync != "never":
-                os.fsync(self._fd)
+                with doing("sync", self.path):
+                    os.fsync(self._fd)
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
             closed = self.directory / f"shard-{self.shard}.{stamp}.jsonl"
             # Renamed while still open: if the rename fails, nothing changed.
-            os.rename(self.path, closed)
+            with doing("rename", self.path, to=closed):
+                os.rename(self.path, closed)
             self._closing = closed
         new = self._open_live()  # again at a retry: O_CREAT finds the empty file if made
         try:
@@ -346,7 +366,8 @@ class JsonlProcessor:
 
     def _sync_directory(self) -> None:
         if self.options.fsync != "never":
-            files.fsync_dir(self.directory)
+            with doing("sync directory", self.directory):
+                files.fsync_dir(self.directory)
 
     def flush(self) -> None:
         """fsync, before the shard's checkpoint is committed. On a duplicate of the file
@@ -360,7 +381,8 @@ class JsonlProcessor:
                 return
             fd = os.dup(self._fd)
         try:
-            os.fsync(fd)
+            with doing("sync", self.path):
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -372,7 +394,8 @@ class JsonlProcessor:
                     try:
                         self._cut_back()
                         if self.options.fsync != "never":
-                            os.fsync(self._fd)
+                            with doing("sync", self.path):
+                                os.fsync(self._fd)
                     finally:
                         os.close(self._fd)
                         self._fd = -1

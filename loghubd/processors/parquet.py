@@ -25,11 +25,13 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from loghubd.arrow import position
+from loghubd.config.redact import described
 from loghubd.errors import describe_error
 from loghubd.models import Batch
 from loghubd.plugins.api import Ack, ProcessorContext, Tracker
 from loghubd.processors import parquet_files as files
 from loghubd.processors import parquet_layout as layout
+from loghubd.processors.file_errors import doing
 from loghubd.processors.options import check_options
 from loghubd.wal import COMMITTED, Entry, Range, Wal, new_batch_id
 
@@ -92,7 +94,9 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         raise ValueError(f"processor.parquet.partition: {exc}") from None
     fields = options.get("fields")
     if fields is not None and not all(isinstance(f, str) and f for f in fields):
-        raise ValueError("processor.parquet.fields: a list of field names")
+        raise ValueError(
+            f"processor.parquet.fields: a list of field names, got {described('fields', fields)}"
+        )
     compression = str(options.get("compression", "zstd")).lower()
     if compression not in COMPRESSIONS:
         raise ValueError(
@@ -118,7 +122,7 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
             raise ValueError(f"processor.parquet.{key}: must be >= 1, got {value}")
     age = float(options.get("max_age_s", 60.0))
     if age <= 0:
-        raise ValueError("processor.parquet.max_age_s: must be > 0")
+        raise ValueError(f"processor.parquet.max_age_s: must be > 0, got {age:g}")
     return ParquetOptions(
         path=str(options["path"]),
         wal_dir=options.get("wal_dir"),
@@ -246,7 +250,10 @@ class ParquetProcessor:
         self.failed_at = 0.0  # when the last timer-driven write failed (it waits a little)
 
     def initialize(self, shard: int) -> None:
-        with files.shard_lock(self.wal, self.logstore, shard):
+        with (
+            doing("recover the unfinished writes under", self.factory.target.root),
+            files.shard_lock(self.wal, self.logstore, shard),
+        ):
             finished, discarded = files.recover(self.factory.target, self.wal, shard)
         if finished or discarded:
             log.warning("parquet_recovered", shard=shard, renamed=finished, discarded=discarded)
@@ -259,7 +266,10 @@ class ParquetProcessor:
             # checkpoint, and the live daemon's entries ahead of that checkpoint are what
             # keeps its next re-read from writing their ranges twice.
             if not self._replay:
-                with files.shard_lock(self.wal, self.logstore, self.shard):
+                with (
+                    doing("collect the write-ahead entries in", self.wal.dir),
+                    files.shard_lock(self.wal, self.logstore, self.shard),
+                ):
                     files.collect_garbage(self.wal, self.shard, batch.cursor)
         rows = batch.arrow(self.factory.options.fields)
         with self.lock:
@@ -349,13 +359,14 @@ class ParquetProcessor:
             self.write("shutdown")
         except Exception as exc:
             # Not acknowledged: the checkpoint stays before these batches; a next owner reads
-            # them again.
+            # them again. Raised on, so that a daemon stopping says so in its exit code.
             log.error(
                 "parquet_write_failed",
                 shard=self.shard,
                 reason="shutdown",
                 error=describe_error(exc),
             )
+            raise
         finally:
             with self.lock:  # whatever was not written is dropped: no longer held here
                 self.factory.buffered(-self.buffered_bytes)
@@ -369,7 +380,12 @@ class ParquetProcessor:
         started = time.perf_counter()
         metrics = self.factory.metrics
         try:
-            with files.shard_lock(self.wal, self.logstore, self.shard):
+            # The steps below say which file failed; this names the output for the rest
+            # (the shard's lock, reading the write-ahead log).
+            with (
+                doing("write Parquet files under", self.factory.target.root),
+                files.shard_lock(self.wal, self.logstore, self.shard),
+            ):
                 self._settle()
                 self._finish_renames()
                 self.wal.refresh(force=True)
@@ -446,16 +462,20 @@ class ParquetProcessor:
             # checkpoint-driven collection, or a replay run again would write them twice.
             replay=self._replay,
         )
-        lease = self.wal.begin(entry)
+        with doing(f"record the write-ahead entry {batch_id} in", self.wal.dir):
+            lease = self.wal.begin(entry)
         try:
             for tmp, _final, rows in plan:
-                files.write_file(target, tmp, rows, o)
-            files.sync_dirs(target, [tmp for tmp, _, _ in plan])
+                with doing("write", tmp):
+                    files.write_file(target, tmp, rows, o)
+            _sync_dirs(target, [tmp for tmp, _, _ in plan])
         except BaseException:
             self.wal.abandon_quietly(lease)  # the write's own error is the one raised
             raise
         try:
-            self.wal.commit(lease)  # the renames are recorded: from here on they will happen
+            # The renames are recorded: from here on they will happen.
+            with doing(f"commit the write-ahead entry {batch_id} in", self.wal.dir):
+                self.wal.commit(lease)
         except BaseException:
             # Maybe committed: the entry may have reached the disk before the failure (a
             # directory fsync after the rename, say). Its temporaries must then be renamed
@@ -497,9 +517,19 @@ class ParquetProcessor:
         while self._unfinished:
             entry = self._unfinished[0]
             for tmp, final in entry.renames:
-                files.rename(target, tmp, final)
-            files.sync_dirs(target, [final for _, final in entry.renames])
+                with doing("rename", tmp, to=final):
+                    files.rename(target, tmp, final)
+            _sync_dirs(target, [final for _, final in entry.renames])
             self._unfinished.pop(0)
+
+
+def _sync_dirs(target: files.Target, paths: list[str]) -> None:
+    """`files.sync_dirs`, a directory at a time: a failure names its directory (an fsync
+    fails with an OSError that names no file)."""
+    one_each = {path.rsplit("/", 1)[0]: path for path in paths}
+    for directory, path in sorted(one_each.items()):
+        with doing("sync directory", directory):
+            files.sync_dirs(target, [path])
 
 
 def _drop_covered(rows: pa.RecordBatch, covered: list[tuple[int, int]]) -> pa.RecordBatch:
@@ -605,5 +635,8 @@ class ParquetFactory:
                 except Exception as exc:
                     p.failed_at = time.monotonic()
                     log.warning(
-                        "parquet_write_failed", shard=p.shard, reason="max_age", error=repr(exc)
+                        "parquet_write_failed",
+                        shard=p.shard,
+                        reason="max_age",
+                        error=describe_error(exc),
                     )

@@ -129,9 +129,13 @@ def test_real_full_tmpfs_then_grown_leaves_no_torn_line_or_duplicate(tiny_tmpfs:
         ({}, "processor.jsonl.path: required"),
         ({"path": "x", "fsync": "always"}, "processor.jsonl.fsync: one of batch"),
         ({"path": "x", "compress": "lz4"}, "processor.jsonl.compress: one of none"),
-        ({"path": "x", "rotate_bytes": -1}, "processor.jsonl.rotate_bytes"),
-        ({"path": "x", "rotate_bytes": "1MB"}, "processor.jsonl.rotate_bytes: expected int"),
-        ({"path": "x", "rotate_seconds": -2.0}, "processor.jsonl.rotate_seconds"),
+        ({"path": "x", "rotate_bytes": -5}, r"processor.jsonl.rotate_bytes: .*>= 0.*, got -5$"),
+        (
+            {"path": "x", "rotate_bytes": "1MB"},
+            "processor.jsonl.rotate_bytes: expected an integer, got a string '1MB'",
+        ),
+        ({"path": "x", "rotate_bytes": True}, "processor.jsonl.rotate_bytes: .* got true"),
+        ({"path": "x", "rotate_seconds": -2.0}, r"processor.jsonl.rotate_seconds: .*, got -2$"),
         ({"path": "x", "rotate": 1}, "processor.jsonl.rotate: unknown key"),
     ],
 )

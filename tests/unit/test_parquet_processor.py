@@ -6,7 +6,9 @@ the entry was pending (discarded), and re-delivered ranges (never written twice)
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,9 +16,11 @@ from typing import Any
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+import structlog
 
 from loghubd import Batch, ProcessorContext, wal
 from loghubd.arrow import TIMESTAMP
+from loghubd.errors import describe_error
 from loghubd.processors import parquet, parquet_files
 from loghubd.processors.parquet import ParquetFactory, ParquetProcessor
 from loghubd.processors.parquet_layout import TIME_FORMATS, parse_template, partitions
@@ -671,6 +675,32 @@ def test_a_write_that_cannot_make_its_directory_reports_that_and_leaves_nothing(
 
 
 @pytest.mark.parametrize(
+    ("options", "problems"),
+    [
+        ({"max_age_s": 0}, ["processor.parquet.max_age_s: must be > 0, got 0"]),
+        (
+            {"fields": ("id", 3)},
+            ["processor.parquet.fields: a list of field names, got a list ['id', 3]"],
+        ),
+        (  # every key the type check refuses, in one run
+            {"max_age_s": "60s", "fields": "id", "max_rows": True},
+            [
+                "processor.parquet.max_age_s: expected a number, got a string '60s'",
+                "processor.parquet.fields: expected a list, got a string 'id'",
+                "processor.parquet.max_rows: expected an integer, got true",
+            ],
+        ),
+    ],
+)
+def test_bad_options_name_the_key_and_the_value(
+    options: dict[str, Any], problems: list[str]
+) -> None:
+    with pytest.raises(ValueError, match=r"^processor\.parquet\.") as info:
+        parquet.parse({"path": "/nowhere", **options})
+    assert str(info.value).splitlines() == problems
+
+
+@pytest.mark.parametrize(
     ("compression", "level", "message"),
     [
         ("snappy", 3, "snappy does not take level 3"),
@@ -734,3 +764,115 @@ def test_an_entry_whose_renames_are_not_done_outlives_the_checkpoint(
     p2 = processor(factory(out))
     p2.committed(cursors.from_seq(SHARD, 2))
     assert list(wal_dir.glob("*.json")) == []  # renames done: collected
+
+
+# -- What the operator reads when a write fails: what was being done, to which path, whatever
+# started the write (a batch, the max_age timer, the shutdown). The failures are real.
+
+PARTITION = "ls/dt=2023-11-14/hour=22"  # the default template's, for the rows of `batch()`
+TEMPORARY = rf"{{out}}/{PARTITION}/\.part-2-[^/]+-0\.parquet\.tmp"
+EPERM = r"Operation not permitted \(EPERM\)"
+Immutable = Callable[[Path], None]  # the `immutable` fixture (tests/conftest.py)
+
+
+def partition_under_a_file(out: Path, immutable: Immutable) -> None:
+    (out / "ls").write_text("a file where the partition directories go")
+
+
+def immutable_partition(out: Path, immutable: Immutable) -> None:
+    (out / PARTITION).mkdir(parents=True)
+    immutable(out / PARTITION)
+
+
+def immutable_write_ahead_log(out: Path, immutable: Immutable) -> None:
+    immutable(out / "_loghubd_wal")
+
+
+@pytest.mark.parametrize(
+    ("make_it_fail", "expected", "kind"),
+    [
+        (
+            partition_under_a_file,
+            rf"cannot write {TEMPORARY}: {{out}}/{PARTITION}: Not a directory \(ENOTDIR\)",
+            NotADirectoryError,
+        ),
+        (immutable_partition, rf"cannot write {TEMPORARY}: {EPERM}", PermissionError),
+        (
+            immutable_write_ahead_log,
+            r"cannot record the write-ahead entry (\S+) in {out}/_loghubd_wal: "
+            rf"{{out}}/_loghubd_wal/\1\.lock: {EPERM}",
+            PermissionError,
+        ),
+    ],
+)
+def test_a_failed_write_names_the_file_and_what_was_done(
+    tmp_path: Path,
+    immutable: Immutable,
+    make_it_fail: Callable[[Path, Immutable], None],
+    expected: str,
+    kind: type[OSError],
+) -> None:
+    out = tmp_path / "out"
+    p, t = processor(factory(out, max_rows=1)), RecordingTracker()
+    make_it_fail(out, immutable)
+    with pytest.raises(OSError, match=r"^cannot ") as raised:
+        p.process(batch(0, 2), t)
+    text = describe_error(raised.value)  # what /status, /readyz and the dead letter show
+    assert re.fullmatch(expected.replace("{out}", re.escape(str(out))), text), text
+    assert isinstance(raised.value, kind)  # the OSError it was, for the code that asks
+    p.shutdown(t)
+
+
+def started_by_a_batch(out: Path) -> str:
+    p, t = processor(factory(out, max_rows=1)), RecordingTracker()
+    with pytest.raises(OSError, match=r"^cannot ") as raised:
+        p.process(batch(0, 2), t)
+    p.shutdown(t)
+    return describe_error(raised.value)
+
+
+def started_by_the_timer(out: Path) -> str:
+    f = factory(out, max_age_s=0.2)
+    f.start()
+    try:
+        p, t = processor(f), RecordingTracker()
+        with structlog.testing.capture_logs() as logs:
+            p.process(batch(0, 2), t)
+            deadline = time.monotonic() + 10
+            while not [e for e in logs if e["event"] == "parquet_write_failed"]:
+                assert time.monotonic() < deadline, logs
+                time.sleep(0.05)
+    finally:
+        f.close()
+    [failed] = [e for e in logs if e["event"] == "parquet_write_failed"]
+    assert failed["reason"] == "max_age"
+    return str(failed["error"])
+
+
+def started_by_the_shutdown(out: Path) -> str:
+    p, t = processor(factory(out)), RecordingTracker()
+    p.process(batch(0, 2), t)
+    with (
+        structlog.testing.capture_logs() as logs,
+        pytest.raises(OSError, match="cannot write") as raised,
+    ):
+        p.shutdown(t)  # raised on: the stopping daemon's exit code says the write failed
+    [failed] = [e for e in logs if e["event"] == "parquet_write_failed"]
+    assert failed["reason"] == "shutdown"
+    assert str(raised.value) == str(failed["error"])
+    assert not t.acked  # nothing acknowledged: the checkpoint stays before the rows
+    return str(failed["error"])
+
+
+@pytest.mark.parametrize(
+    "write", [started_by_a_batch, started_by_the_timer, started_by_the_shutdown]
+)
+def test_whatever_started_the_write_its_failure_names_the_file(
+    tmp_path: Path, write: Callable[[Path], str]
+) -> None:
+    out = tmp_path / "out"
+    factory(out)  # makes the directory
+    partition_under_a_file(out, lambda path: None)
+    expected = rf"cannot write {TEMPORARY}: {{out}}/{PARTITION}: Not a directory \(ENOTDIR\)"
+    text = write(out)
+    assert re.fullmatch(expected.replace("{out}", re.escape(str(out))), text), text

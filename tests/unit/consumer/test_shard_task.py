@@ -288,6 +288,28 @@ def test_a_shutdown_does_not_wait_for_a_failing_final_commit() -> None:
     assert client.commits(0) == [at(3)] * 2
 
 
+class FailsToShutDown(Recorder):
+    def shutdown(self, tracker: Tracker) -> None:
+        raise OSError(28, "No space left on device")  # a sink's last write
+
+
+def test_a_processor_shutdown_that_raises_is_noted_for_the_exit_code() -> None:
+    """A processor whose shutdown fails (a sink's last write): the shard still commits what
+    was done and lets go, and notes it, so that a stopping daemon exits 1, not 0 (before,
+    only a log line said so)."""
+    client = ScriptedClient(shard_data={0: 3})
+    processor = FailsToShutDown()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.batches, "a batch")
+        t.request_stop()
+
+    _, exited = anyio.run(run, task, body)
+    assert exited == [task] and task.shutdown_failed and not task.commit_failed
+    assert client.saved[0] == at(3)
+
+
 def test_ownership_lost_on_commit_stops_the_shard_without_committing_again() -> None:
     client = ScriptedClient(shard_data={0: 3}, commit_errors=[E.OwnershipLost("taken")])
     processor = Recorder()
