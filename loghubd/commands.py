@@ -73,39 +73,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         print(f"loghubd serve: {problem}", file=sys.stderr)
         return USAGE
-    try:  # the data directory first, so a problem with it is not taken for the port's
-        opts.data_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile_in(opts.data_dir):
-            pass
-    except OSError as exc:
-        print(
-            f"loghubd serve: --data-dir {opts.data_dir} cannot be used: "
-            f"{exc.strerror or exc}; pick a writable directory",
-            file=sys.stderr,
-        )
-        return USAGE
-    try:
+    from loghubd.server.datadir import DataDirInUse, DataDirUnusable
+    from loghubd.server.runner import listen_problem
+
+    try:  # serve() locks and checks the data directory before it binds the port
         anyio.run(lambda: serve(opts, shutdown_trigger=wait_for_signal))
     except AccessKeysError as exc:
         print(f"loghubd serve: --access-keys: {exc}", file=sys.stderr)
         return 2
+    except DataDirUnusable as exc:
+        print(f"loghubd serve: {exc}", file=sys.stderr)
+        return USAGE
+    except DataDirInUse as exc:  # a local resource another server holds, as a taken port
+        print(f"loghubd serve: {exc}", file=sys.stderr)
+        return UNREACHABLE
     except OSError as exc:
-        print(
-            f"loghubd serve: cannot listen on {opts.host}:{opts.port}: "
-            f"{exc.strerror or exc}; pick another --port, or stop what holds it",
-            file=sys.stderr,
-        )
+        print(f"loghubd serve: {listen_problem(opts.host, opts.port, exc)}", file=sys.stderr)
         return UNREACHABLE  # README, "Exit codes": a local port is taken
     return 0
-
-
-@contextlib.contextmanager
-def tempfile_in(directory: Path) -> Iterator[None]:
-    """Prove `directory` is writable: make and remove a file there."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(dir=directory, prefix=".loghubd-probe-"):
-        yield
 
 
 def _serve_limits_problem(opts: ServeOptions) -> str:
@@ -193,9 +178,7 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
             text = config_mod.read_text(args.config) if args.config else ""
         cfg = config_mod.loads(text, os.environ, overrides, origin=origin)
     except config_mod.ConfigError as exc:
-        raise _StartFailed(
-            USAGE, f"loghubd run: invalid configuration ({origin}):\n{exc}"
-        ) from None
+        raise _StartFailed(USAGE, _invalid(f"({origin})", exc)) from None
     # A --log-level/--log-format flag wins over the config's [log].
     loghubd_logging.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format)
     if args.workers < 1:
@@ -221,6 +204,13 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
     if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
         shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
     return code
+
+
+def _invalid(where: str, exc: config_mod.ConfigError) -> str:
+    """`run`'s refusal of a configuration: a header, then each problem on its own line (as
+    `check-config` prints them)."""
+    header = f"loghubd run: invalid configuration {where}".rstrip() + ":"
+    return "\n".join([header, *(f"  {problem}" for problem in exc.problems)])
 
 
 def _run_daemon(
@@ -282,10 +272,17 @@ def _build_daemon(cfg: Config) -> Daemon:
     """The configured daemon; `_StartFailed` (exit code 2) when a plugin does not load or the
     configured processor refuses its options."""
     from loghubd.app import Daemon
+    from loghubd.plugins.configured import unknown_processors
     from loghubd.plugins.manager import PluginError, Plugins
 
     try:
-        return Daemon(cfg, Plugins())
+        plugins = Plugins()
+        problems = unknown_processors(cfg, plugins.processors())
+        if problems:
+            raise config_mod.ConfigError(problems)
+        return Daemon(cfg, plugins)
+    except config_mod.ConfigError as exc:  # before ValueError: it is one
+        raise _StartFailed(USAGE, _invalid("", exc)) from None
     except (PluginError, ValueError) as exc:
         raise _StartFailed(USAGE, f"loghubd run: {exc}") from None
 
@@ -337,6 +334,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     import json
 
+    from loghubd.plugins.configured import unknown_processors
     from loghubd.plugins.manager import PluginError, Plugins
 
     if args.file and args.config_file and args.file != args.config_file:
@@ -351,11 +349,19 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         # Each processor validates its own table: build it the way `run` would (with what it
         # checks at start: an output directory made and probed, a database connected to).
         plugins = Plugins()
+        problems = unknown_processors(cfg, plugins.processors())
+        if problems:  # before any processor is built: a typo makes no directory
+            raise config_mod.ConfigError(problems)
         for spec in cfg.sources:
             try:
                 plugins.processor(spec.processor.name).create(spec.processor.selected_options)
             except ValueError as exc:
-                raise ValueError(f"sources.{spec.name}: {exc}" if cfg.multi else exc) from exc
+                found = (
+                    list(exc.problems) if isinstance(exc, config_mod.ConfigError) else [str(exc)]
+                )
+                if cfg.multi:
+                    found = [f"sources.{spec.name}: {p}" for p in found]
+                raise config_mod.ConfigError(found) from exc
     except config_mod.ConfigError as exc:
         print(f"{args.file}: invalid configuration:", file=sys.stderr)
         for problem in exc.problems:
@@ -364,6 +370,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     except (PluginError, ValueError) as exc:
         print(f"{args.file}: invalid configuration:\n  {exc}", file=sys.stderr)
         return 2
+    for warning in cfg.warnings:  # accepted, but to be changed (run logs them at start)
+        print(f"{args.file}: warning: {warning}", file=sys.stderr)
     print(json.dumps(cfg.redacted(), indent=2, default=str))
     return 0
 
@@ -410,13 +418,7 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
         print(f"loghubd new-plugin: {exc}", file=sys.stderr)
         return 2
     root = Path(args.dir or args.distribution)
-    if root.exists():
-        print(f"loghubd new-plugin: {root} already exists", file=sys.stderr)
-        return 2
-    for relative, text in made.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    scaffold.write(root, made)  # UserError: one line naming the path (exit 2, or 1)
     _dist, _package, name = scaffold.names(args.distribution, args.processor)
     print(f"{root}: the processor {name!r}; next: pip install -e '{root}[test]' && pytest {root}")
     return 0

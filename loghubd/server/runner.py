@@ -1,8 +1,11 @@
-"""`loghubd serve`: the API server plus the expiry and timeout tickers, in one task group."""
+"""`loghubd serve`: the API server plus the expiry and timeout tickers, in one task group,
+over a data directory it holds locked (`datadir`)."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,7 +17,7 @@ from aiohttp import web
 from anyio.abc import TaskStatus
 
 from loghubd.console import serve_app as console
-from loghubd.server import api, auth
+from loghubd.server import api, auth, datadir
 from loghubd.server.guard import ConnectionGuard
 from loghubd.server.metrics import ServerMetrics
 from loghubd.server.service import Limits, LogService
@@ -47,18 +50,35 @@ class ServeOptions:
 
 
 class GuardedSite(web.TCPSite):
-    """A TCP site whose connections go through a `ConnectionGuard` first."""
+    """A TCP site serving a server bound beforehand (`listener`, whose protocol factory is a
+    `ConnectionGuard`, so that its connections go through the guard first)."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, guard: ConnectionGuard):
+    def __init__(self, runner: web.AppRunner, host: str, port: int, listener: asyncio.Server):
         super().__init__(runner, host, port, reuse_address=True)
-        self._guard = guard
+        self._listener = listener
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._guard, self._host, self._port, reuse_address=True
+        self._server = self._listener
+        await self._listener.start_serving()
+
+
+def listen_problem(host: str, port: int, exc: OSError) -> str:
+    """What `loghubd serve` says when it cannot listen, naming the flag to change: --host for
+    a name that does not resolve or an address that is not this host's, else --port."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    reason = exc.strerror or str(exc)
+    other_host = "give another --host (an address of this host; 0.0.0.0 for all of them)"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot listen on {where}: {host} does not resolve ({reason}); {other_host}"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: {reason}; {host} is not this host's: {other_host}"
+    if exc.errno == errno.EACCES:
+        return (
+            f"cannot listen on {where}: {reason}; pick another --port "
+            f"(one below 1024 needs privileges)"
         )
+    return f"cannot listen on {where}: {reason}; pick another --port, or stop what holds it"
 
 
 async def _every(interval: float, fn: Callable[[], object]) -> None:
@@ -73,23 +93,25 @@ async def serve(
     shutdown_trigger: Callable[[], Awaitable[None]],
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until `shutdown_trigger` returns; reports the bound port through task_status."""
+    """Serve until `shutdown_trigger` returns; reports the bound port through task_status.
+
+    A server that cannot start changes nothing it need not: the access keys are read
+    (AccessKeysError), the data directory is locked for the server's whole life
+    (`datadir.held`: DataDirInUse, DataDirUnusable), the port is bound (OSError, see
+    `listen_problem`), and only then are the store and the console's key made."""
     keys = auth.load_access_keys(opts.access_keys) if opts.access_keys else {}
-    if not keys:
-        log.warning("signatures_not_checked", reason="no --access-keys file given")
-    storage = Storage(opts.data_dir / "loghubd.sqlite3", fsync=opts.fsync)
-    service = LogService(
-        storage,
-        time.time,
-        Limits(opts.max_body_bytes, opts.max_groups_per_logstore, opts.ttl_day_seconds),
-    )
-    settings = api.HttpSettings(
-        access_keys=keys,
-        default_project=opts.default_project,
-        service_hosts=opts.service_hosts,
-        body_timeout=opts.body_timeout,
-        max_inflight_body_bytes=opts.max_inflight_body_bytes,
-    )
+    with datadir.held(opts.data_dir):
+        if not keys:
+            log.warning("signatures_not_checked", reason="no --access-keys file given")
+        await _serve(opts, keys, shutdown_trigger, task_status)
+
+
+async def _serve(
+    opts: ServeOptions,
+    keys: dict[str, auth.AccessKey],
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: TaskStatus[int],
+) -> None:
     runner: web.AppRunner
 
     def protocol() -> asyncio.Protocol:  # aiohttp's, built once the runner is set up
@@ -105,36 +127,58 @@ async def serve(
         header_timeout=opts.header_timeout,
         lingering_time=lingering,
     )
-    app = api.make_app(service, settings, metrics=ServerMetrics(), guard=guard)
-    console.mount(
-        app,
-        service,
-        opts.data_dir / "loghubd.sqlite3",
-        access_keys=keys,
-        token=opts.console_token,
-        open_to_all=opts.console_open,
+    # NOTE: bound before the store is made, so that a port that is taken (or a --host that is
+    # not this host's) leaves the data directory as it was; it accepts connections only once
+    # the site starts below (a connection before that is refused, as if nothing were there).
+    listener = await asyncio.get_running_loop().create_server(
+        guard, opts.host, opts.port, reuse_address=True, start_serving=False
     )
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        handle_signals=False,
-        keepalive_timeout=opts.keepalive_timeout,
-        lingering_time=lingering,
-    )
-    await runner.setup()
     try:
-        site = GuardedSite(runner, opts.host, opts.port, guard)
-        await site.start()
-        port = runner.addresses[0][1]
-        log.info("serving", host=opts.host, port=port, data_dir=str(opts.data_dir))
-        task_status.started(port)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_every, opts.tick_interval, service.tick)
-            tg.start_soon(_every, opts.expire_interval, service.expire)
-            await shutdown_trigger()
-            tg.cancel_scope.cancel()
+        storage = Storage(opts.data_dir / "loghubd.sqlite3", fsync=opts.fsync)
+        service = LogService(
+            storage,
+            time.time,
+            Limits(opts.max_body_bytes, opts.max_groups_per_logstore, opts.ttl_day_seconds),
+        )
+        settings = api.HttpSettings(
+            access_keys=keys,
+            default_project=opts.default_project,
+            service_hosts=opts.service_hosts,
+            body_timeout=opts.body_timeout,
+            max_inflight_body_bytes=opts.max_inflight_body_bytes,
+        )
+        app = api.make_app(service, settings, metrics=ServerMetrics(), guard=guard)
+        console.mount(
+            app,
+            service,
+            opts.data_dir / "loghubd.sqlite3",
+            access_keys=keys,
+            token=opts.console_token,
+            open_to_all=opts.console_open,
+        )
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=opts.keepalive_timeout,
+            lingering_time=lingering,
+        )
+        await runner.setup()
+        try:
+            site = GuardedSite(runner, opts.host, opts.port, listener)
+            await site.start()
+            port = runner.addresses[0][1]
+            log.info("serving", host=opts.host, port=port, data_dir=str(opts.data_dir))
+            task_status.started(port)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_every, opts.tick_interval, service.tick)
+                tg.start_soon(_every, opts.expire_interval, service.expire)
+                await shutdown_trigger()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await runner.cleanup()
+                storage.close()
+                log.info("stopped")
     finally:
-        with anyio.CancelScope(shield=True):
-            await runner.cleanup()
-            storage.close()
-            log.info("stopped")
+        listener.close()  # if the site never started (cleanup closed it if it did)

@@ -131,9 +131,33 @@ def test_run_when_the_ops_port_is_taken(server: ServerProcess, tmp_path: Path) -
     one_line(done, 4, f"ops.listen 127.0.0.1:{port} is already in use", "LOGHUBD_OPS__LISTEN")
 
 
-def test_serve_blames_an_unusable_data_dir() -> None:
-    one_line(cli("serve", "--data-dir", "/proc/nope", "--port", str(free_port())), 2,
-             "--data-dir /proc/nope cannot be used")  # fmt: skip
+@pytest.mark.parametrize(
+    ("flags", "code", "words"),
+    [
+        (["--data-dir", "/proc/nope"], 2, ["--data-dir /proc/nope cannot be used"]),
+        (["--data-dir", "FILE"], 2, ["--data-dir FILE is not a directory"]),
+        (["--data-dir", "FILE/data"], 2, ["--data-dir FILE/data cannot be made: FILE is not a"]),
+        # TEST-NET-1 (RFC 5737): an address that is no host's, so not this one's
+        (["--host", "192.0.2.1"], 4, ["cannot listen on 192.0.2.1:", "give another --host"]),
+        (["--host", "nosuch.invalid"], 4, ["nosuch.invalid does not resolve", "another --host"]),
+    ],
+)
+def test_serve_names_the_flag_to_fix(
+    tmp_path: Path, flags: list[str], code: int, words: list[str]
+) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("not a directory")
+    args = ["--data-dir", str(tmp_path / "data"), "--port", str(free_port())]
+    args += [flag.replace("FILE", str(file)) for flag in flags]  # the last --data-dir counts
+    line = one_line(cli("serve", *args), code, *(w.replace("FILE", str(file)) for w in words))
+    assert "--port" not in line, line
+
+
+def test_new_plugin_blames_a_dir_that_cannot_be_made(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    root, blocker = tmp_path / "file" / "x", tmp_path / "file"
+    done = cli("new-plugin", "loghubd-audit", "--dir", str(root))
+    one_line(done, 2, f"new-plugin: {root} cannot be made: {blocker} is not a directory")
 
 
 def interrupt(
