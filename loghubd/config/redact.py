@@ -118,23 +118,25 @@ def described(key: str, value: Any) -> str:
 _SHOWN = 60  # characters of a value quoted in a message
 
 
+# What a TOML value is, in the file's words; first match wins (a bool is an int to Python,
+# and a datetime a date).
+_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (str, "a string"),
+    (bool, "true/false"),
+    (int, "an integer"),
+    (float, "a number"),
+    (Mapping, "a table"),
+    ((list, tuple), "a list"),
+    (datetime, "a date and time"),
+    (date, "a date"),
+    (time, "a time of day"),
+)
+
+
 def _kind(value: Any) -> str:
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, Mapping):
-        return "a table"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, datetime):
-        return "a date and time"
-    if isinstance(value, date):
-        return "a date"
-    if isinstance(value, time):
-        return "a time of day"
+    for types, words in _KINDS:
+        if isinstance(value, types):
+            return words
     return f"a {type(value).__name__}"  # given from Python, not from a file
 
 

@@ -9,19 +9,11 @@ import pytest
 from loghubd.config import Config, ProcessorConfig, SourceSpec, loads
 from loghubd.plugins.configured import unknown_processors
 from loghubd.plugins.manager import Plugins
+from tests.unit.test_config import BASE
 
 INSTALLED = ("http", "jsonl", "null", "parquet", "stdout")
 LISTED = "installed: http, jsonl, null, parquet, stdout"
 JSNOL = f"no processor is named 'jsnol' (did you mean jsonl?); {LISTED}"
-
-BASE = """
-[source]
-endpoint = "http://127.0.0.1:7100"
-project = "proj"
-logstore = "ls"
-[consumer]
-group = "grp"
-"""
 
 
 def entry(name: str, processor: str = "") -> str:
