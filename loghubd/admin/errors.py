@@ -131,9 +131,10 @@ def _one(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
     if isinstance(exc, E.InvalidCursor):
         return USAGE, f"the service refused the cursor: {exc.message}"
     if isinstance(exc, Unreachable):
+        why = f" ({exc.cause})" if exc.cause else ""
         return UNREACHABLE, (
-            f"cannot reach {where}: is the service running and the URL right? (--endpoint, "
-            "source.endpoint)"
+            f"cannot reach {where}{why}: is the service running and the URL right? "
+            "(--endpoint, source.endpoint)"
         )
     keys = ctx.credentials or NO_CONFIG_KEYS
     if isinstance(exc, E.Unauthorized):

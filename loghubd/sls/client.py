@@ -31,6 +31,7 @@ from loghubd.protocol import compress as codec
 from loghubd.protocol import errors as E
 from loghubd.protocol import signing
 from loghubd.proxy import proxy_for
+from loghubd.sls import network
 from loghubd.sls.endpoint import base_url
 from loghubd.sls.errors import Unreachable
 
@@ -130,9 +131,11 @@ class SlsClient:
         assert scope.cancel_called
         if isinstance(last_error, E.SlsError):
             raise last_error
+        why = network.cause(last_error)
         raise Unreachable(
             f"{method} {path}: no answer within {deadline:.1f}s after {attempt} attempt(s): "
-            f"{last_error!r}"
+            f"{why}",
+            cause=why,
         )
 
     async def _send(

@@ -7,6 +7,8 @@ output and never holds a secret.
 
 from __future__ import annotations
 
+from typing import Any
+
 from loghubd.protocol import errors as E
 
 
@@ -15,6 +17,10 @@ class Unreachable(E.SlsError):
 
     code = "Unreachable"
     status = 599
+
+    def __init__(self, message: str = "", *, cause: str = "", **answer: Any) -> None:
+        super().__init__(message, **answer)
+        self.cause = cause  # the last attempt's network error, in words (`network.cause`)
 
 
 class CredentialsUnavailable(E.SlsError):

@@ -1,0 +1,56 @@
+"""Why a request got no answer, in words an operator acts on: `cause(exc)` for the network
+error of the last attempt (aiohttp's own reprs carry a `ConnectionKey(...)` dump and name no
+cause). Pure: no I/O."""
+
+from __future__ import annotations
+
+import errno
+import ssl
+
+import aiohttp
+
+_BY_ERRNO = {
+    errno.ECONNREFUSED: "connection refused: nothing listens there",
+    errno.EHOSTUNREACH: "no route to the host",
+    errno.ENETUNREACH: "the network is unreachable",
+    errno.ECONNRESET: "the connection was reset",
+    errno.ETIMEDOUT: "the connection timed out",
+}
+
+
+def cause(exc: BaseException | None) -> str:
+    """One phrase: what went wrong with the last attempt."""
+    if exc is None:
+        return "no attempt finished"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"the TLS certificate was refused: {exc.certificate_error}"
+    tls = _tls_problem(exc)
+    if tls:
+        return tls
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"the host name {exc.host} does not resolve"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        where = f"{exc.host}:{exc.port}"
+        known = _BY_ERRNO.get(exc.os_error.errno or 0)
+        return f"{where}: {known or exc.os_error.strerror or exc.os_error}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection without an answer"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, OSError) and exc.errno in _BY_ERRNO:
+        return _BY_ERRNO[exc.errno]
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _tls_problem(exc: BaseException) -> str:
+    """A TLS handshake that failed; the plain-http server behind an https:// URL named."""
+    inner = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if not isinstance(inner, ssl.SSLError | aiohttp.ClientSSLError):
+        return ""
+    reason = getattr(inner, "reason", None) or str(inner)
+    if "WRONG_VERSION_NUMBER" in str(reason) or "wrong version number" in str(inner):
+        return (
+            "the TLS handshake failed (WRONG_VERSION_NUMBER): the service speaks plain HTTP "
+            "here; use an http:// endpoint"
+        )
+    return f"the TLS handshake failed: {reason}"
