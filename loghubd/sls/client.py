@@ -133,8 +133,7 @@ class SlsClient:
             raise last_error
         why = network.cause(last_error)
         raise Unreachable(
-            f"{method} {path}: no answer within {deadline:.1f}s after {attempt} attempt(s): "
-            f"{why}",
+            f"{method} {path}: no answer within {deadline:.1f}s after {attempt} attempt(s): {why}",
             cause=why,
         )
 
