@@ -163,7 +163,10 @@ async def check_config(path: str) -> str | None:
         if done.returncode == 0:
             return None
         lines = [line.strip() for line in done.stderr.decode(errors="replace").splitlines()]
-        return "; ".join(line for line in lines if line) or f"exit {done.returncode}"
+        lines = [line for line in lines if line]
+        if len(lines) > 1 and lines[0].endswith(":"):  # "FILE: invalid configuration:"
+            return f"{lines[0]} {'; '.join(lines[1:])}"
+        return "; ".join(lines) or f"exit {done.returncode}"
     return f"loghubd check-config {path} did not finish in {CHECK_TIMEOUT_S:.0f} s"
 
 

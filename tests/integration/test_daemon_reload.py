@@ -57,6 +57,7 @@ def test_sighup_reloads_in_place_and_a_refused_file_changes_nothing(
     wait_until(lambda: d.events("reload_refused"), 60, d.log_tail)
     [refused] = d.events("reload_refused")
     assert "consumer.checkpoint_interval" in refused["problem"], refused
+    assert "invalid configuration: consumer." in refused["problem"], refused  # not ":;"
     assert d.alive() and not d.events("reloading"), d.log_tail()
     d.wait_ready()  # still serving
     assert "\nloghubd_config_last_reload_successful 0.0\n" in d.metrics()  # not just absent
