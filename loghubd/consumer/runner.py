@@ -156,6 +156,7 @@ class SourceRunner:
         now = time.monotonic()
         s, c, hb = self.spec.source, self.spec.consumer, self.heartbeat
         sup = self.supervisor
+        same = None if sup is None else sup.same_name_lately(now)
         return SourceSnapshot(
             name=self.name,
             state=self.state,
@@ -181,6 +182,8 @@ class SourceRunner:
             assigned_outside_filter=tuple(sorted(hb.unwanted)),
             shards=() if sup is None else sup.shard_snapshots(now, self.started_at),
             taken_at=time.time(),
+            same_name_shards=() if same is None else same.shards,
+            seconds_since_same_name=None if same is None else now - same.at,
         )
 
     def _starting_problem(self, reason: str) -> None:

@@ -14,6 +14,7 @@ commit will be redone by the new owner: duplicates only, never loss).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from loghubd.consumer.processing import (
 )
 from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot
 from loghubd.consumer.tracking import ShardTracker, StopFlag
+from loghubd.consumer.twins import OurCommits
 from loghubd.errors import describe_error
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
@@ -55,6 +57,11 @@ from loghubd.protocol import errors as E
 from loghubd.sls import SlsClient
 
 log = structlog.get_logger("loghubd.shard")
+
+# A failed commit request may still reach the server late: the audit leaves the shard's
+# checkpoint unjudged this long after one.
+COMMIT_FAILURE_QUIET_S = 60.0
+_holdings = itertools.count(1)  # tells one holding of a shard from the next
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +155,12 @@ class ShardTask:
         self._ended = False  # `_finish` is over: a periodic commit still queued sends nothing
         self._commit_lock = anyio.Lock()
         self._shutting_down = False  # `processor.shutdown` was called: no more hooks
+        # What the checkpoint audit (`twins`) knows of our own commits of the shard.
+        self._holding = next(_holdings)
+        self._commit_attempts = 0
+        self._last_sent: str | None = None
+        self._started_from = ""
+        self._last_commit_failure = -COMMIT_FAILURE_QUIET_S
         self._starting: LoadedProcessor | None = None  # made; its `initialize` not through
         self._waiting: anyio.CancelScope | None = None
         self._bind = {"group": ctx.group, "consumer": ctx.consumer, "shard": shard}
@@ -184,6 +197,8 @@ class ShardTask:
                         await self.processor.flush_abandoning()
                 else:
                     await flush()
+            self._commit_attempts += 1
+            self._last_sent = cursor
             await self.ctx.client.commit(
                 self.ctx.settings.logstore,
                 self.ctx.group,
@@ -204,6 +219,7 @@ class ShardTask:
             log.warning("shard_ownership_lost", **self._bind, error=str(exc))
             return False, None
         except Exception as exc:
+            self._last_commit_failure = time.monotonic()
             self.status.note_error(f"commit: {exc!r}")
             self.commit_failed = True
             self.ctx.metrics.commits.labels("failed").inc()
@@ -231,6 +247,22 @@ class ShardTask:
             log.warning(
                 "processor_committed_hook_failed", **self._bind, error=describe_error(exc)[:300]
             )
+
+    def our_commits(self) -> OurCommits | None:
+        """This shard's commits as the checkpoint audit sees them; None while the shard is
+        not consuming (starting, stopping, lost, ended: its checkpoint is not ours to judge)."""
+        if self.status.state != "consuming" or self.lost or self._ended or self.abandoned:
+            return None
+        quiet = time.monotonic() - self._last_commit_failure > COMMIT_FAILURE_QUIET_S
+        return OurCommits(
+            task=self._holding,
+            attempts=self._commit_attempts,
+            last_sent=self._last_sent,
+            started_from=self._started_from,
+            # A commit in flight, or one that failed lately (it may still land), may move
+            # the checkpoint under the read: nothing is judged then.
+            settled=quiet and not self._commit_lock.locked(),
+        )
 
     def drop(self) -> None:
         """The server no longer knows us: stop without committing anything more."""
@@ -283,6 +315,7 @@ class ShardTask:
                 return
             start, committed = initial
             self.tracker = ShardTracker(start, committed=committed, stopping=self.stop_requested)
+            self._started_from = committed or ""
             started = await start_with_retry(
                 self._make_processor,
                 self.shard,

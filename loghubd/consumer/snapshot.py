@@ -87,6 +87,10 @@ class SourceSnapshot:
     shards: tuple[ShardSnapshot, ...]  # by shard number
     taken_at: float
     proxy: str = ""  # the HTTP proxy its requests go through (no credentials), "" for none
+    # The last sign of another process consuming under our consumer name (`twins`): the
+    # shards whose checkpoints it moved, and how long ago (None: no sign lately).
+    same_name_shards: tuple[int, ...] = ()
+    seconds_since_same_name: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,6 +6,10 @@ Every commit goes through `ShardTask.commit` (fenced, after the processor's `flu
 starts one: this timer, a processor's `save_checkpoint(persist=True)` or `ack.done(persist=
 True)` (the shard task, after the batch), a finished shard or window, and a shard's stop.
 
+Now and then it also reads the group's checkpoints and asks `twins.CheckpointAudit` whether
+one moved without us: another process consuming under our consumer name (readiness says so
+while it lasts, `SAME_NAME_HOLD_S` after the last sign).
+
 A shard whose processor failed under the `stop` policy is *parked*: still held (reported in
 heartbeats, so no other consumer repeats the failure) but not consumed, and readiness says
 why. It is let go when the server stops answering it.
@@ -14,6 +18,8 @@ why. It is let go when the server stops answering it.
 from __future__ import annotations
 
 import contextlib
+import time
+from dataclasses import dataclass
 
 import anyio
 import structlog
@@ -22,6 +28,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from loghubd.consumer.assignment import Assignment, Diff
 from loghubd.consumer.shard import ShardContext, ShardTask
 from loghubd.consumer.snapshot import ShardSnapshot
+from loghubd.consumer.twins import CheckpointAudit, Finding, ServerCheckpoint, audit_interval
 from loghubd.ops.metrics import Metrics
 
 log = structlog.get_logger("loghubd.supervisor")
@@ -35,6 +42,17 @@ COMMIT_CONCURRENCY = 16
 # A periodic commit still running after this long (or 3 checkpoint intervals, if longer) is
 # logged once as `checkpoint_commit_slow`: which shard, and since when.
 SLOW_COMMIT_S = 30.0
+# After the last checkpoint moved by another process under our name, how long readiness
+# keeps saying so: the pair may commit in turns only now and then.
+SAME_NAME_HOLD_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class SameName:
+    """The last sign of another process under our consumer name."""
+
+    shards: tuple[int, ...]  # whose checkpoints it moved, at that audit
+    at: float  # monotonic
 
 
 class Waker:
@@ -77,11 +95,14 @@ class Supervisor:
         self.abandoned: list[int] = []
         self.unreturned: list[int] = []
         self.failed: list[int] = []  # shards stopped by a failure, as found at shutdown
+        self.audit = CheckpointAudit(ctx.consumer)
+        self.same_name: SameName | None = None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._commit_periodically)
+            tg.start_soon(self._audit_periodically)
             task_status.started()
             await anyio.sleep_forever()
 
@@ -123,6 +144,80 @@ class Supervisor:
                             hint="the processor's flush (or the commit request) has not "
                             "returned; this shard's checkpoint waits, the others go on",
                         )
+
+    async def _audit_periodically(self) -> None:
+        """Every `audit_interval`, one read of the group's checkpoints, judged shard by shard
+        (`twins`). A failed read is skipped: the next one judges."""
+        while True:
+            await anyio.sleep(audit_interval(self.ctx.checkpoint_interval))
+            try:
+                await self.audit_once()
+            except Exception as exc:
+                log.debug("checkpoint_audit_failed", error=repr(exc)[:300])
+
+    async def audit_once(self) -> None:
+        tasks = dict(self.tasks)
+        self.audit.keep_only(set(tasks))
+        before = {shard: task.our_commits() for shard, task in tasks.items()}
+        if not any(before.values()):
+            return
+        c = self.ctx
+        answer = await c.client.checkpoints(c.settings.logstore, c.group)
+        found: dict[Finding, list[int]] = {}
+        for cp in answer:
+            shard = cp.get("shard")
+            task = tasks.get(shard) if isinstance(shard, int) else None
+            if task is None or self.tasks.get(task.shard) is not task:
+                continue
+            ours = task.our_commits()
+            if ours is None or ours != before[task.shard]:
+                self.audit.forget(task.shard)  # a commit of ours ran meanwhile
+                continue
+            finding = self.audit.observe(
+                task.shard,
+                ours,
+                ServerCheckpoint(
+                    cursor=str(cp.get("checkpoint") or ""),
+                    update_time=int(cp.get("updateTime") or 0),
+                    consumer=str(cp.get("consumer") or ""),
+                ),
+            )
+            if finding is not Finding.NONE:
+                found.setdefault(finding, []).append(task.shard)
+        for finding, shards in found.items():
+            self._report(finding, shards)
+
+    def same_name_lately(self, now: float) -> SameName | None:
+        """The last sign of a process under our name, if within `SAME_NAME_HOLD_S` of `now`
+        (monotonic)."""
+        seen = self.same_name
+        return seen if seen is not None and now - seen.at <= SAME_NAME_HOLD_S else None
+
+    def _report(self, finding: Finding, shards: list[int]) -> None:
+        c = self.ctx
+        self.metrics.checkpoints_moved.labels(finding.value).inc(len(shards))
+        where = {"group": c.group, "consumer": c.consumer, "shards": shards}
+        if finding is Finding.SAME_NAME:
+            self.same_name = SameName(tuple(shards), time.monotonic())
+            log.error(
+                "consumer_name_shared",
+                **where,
+                hint="another process consumes this group as the same consumer.name: the "
+                "checkpoints of these shards moved, stamped with our name, without this daemon "
+                "committing them, and every log of every shard the pair holds is processed "
+                "twice; give each process its own consumer.name (the default, host name and "
+                "pid, is unique)",
+            )
+        elif finding is Finding.RESET:
+            log.warning(
+                "checkpoint_reset_while_held",
+                **where,
+                hint="the checkpoints were committed with no consumer (a forced `loghubd group "
+                "reset`) while this daemon holds the shards: its next commits overwrite them; "
+                "stop the group's consumers before a reset",
+            )
+        else:
+            log.info("checkpoint_moved_by_new_owner", **where)
 
     def apply(self, diff: Diff) -> None:
         for shard in sorted(diff.to_stop):

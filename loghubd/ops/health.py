@@ -32,6 +32,10 @@ class Snapshot:
     shards: tuple[ShardView, ...]
     starting: bool = False  # the source is starting (group set-up, processor factory start)
     start_problem: str = ""  # why start-up is not through yet (e.g. the service unreachable)
+    consumer: str = ""
+    # Shards whose checkpoints another process under our consumer name moved lately (`twins`)
+    same_name_shards: tuple[int, ...] = ()
+    seconds_since_same_name: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,13 @@ def readiness(snap: Snapshot) -> Verdict:
         reasons.append(
             f"last successful heartbeat {snap.seconds_since_heartbeat:.1f}s ago"
             + (f": {snap.last_heartbeat_error}" if snap.last_heartbeat_error else "")
+        )
+    if snap.seconds_since_same_name is not None:
+        shards = ", ".join(str(s) for s in snap.same_name_shards)
+        reasons.append(
+            f"another process consumes as consumer {snap.consumer!r}: it moved the checkpoint "
+            f"of shard {shards} {snap.seconds_since_same_name:.0f}s ago, so those logs are "
+            "processed twice; give each process its own consumer.name"
         )
     for s in snap.shards:
         if s.state == "failed":

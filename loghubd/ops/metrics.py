@@ -150,6 +150,14 @@ class Metrics:
             shard,
             registry=r,
         )
+        self.checkpoints_moved = Counter(
+            "loghubd_checkpoints_moved_by_others_total",
+            "Held shards whose checkpoint moved without this daemon, by who moved it: "
+            "same_name (another process under this consumer name), reset (a forced group "
+            "reset), other_consumer (the shard's new owner)",
+            ["by"],
+            registry=r,
+        )
         self.bytes_in_flight = Gauge(
             "loghubd_bytes_in_flight", "Fetched bytes not yet finished", registry=r
         )
@@ -167,6 +175,8 @@ class Metrics:
             self.rebalances.labels(direction)
         for result in ("ok", "failed", "ownership_lost"):
             self.commits.labels(result)
+        for by in ("same_name", "reset", "other_consumer"):
+            self.checkpoints_moved.labels(by)
 
     def start_shard(self, shard: int, checkpoint_age: Callable[[], float]) -> None:
         """A shard was taken: its counters exist from now on (at 0 until something happens,

@@ -40,6 +40,9 @@ def health_snapshot(source: SourceSnapshot) -> health.Snapshot:
         ),
         starting=source.starting,
         start_problem=source.error if source.state == "starting" else "",
+        consumer=source.consumer,
+        same_name_shards=source.same_name_shards,
+        seconds_since_same_name=source.seconds_since_same_name,
     )
 
 
@@ -71,6 +74,13 @@ def source_status(source: SourceSnapshot) -> dict[str, Any]:
         "joined": source.heartbeat.joined,
         "held": list(source.held),
         "assigned_outside_filter": list(source.assigned_outside_filter),
+        # another process under this consumer name moved these checkpoints lately (`twins`)
+        "consumer_name_shared": None
+        if source.seconds_since_same_name is None
+        else {
+            "shards": list(source.same_name_shards),
+            "seconds_ago": round(source.seconds_since_same_name, 1),
+        },
         "shards": [
             {
                 "shard": s.shard,

@@ -64,6 +64,15 @@ def wait_all_committed(pool: Pool, daemons: list[Daemon], timeout: float = 60.0)
     )
 
 
+def assert_no_twin_alarm(daemons: list[Daemon]) -> None:
+    """None of them took another's commits for a process under its own name (loghubd.consumer.
+    twins): rebalances, take-overs and crashes move checkpoints too, under other names."""
+    for d in daemons:
+        moved = d.metric("loghubd_checkpoints_moved_by_others_total", by="same_name")
+        assert moved == 0, f"{d.name}: {moved}\n{d.log_tail()}"
+        assert not d.events("consumer_name_shared"), d.log_tail()
+
+
 def wait_balanced(daemons: list[Daemon], want: list[int], timeout: float) -> float:
     """Seconds until the live daemons hold disjoint shard sets of sizes `want` covering all."""
     started = time.monotonic()
@@ -109,6 +118,7 @@ def test_three_daemons_balance_3_3_4_and_deliver_200k_exactly_once(daemon_pool: 
         time.sleep(0.2)
     producer.wait()
     wait_all_committed(pool, daemons)
+    assert_no_twin_alarm(daemons)
     stop_all(daemons)
 
     report = delivery_report(
@@ -148,6 +158,7 @@ def test_sigterm_mid_stream_hands_shards_over_without_loss_or_duplicates(
     wait_balanced(survivors, [5, 5], timeout=3 * HEARTBEAT + 1.0)
     producer.wait()
     wait_all_committed(pool, survivors)
+    assert_no_twin_alarm(survivors)
     stop_all(survivors)
 
     report = delivery_report(
@@ -195,6 +206,7 @@ def test_kill_9_mid_stream_shards_taken_over_duplicates_bounded_by_one_interval(
 
     producer.wait()
     wait_all_committed(pool, survivors)
+    assert_no_twin_alarm(survivors)
     stop_all(survivors)
 
     records = read_records(d.output for d in daemons)

@@ -57,6 +57,13 @@ def shard(
             "shard 7 is not consuming yet: processor cannot start on shard 7",
         ),
         (snap(shards=(shard("starting"),)), True, None),  # just starting: no reason
+        # another process under our consumer name moved checkpoints (loghubd.consumer.twins)
+        (
+            snap(consumer="web-1", same_name_shards=(2, 5), seconds_since_same_name=42.0),
+            False,
+            "another process consumes as consumer 'web-1': it moved the checkpoint of shard "
+            "2, 5 42s ago",
+        ),
         (snap(joined=False, last_heartbeat_error="Unreachable: refused"), False, "Unreachable"),
         (snap(seconds_since_heartbeat=10.5), False, "last successful heartbeat 10.5s ago"),
         (snap(seconds_since_heartbeat=9.9), True, None),  # within 2 intervals
