@@ -12,6 +12,7 @@ range committed once is never written again, whoever re-delivers it.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -256,7 +257,9 @@ class ParquetProcessor:
         ):
             finished, discarded = files.recover(self.factory.target, self.wal, shard)
         if finished or discarded:
-            log.warning("parquet_recovered", shard=shard, renamed=finished, discarded=discarded)
+            self.factory.log.warning(
+                "parquet_recovered", shard=shard, renamed=finished, discarded=discarded
+            )
         self.factory.register(self)
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
@@ -351,7 +354,7 @@ class ParquetProcessor:
         finally:
             self.lock.release()
         if removed:
-            log.debug("parquet_wal_collected", shard=self.shard, removed=removed)
+            self.factory.log.debug("parquet_wal_collected", shard=self.shard, removed=removed)
 
     def shutdown(self, tracker: Tracker) -> None:
         self.factory.unregister(self)
@@ -360,7 +363,7 @@ class ParquetProcessor:
         except Exception as exc:
             # Not acknowledged: the checkpoint stays before these batches; a next owner reads
             # them again. Raised on, so that a daemon stopping says so in its exit code.
-            log.error(
+            self.factory.log.error(
                 "parquet_write_failed",
                 shard=self.shard,
                 reason="shutdown",
@@ -403,7 +406,7 @@ class ParquetProcessor:
         self.buffer.clear()
         self.factory.buffered(-self.buffered_bytes)
         self.buffered_rows = self.buffered_bytes = 0
-        log.info(
+        self.factory.log.info(
             "parquet_written",
             shard=self.shard,
             reason=reason,
@@ -485,7 +488,7 @@ class ParquetProcessor:
             try:
                 self._settle()
             except Exception as exc:  # the next write settles it; the commit's error is raised
-                log.warning(
+                self.factory.log.warning(
                     "parquet_settle_failed",
                     shard=self.shard,
                     batch=entry.batch,
@@ -505,7 +508,9 @@ class ParquetProcessor:
             on_disk = self.wal.read(entry.batch)
             if on_disk is not None and on_disk.state == COMMITTED:
                 self._unfinished.append(entry)
-                log.warning("parquet_commit_reached_disk", shard=self.shard, batch=entry.batch)
+                self.factory.log.warning(
+                    "parquet_commit_reached_disk", shard=self.shard, batch=entry.batch
+                )
             elif on_disk is not None:
                 lease = self.wal.try_lock(entry)
                 if lease is not None:  # else another process is discarding it
@@ -563,6 +568,8 @@ class ParquetFactory:
         self._timer: threading.Thread | None = None
         self._buffered = 0  # Arrow bytes in every processor's buffer
         self.metrics = ParquetMetrics(CollectorRegistry())  # bind() puts them on the daemon's
+        # Its lines name the group and consumer, as the shard tasks' do (bind() knows them).
+        self.log: Any = log
 
     def buffered(self, delta: int) -> None:
         with self._lock:
@@ -588,7 +595,7 @@ class ParquetFactory:
             largest.write("max_buffered_bytes")
         except Exception as exc:
             largest.failed_at = time.monotonic()
-            log.warning(
+            self.log.warning(
                 "parquet_write_failed",
                 shard=largest.shard,
                 reason="max_buffered_bytes",
@@ -597,11 +604,18 @@ class ParquetFactory:
 
     def bind(self, context: ProcessorContext) -> None:
         self.context = context
+        self.log = log.bind(group=context.group, consumer=context.consumer)
         self.metrics = context.instruments(ParquetMetrics)
         self.metrics.buffered.set_function(lambda: float(self.buffered_bytes))
 
     def start(self) -> None:
-        self._timer = threading.Thread(target=self._run_timer, name="parquet-timer", daemon=True)
+        # In the source's logging context (`source=`), as the event loop's own lines are.
+        self._timer = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._run_timer,),
+            name="parquet-timer",
+            daemon=True,
+        )
         self._timer.start()
 
     def close(self) -> None:
@@ -634,7 +648,7 @@ class ParquetFactory:
                     p.write("max_age")
                 except Exception as exc:
                     p.failed_at = time.monotonic()
-                    log.warning(
+                    self.log.warning(
                         "parquet_write_failed",
                         shard=p.shard,
                         reason="max_age",

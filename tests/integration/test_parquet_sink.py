@@ -144,6 +144,15 @@ def test_list_options_from_the_config_file(daemon_pool: Pool) -> None:
     assert d.metric("loghubd_parquet_written_files_total") == len(files)
     assert d.metric("loghubd_parquet_write_duration_seconds_count") >= 1
     assert d.metric("loghubd_parquet_buffered_bytes") == 0  # everything written
+    # Written by the age timer's thread, logged in the source's context like the loop's lines.
+    aged = [e for e in d.events("parquet_written") if e.get("reason") == "max_age"]
+    assert aged, d.log_tail()
+    for event in aged:
+        assert (event.get("source"), event.get("group"), event.get("consumer")) == (
+            "default",
+            "listed-group",
+            "solo",
+        ), event
     for reason in ("max_rows", "max_bytes", "max_age", "max_buffered_bytes", "shutdown"):
         assert (
             f'loghubd_parquet_write_failures_total{{reason="{reason}",source="default"}} 0.0'
