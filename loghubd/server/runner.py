@@ -101,8 +101,6 @@ async def serve(
     `listen_problem`), and only then are the store and the console's key made."""
     keys = auth.load_access_keys(opts.access_keys) if opts.access_keys else {}
     with datadir.held(opts.data_dir):
-        if not keys:
-            log.warning("signatures_not_checked", reason="no --access-keys file given")
         await _serve(opts, keys, shutdown_trigger, task_status)
 
 
@@ -169,6 +167,8 @@ async def _serve(
             await site.start()
             port = runner.addresses[0][1]
             log.info("serving", host=opts.host, port=port, data_dir=str(opts.data_dir))
+            if not keys:  # said once it serves: a server that cannot start has no warning
+                log.warning("signatures_not_checked", reason="no --access-keys file given")
             task_status.started(port)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_every, opts.tick_interval, service.tick)

@@ -70,5 +70,7 @@ def test_a_taken_port_stops_serve_before_it_makes_its_store(tmp_path: Path) -> N
         port = holder.getsockname()[1]
         done = cli("serve", "--data-dir", str(data), "--port", str(port))
     one_line(done, 4, f"cannot listen on 127.0.0.1:{port}", "pick another --port")
+    # Nothing said of a server that never served (its missing --access-keys included).
+    assert "signatures_not_checked" not in done.stdout + done.stderr, done.stdout
     # Only the lock, taken first: neither loghubd.sqlite3 nor console-session.key.
     assert sorted(p.name for p in data.iterdir()) == [LOCK_FILE]
