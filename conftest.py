@@ -104,6 +104,39 @@ def _keep_the_sessions_logging(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loghubd_logging, "configure", lambda *args, **kwargs: None)
 
 
+# A skipped test is a check that did not run. scripts/test.sh (the README's test command, what
+# CI runs) sets LOGHUBD_SKIPS_FAIL=1: there a skip (a missing tool, a C extension that did not
+# build, a file system without `chattr`) fails with its reason instead of passing quietly. A
+# developer's own `pytest` run keeps skips as skips.
+def _skips_fail() -> bool:
+    return os.environ.get("LOGHUBD_SKIPS_FAIL", "") not in ("", "0")
+
+
+def _failed_for_skip(report: Any) -> None:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else longrepr
+    report.outcome = "failed"
+    report.longrepr = (
+        f"skipped, and skips fail here (LOGHUBD_SKIPS_FAIL=1, scripts/test.sh): {reason}"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and _skips_fail():
+        _failed_for_skip(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: Any) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and _skips_fail():  # a module-level importorskip
+        _failed_for_skip(report)
+
+
 # Property-based tests check behaviour, not speed: hypothesis's default 200 ms deadline per
 # example turns a busy machine (4 workers on 2 cores, a JVM next door) into flaky failures.
 # Speed is measured in bench/.
