@@ -12,6 +12,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
@@ -204,9 +205,19 @@ class ConsumerConfig:
             (self.end is None or self.start != "end", "end",
              "a bounded run cannot start at 'end' (there would be nothing to read)"),
             (self.end is None or isinstance(self.start, str) or self.start < self.end, "end",
-             f"must be after consumer.start ({self.start})"),
+             f"must be after consumer.start ({_when(self.start)}), "
+             f"got {_when(self.end or 0)}"),
         ])
         # fmt: on
+
+
+def _when(unix: float | str) -> str:
+    """A time as the file may give it: ISO 8601 in UTC, with the unix seconds ("begin" and
+    "end" as they are)."""
+    if isinstance(unix, str):
+        return unix
+    iso = datetime.fromtimestamp(unix, UTC).isoformat().replace("+00:00", "Z")
+    return f"{iso}, unix {int(unix) if float(unix).is_integer() else unix}"
 
 
 def _freeze(value: Any) -> Any:

@@ -627,7 +627,10 @@ INVALID: list[tuple[str, str, dict[str, str], dict[str, Any], list[str]]] = [
         toml_with("start = 1714525200\nend = 1714521600"),
         {},
         {},
-        ["consumer.end: must be after consumer.start"],
+        [
+            "consumer.end: must be after consumer.start (2024-05-01T01:00:00Z, unix 1714525200), "
+            "got 2024-05-01T00:00:00Z, unix 1714521600"
+        ],
     ),
     ("empty shard list", toml_with("shards = []"), {}, {}, ["consumer.shards: must name at"]),
     ("inverted range", toml_with("shards = '3-1'"), {}, {}, ["consumer.shards: bad range '3-1'"]),
