@@ -71,6 +71,7 @@ class SourceRunner:
         self.window_waker = Waker()  # a shard finished its window: check the group sooner
         self.state = "starting"
         self.error = ""
+        self.step = "reading the credentials"  # what start-up is doing (while `starting`)
         self.exit_code = 1  # of a start-up the service refused (StartupError.exit_code)
         self.clean = True
         self.started_at = time.monotonic()
@@ -171,6 +172,7 @@ class SourceRunner:
             shard_filter=c.shards,
             end=c.end,
             starting=self.state == "starting",
+            step=self.step if self.state == "starting" else "",
             heartbeat=HeartbeatSnapshot(
                 joined=hb.joined,
                 seconds_since_ok=now - hb.last_ok,
@@ -231,12 +233,16 @@ class SourceRunner:
                         # command's credentials); it then keeps them fresh until we stop.
                         await tg.start(self.provider.run_refresh)
                         where = f"{spec.source.project}/{spec.source.logstore}"
-                        await retry_until_ok(
+                        self.step = (
                             f"finding or creating consumer group {c.group} on {where} at "
-                            f"{spec.source.endpoint}",
+                            f"{spec.source.endpoint}"
+                        )
+                        await retry_until_ok(
+                            self.step,
                             lambda: ensure_group(client, spec.source.logstore, c),
                             self._starting_problem,
                         )
+                        self.step = "starting the processor"
                         if self.factory.bind is not None:
                             self.factory.bind(self.processor_context())
                         if self.factory.start is not None:

@@ -81,6 +81,7 @@ class SourceSnapshot:
     shard_filter: tuple[int, ...] | None  # consumer.shards
     end: float | None  # consumer.end (a bounded run), unix seconds
     starting: bool  # the processor factory is still starting (e.g. a Spark warm-up)
+    step: str = ""  # while starting: what start-up is doing, in words
     heartbeat: HeartbeatSnapshot
     held: tuple[int, ...]  # the shards reported in heartbeats
     assigned_outside_filter: tuple[int, ...]

@@ -32,6 +32,7 @@ class Snapshot:
     shards: tuple[ShardView, ...]
     starting: bool = False  # the source is starting (group set-up, processor factory start)
     start_problem: str = ""  # why start-up is not through yet (e.g. the service unreachable)
+    start_step: str = ""  # what start-up is doing meanwhile, when nothing failed (yet)
     consumer: str = ""
     # Shards whose checkpoints another process under our consumer name moved lately (`twins`)
     same_name_shards: tuple[int, ...] = ()
@@ -51,9 +52,8 @@ STALL_AFTER_S = 60.0
 def readiness(snap: Snapshot) -> Verdict:
     reasons: list[str] = []
     if snap.starting:
-        reasons.append(
-            f"starting: {snap.start_problem}" if snap.start_problem else "processor is starting"
-        )
+        doing = snap.start_problem or snap.start_step
+        reasons.append(f"starting: {doing}" if doing else "processor is starting")
     if not snap.joined:
         reasons.append(
             "not joined to the consumer group"

@@ -40,6 +40,7 @@ def health_snapshot(source: SourceSnapshot) -> health.Snapshot:
         ),
         starting=source.starting,
         start_problem=source.error if source.state == "starting" else "",
+        start_step=source.step,
         consumer=source.consumer,
         same_name_shards=source.same_name_shards,
         seconds_since_same_name=source.seconds_since_same_name,

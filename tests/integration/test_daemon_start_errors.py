@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loghubd.testing.process import ServerProcess, free_port
-from tests.integration.daemon_harness import Admin, Daemon, Producer, read_ids
+from tests.integration.daemon_harness import PROJECT, Admin, Daemon, Producer, read_ids
 from tests.integration.sls_http import wait_until
 
 LOGSTORE, GROUP = "startstore", "startgroup"
@@ -104,7 +104,7 @@ def test_a_processor_that_cannot_start_stops_the_shard_and_the_exit_code_says_so
 def test_an_unreachable_service_at_start_is_named(tmp_path: Path) -> None:
     nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     daemon = Daemon(
-        tmp_path / "d", nowhere, LOGSTORE, GROUP, "lonely", consumer={"request_timeout": 1.0}
+        tmp_path / "d", nowhere, LOGSTORE, GROUP, "lonely", consumer={"request_timeout": 2.0}
     ).start()
     try:
 
@@ -114,6 +114,25 @@ def test_an_unreachable_service_at_start_is_named(tmp_path: Path) -> None:
             except OSError:
                 return {}
 
+        def doing() -> list[str]:
+            try:
+                return reasons(daemon)
+            except OSError:
+                return []
+
+        # Before the first attempt has failed, readiness says what start-up is doing.
+        wait_until(
+            lambda: any(
+                r.endswith(
+                    f"starting: finding or creating consumer group startgroup on "
+                    f"{PROJECT}/{LOGSTORE} at {nowhere}"
+                )
+                for r in doing()
+            ),
+            30,
+            daemon.log_tail,
+            interval=0.05,
+        )
         wait_until(lambda: "cannot reach" in status().get("error", ""), 30, daemon.log_tail)
         error = status()["error"]
         assert "finding or creating consumer group startgroup" in error and nowhere in error

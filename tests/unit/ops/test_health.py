@@ -44,6 +44,17 @@ def shard(
         (snap(), True, None),
         (snap(shards=(shard(),)), True, None),
         (snap(starting=True), False, "processor is starting"),
+        # what start-up is doing, before anything failed
+        (
+            snap(starting=True, start_step="finding or creating consumer group g"),
+            False,
+            "starting: finding or creating consumer group g",
+        ),
+        (
+            snap(starting=True, start_step="starting the processor", start_problem="refused"),
+            False,
+            "starting: refused",
+        ),
         # what holds the start-up up is named (issue #18: not "processor is starting")
         (
             snap(starting=True, start_problem="cannot reach the service, retrying"),
