@@ -372,6 +372,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return 2
     for warning in cfg.warnings:  # accepted, but to be changed (run logs them at start)
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
+    listen = cfg.ops.listen_warning()  # true here, maybe not where the file runs: exit 0
+    if listen:
+        print(f"{args.file}: warning: {listen}", file=sys.stderr)
     print(json.dumps(cfg.redacted(), indent=2, default=str))
     return 0
 

@@ -279,6 +279,26 @@ class OpsConfig:
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
 
+    def listen_warning(self) -> str:
+        """What `loghubd check-config` warns about `listen` on this machine ("" nothing): a
+        host that does not resolve here, which `loghubd run` could not listen on (exit 4).
+        A warning, not a problem: the file may be checked elsewhere than where it runs.
+        Looks the host up as the ops server's listening does (a DNS query for a name); the
+        loader never calls it."""
+        import socket
+
+        try:
+            socket.getaddrinfo(
+                self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+        except (OSError, UnicodeError) as exc:  # gaierror; a label too long for IDNA
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return (
+                f"ops.listen: host {self.host!r} does not resolve on this machine ({why}): "
+                "loghubd run would exit 4 here"
+            )
+        return ""
+
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:

@@ -5,6 +5,7 @@ docs/operations.md); `--debug` gives the traceback."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -129,6 +130,37 @@ def test_run_when_the_ops_port_is_taken(server: ServerProcess, tmp_path: Path) -
         )
         done = cli("run", "-c", str(config))
     one_line(done, 4, f"ops.listen 127.0.0.1:{port} is already in use", "LOGHUBD_OPS__LISTEN")
+
+
+def test_check_config_warns_of_an_ops_listen_host_that_does_not_resolve(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """`run` cannot listen on a host that does not resolve (exit 4); `check-config` says so as
+    a warning and exits 0: the file may be checked on another machine than the one it runs on."""
+    config = tmp_path / "c.toml"
+    config.write_text(
+        dump_toml(
+            {
+                "source": {"endpoint": server.endpoint, "project": PROJECT, "logstore": LOGSTORE},
+                "consumer": {"group": "listentest"},
+                "processor": {"name": "jsonl", "jsonl": {"path": str(tmp_path / "out")}},
+                "ops": {"listen": "nohost.invalid:9999"},  # .invalid never resolves (RFC 6761)
+            }
+        )
+    )
+    done = cli("check-config", "-c", str(config))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    # the reason is the resolver's: `Name or service not known` (NXDOMAIN), or another
+    (warning,) = [line for line in done.stderr.splitlines() if ": warning: " in line]
+    expected = (
+        rf"{re.escape(str(config))}: warning: ops\.listen: host 'nohost\.invalid' does not "
+        r"resolve on this machine \(.+\): loghubd run would exit 4 here"
+    )
+    assert re.fullmatch(expected, warning), warning
+    assert '"listen": "nohost.invalid:9999"' in done.stdout  # the effective config, as ever
+    one_line(cli("run", "-c", str(config)), 4, "ops.listen nohost.invalid:9999 cannot be listened")
+    ok = cli("check-config", "-c", str(config), env={"LOGHUBD_OPS__LISTEN": "127.0.0.1:0"})
+    assert ok.returncode == 0 and "warning" not in ok.stderr, ok.stderr
 
 
 @pytest.mark.parametrize(

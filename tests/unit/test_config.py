@@ -828,6 +828,26 @@ def test_sections_can_be_built_directly() -> None:
         frozen.options["x"]["z"] = 1  # type: ignore[index]
 
 
+@pytest.mark.parametrize(
+    ("listen", "warning"),
+    [
+        ("127.0.0.1:9464", ""),
+        ("localhost:0", ""),
+        ("[::1]:9464", ""),
+        ("0.0.0.0:9464", ""),
+        # .invalid never resolves (RFC 6761): the lookup fails whatever the resolver says
+        ("nohost.invalid:9999", "ops.listen: host 'nohost.invalid' does not resolve on this "),
+        ("[nohost.invalid]:9999", "ops.listen: host 'nohost.invalid' does not resolve on this "),
+    ],
+)
+def test_ops_listen_warns_of_a_host_that_does_not_resolve(listen: str, warning: str) -> None:
+    """check-config's warning: the file is valid (`run` elsewhere may resolve the host)."""
+    found = loads(BASE + f'[ops]\nlisten = "{listen}"\n', {}).ops.listen_warning()
+    assert found.startswith(warning) and bool(found) == bool(warning), found
+    if warning:
+        assert found.endswith("): loghubd run would exit 4 here"), found
+
+
 def test_config_is_frozen() -> None:
     cfg = loads(BASE, {})
     with pytest.raises(AttributeError):

@@ -1,7 +1,10 @@
 """The `[processor.postgres]` table: parsed and checked without touching the database.
 
-Pure: no I/O. Every refusal is a `ValueError` whose message starts with the key
-(`processor.postgres.<key>: why`), which the daemon prints before exiting 2.
+Pure: no I/O. Every problem of the table is refused at once: one `ConfigError` (a
+`ValueError`) with a line per problem, each starting with the key
+(`processor.postgres.<key>: why`) and quoting the value given in a config file's words
+(`expected a number, got a string '10s'`), which the daemon prints before exiting 2. The
+types are checked by the core's `loghubd.processors.options`, as the built-in processors'.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-PREFIX = "processor.postgres"
+from loghubd.processors.options import ConfigError, Types, option_problem, typed_options
+
+NAME = "postgres"
+PREFIX = f"processor.{NAME}"
 
 # The column types a mapped field may have (and how `create_table` spells them).
 TYPES = {
@@ -69,7 +75,7 @@ class Options:
         return out
 
 
-_ALLOWED: dict[str, Any] = {
+_ALLOWED: dict[str, Types] = {
     "dsn": str,
     "table": str,
     "columns": Mapping,
@@ -81,91 +87,109 @@ _ALLOWED: dict[str, Any] = {
     "retry_max_backoff_s": (int, float),
     "connect_timeout_s": (int, float),
 }
+# A column given as a table: `id = { field = "request_id", type = "text" }`.
+_COLUMN: dict[str, Types] = {"field": str, "type": str}
+_PLAIN = "a plain SQL identifier (letters, digits and _, not starting with a digit)"
 
 
-def _ident(key: str, value: str) -> str:
-    if not _IDENT.match(value):
-        raise ValueError(
-            f"{PREFIX}.{key}: {value!r} is not a plain SQL identifier "
-            "(letters, digits and _, not starting with a digit)"
-        )
-    return value
+class _Problems:
+    """The problems of the table, gathered to be raised together, each naming its key."""
 
+    def __init__(self) -> None:
+        self.lines: list[str] = []
 
-def _qualified(key: str, value: str) -> tuple[str | None, str]:
-    parts = value.split(".")
-    if len(parts) > 2:
-        raise ValueError(f"{PREFIX}.{key}: {value!r}: use <table> or <schema>.<table>")
-    if len(parts) == 2:
-        return _ident(key, parts[0]), _ident(key, parts[1])
-    return None, _ident(key, parts[0])
+    def add(self, key: str, why: str, *value: Any) -> None:
+        self.lines.append(option_problem(NAME, key, why, *value))
 
+    def ident(self, key: str, value: str) -> bool:
+        if _IDENT.match(value):
+            return True
+        self.add(key, f"expected {_PLAIN}", value)
+        return False
 
-def _column(name: str, spec: Any) -> Column:
-    key = f"columns.{name}"
-    _ident(key, name)
-    if isinstance(spec, str):
-        field, type_name = name, spec
-    elif isinstance(spec, Mapping):
-        unknown = set(spec) - {"field", "type"}
-        if unknown:
-            raise ValueError(f"{PREFIX}.{key}.{sorted(unknown)[0]}: unknown key")
-        field, given = str(spec.get("field", name)), spec.get("type")
-        if not isinstance(given, str):
-            raise ValueError(f"{PREFIX}.{key}.type: required (one of {', '.join(TYPES)})")
-        type_name = given
-    else:
-        raise ValueError(f'{PREFIX}.{key}: a type ("bigint") or {{field = ..., type = ...}}')
-    canonical = TYPES.get(type_name.strip().lower())
-    if canonical is None:
-        raise ValueError(
-            f"{PREFIX}.{key}: unknown type {type_name!r} (one of {', '.join(sorted(TYPES))})"
-        )
-    return Column(name, field, canonical)
+    def qualified(self, key: str, value: str) -> tuple[str | None, str]:
+        """`<table>` or `<schema>.<table>`: (the schema or None, the table)."""
+        parts = value.split(".")
+        if len(parts) <= 2 and all(_IDENT.match(part) for part in parts):
+            return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+        self.add(key, f"expected <table> or <schema>.<table>, each {_PLAIN}", value)
+        return None, value
+
+    def column(self, name: str, spec: Any) -> Column | None:
+        key = f"columns.{name}"
+        named = self.ident(key, name)
+        type_name: str | None
+        if isinstance(spec, str):
+            field, type_name, where = name, spec, key
+        elif isinstance(spec, Mapping):
+            given = typed_options(f"{NAME}.{key}", spec, _COLUMN, self.lines)
+            field, type_name, where = given.get("field", name), given.get("type"), f"{key}.type"
+            if type_name is None:
+                if "type" not in spec:  # else refused for its type by typed_options
+                    self.add(where, f"required: a column type (one of {', '.join(sorted(TYPES))})")
+                return None
+        else:
+            self.add(key, 'expected a type ("bigint") or a table {field = ..., type = ...}', spec)
+            return None
+        canonical = TYPES.get(type_name.strip().lower())
+        if canonical is None:
+            self.add(
+                where, f"expected a column type (one of {', '.join(sorted(TYPES))})", type_name
+            )
+            return None
+        return Column(name, field, canonical) if named else None
+
+    def positive(self, key: str, given: Mapping[str, Any], default: float) -> float | None:
+        """The number under `key` (`default` if not given); None, noted, if not > 0."""
+        value = float(given.get(key, default))
+        if value > 0:  # not NaN either
+            return value
+        self.add(key, "must be > 0", given[key])
+        return None
 
 
 def parse(options: Mapping[str, Any]) -> Options:
-    """Check the processor's table; raise ValueError naming the key."""
-    for key, value in options.items():
-        if key not in _ALLOWED:
-            raise ValueError(f"{PREFIX}.{key}: unknown key")
-        want = _ALLOWED[key]
-        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
-            raise ValueError(f"{PREFIX}.{key}: wrong type {type(value).__name__}")
+    """Check the processor's table; raise one ConfigError naming every bad key."""
+    problems = _Problems()
+    given = typed_options(NAME, options, _ALLOWED, problems.lines)
     for key in ("dsn", "table"):
-        if not options.get(key):
-            raise ValueError(f"{PREFIX}.{key}: required")
-    schema, table = _qualified("table", options["table"])
-    columns = tuple(_column(n, s) for n, s in dict(options.get("columns", {})).items())
-    rest = options.get("rest_column")
-    document = options.get("document_column")
-    if not columns and not document and not rest:
+        if key not in options or (key in given and not given[key]):
+            problems.add(key, "required")
+    schema, table = (
+        problems.qualified("table", given["table"]) if given.get("table") else (None, "")
+    )
+    mapped = [problems.column(str(n), spec) for n, spec in given.get("columns", {}).items()]
+    columns = tuple(c for c in mapped if c is not None)
+    rest = given.get("rest_column")
+    document = given.get("document_column")
+    if not mapped and not document and not rest:
         document = "log"  # nothing mapped: the whole log as jsonb
     if rest is not None:
-        _ident("rest_column", rest)
+        problems.ident("rest_column", rest)
     if document is not None:
-        _ident("document_column", document)
+        problems.ident("document_column", document)
     names = [c.name for c in columns] + [n for n in (rest, document) if n]
-    for name in names:
-        if names.count(name) > 1:
-            raise ValueError(f"{PREFIX}.columns.{name}: the column is filled twice")
-    positions = options.get("positions_table", "loghubd_positions")
-    _qualified("positions_table", positions)
-    initial = float(options.get("retry_initial_backoff_s", 0.2))
-    maximum = float(options.get("retry_max_backoff_s", 10.0))
-    if not 0 < initial <= maximum:
-        raise ValueError(f"{PREFIX}.retry_initial_backoff_s: must be > 0 and <= the maximum")
-    timeout = float(options.get("connect_timeout_s", 10.0))
-    if timeout <= 0:
-        raise ValueError(f"{PREFIX}.connect_timeout_s: must be > 0")
+    for name in dict.fromkeys(n for n in names if names.count(n) > 1):
+        problems.add(f"columns.{name}", "the column is filled twice")
+    positions = given.get("positions_table", "loghubd_positions")
+    problems.qualified("positions_table", positions)
+    initial = problems.positive("retry_initial_backoff_s", given, 0.2)
+    maximum = problems.positive("retry_max_backoff_s", given, 10.0)
+    if initial is not None and maximum is not None and initial > maximum:
+        why = f"must be <= retry_max_backoff_s ({maximum:g})"
+        problems.add("retry_initial_backoff_s", why, given.get("retry_initial_backoff_s", 0.2))
+    timeout = problems.positive("connect_timeout_s", given, 10.0)
+    if problems.lines:
+        raise ConfigError(problems.lines)
+    assert initial is not None and maximum is not None and timeout is not None
     return Options(
-        dsn=options["dsn"],
+        dsn=given["dsn"],
         schema=schema,
         table=table,
         columns=columns,
         rest_column=rest,
         document_column=document,
-        create_table=bool(options.get("create_table", False)),
+        create_table=given.get("create_table", False),
         positions_table=positions,
         retry_initial_backoff_s=initial,
         retry_max_backoff_s=maximum,

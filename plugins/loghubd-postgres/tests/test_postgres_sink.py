@@ -209,7 +209,12 @@ def test_bad_row_names_the_row_field_and_reason(pg_dsn: str) -> None:
             "table: no table 'missing'",
         ),
         ({"dsn": "postgresql://postgres@127.0.0.1:1/x"}, "dsn: cannot connect"),
-        ({"columns": {"id": "varchar2"}}, "columns.id: unknown type 'varchar2'"),
+        (
+            {"columns": {"id": "varchar2"}},
+            "columns.id: expected a column type (one of bigint, bool, boolean, date, double, "
+            "double precision, int, integer, jsonb, numeric, real, smallint, text, timestamp "
+            "with time zone, timestamptz), got a string 'varchar2'",
+        ),
         ({"colums": {}}, "colums: unknown key"),
     ],
 )

@@ -1,8 +1,11 @@
 """`[processor.spark]`: parse and validate the processor's own table.
 
-Every refusal is a ValueError naming the key as `processor.spark.<key>`, the way the daemon
-reports its own configuration errors. Nothing here imports pyspark or pyarrow, so
-`loghubd check-config` stays fast.
+Every problem of the table is refused at once: one `ConfigError` (a ValueError) with a line
+per problem, each naming the key as `processor.spark.<key>` and quoting the value given in a
+config file's words (`expected an integer, got a string '10'`), the way the daemon reports
+its own configuration errors; the types are checked by the core's
+`loghubd.processors.options`, as the built-in processors'. Nothing here imports pyspark or
+pyarrow, so `loghubd check-config` stays fast.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from loghubd.processors.options import ConfigError, Types, option_problem, typed_options
 
 NAME = "spark"
 LOGS_PLACEHOLDER = "{logs}"
@@ -34,107 +39,96 @@ def default_convert_processes() -> int:
     return max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
-# Every accepted key and what it must be (checked in this order).
-KEYS = (
-    "master",
-    "conf",
-    "sql",
-    "function",
-    "sink",
-    "path",
-    "wal_dir",
-    "max_rows",
-    "max_bytes",
-    "max_delay",
-    "write_timeout",
-    "shutdown_budget",
-    "convert_processes",
-)
+# Every accepted key and its type (values are checked in this order).
+TYPES: dict[str, Types] = {
+    "master": str,
+    "conf": Mapping,
+    "sql": str,
+    "function": str,
+    "sink": str,
+    "path": str,
+    "wal_dir": str,
+    "max_rows": int,
+    "max_bytes": int,
+    "max_delay": (int, float),
+    "write_timeout": (int, float),
+    "shutdown_budget": (int, float),
+    "convert_processes": int,
+}
+KEYS = tuple(TYPES)
 
 
-def _key(key: str) -> str:
-    return f"processor.{NAME}.{key}"
+def _fail(key: str, why: str, *value: Any) -> ValueError:
+    return ValueError(option_problem(NAME, key, why, *value))
 
 
-def _fail(key: str, why: str) -> ValueError:
-    return ValueError(f"{_key(key)}: {why}")
+class _Problems:
+    """The table's values of the right type (`given`) and its problems, gathered to be raised
+    together, each naming its key; a key of the wrong type is named once, by its type."""
 
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.lines: list[str] = []
+        self.given = typed_options(NAME, options, TYPES, self.lines)
 
-def _type_name(value: object) -> str:
-    return type(value).__name__
+    def add(self, key: str, why: str, *value: Any) -> None:
+        self.lines.append(option_problem(NAME, key, why, *value))
 
+    def string(self, key: str) -> str | None:
+        value: str | None = self.given.get(key)
+        if value is not None and not value.strip():
+            self.add(key, "must not be empty")
+            return None
+        return value
 
-def _string(options: Mapping[str, Any], key: str, default: str | None) -> str | None:
-    value = options.get(key, default)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise _fail(key, f"expected a string, got {_type_name(value)}")
-    if not value.strip():
-        raise _fail(key, "must not be empty")
-    return value
+    def positive_int(self, key: str, default: int) -> int:
+        value: int = self.given.get(key, default)
+        if value <= 0:
+            self.add(key, "must be > 0", value)
+        return value
 
+    def count(self, key: str, default: int) -> int:
+        value: int = self.given.get(key, default)
+        if not 0 <= value <= 64:
+            self.add(key, "must be between 0 and 64", value)
+        return value
 
-def _positive_int(options: Mapping[str, Any], key: str, default: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(key, f"expected an integer, got {_type_name(value)}")
-    if value <= 0:
-        raise _fail(key, f"must be > 0, got {value}")
-    return value
+    def positive_seconds(self, key: str, default: float) -> float:
+        value = self.given.get(key, default)
+        if not math.isfinite(value) or value <= 0:
+            self.add(key, "must be a finite number > 0", value)
+        return float(value)
 
+    def shutdown_budget(self) -> float:
+        key = "shutdown_budget"
+        value = self.given.get(key, DEFAULT_SHUTDOWN_BUDGET)
+        if not (math.isfinite(value) and 1.0 <= value <= MAX_SHUTDOWN_BUDGET):
+            why = (
+                f"must be between 1 and {MAX_SHUTDOWN_BUDGET:g} seconds (the daemon allows a "
+                "processor's shutdown 30 s)"
+            )
+            self.add(key, why, value)
+        return float(value)
 
-def _count(options: Mapping[str, Any], key: str, default: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(key, f"expected an integer, got {_type_name(value)}")
-    if not 0 <= value <= 64:
-        raise _fail(key, f"must be between 0 and 64, got {value}")
-    return value
-
-
-def _positive_seconds(options: Mapping[str, Any], key: str, default: float) -> float:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(key, f"expected a number of seconds, got {_type_name(value)}")
-    if not math.isfinite(value) or value <= 0:
-        raise _fail(key, f"must be a finite number > 0, got {value}")
-    return float(value)
-
-
-def _shutdown_budget(options: Mapping[str, Any]) -> float:
-    value = _positive_seconds(options, "shutdown_budget", DEFAULT_SHUTDOWN_BUDGET)
-    if not 1.0 <= value <= MAX_SHUTDOWN_BUDGET:
-        raise _fail(
-            "shutdown_budget",
-            f"must be between 1 and {MAX_SHUTDOWN_BUDGET:g} seconds (the daemon allows a "
-            f"processor's shutdown 30 s), got {value:g}",
-        )
-    return value
-
-
-def _conf(options: Mapping[str, Any]) -> dict[str, str]:
-    value = options.get("conf", {})
-    if not isinstance(value, Mapping):
-        raise _fail("conf", f"expected a table of spark.* keys, got {_type_name(value)}")
-    conf: dict[str, str] = {}
-    for k, v in value.items():
-        if not isinstance(k, str) or not k.startswith("spark."):
-            raise _fail(f"conf.{k}", "only spark.* keys are accepted (quote dotted keys in TOML)")
-        if isinstance(v, bool):
-            conf[k] = "true" if v else "false"
-        elif isinstance(v, int | float | str):
-            conf[k] = str(v)
-        else:
-            raise _fail(f"conf.{k}", f"expected a string, number or boolean, got {_type_name(v)}")
-    return conf
+    def conf(self) -> dict[str, str]:
+        conf: dict[str, str] = {}
+        for k, v in self.given.get("conf", {}).items():
+            if not isinstance(k, str) or not k.startswith("spark."):
+                why = "only spark.* keys are accepted (quote dotted keys in TOML)"
+                self.add(f"conf.{k}", why)
+            elif isinstance(v, bool):
+                conf[k] = "true" if v else "false"
+            elif isinstance(v, int | float | str):
+                conf[k] = str(v)
+            else:
+                self.add(f"conf.{k}", "expected a string, a number or true or false", v)
+        return conf
 
 
 def resolve_function(spec: str) -> Callable[[Any], Any]:
     """`module:function` (dotted attributes allowed after the colon) → the callable."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise _fail("function", f"expected 'module:function', got {spec!r}")
+        raise _fail("function", "expected 'module:function'", spec)
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or the module failing at import time
@@ -167,57 +161,61 @@ class SparkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SparkOptions:
-        for key in options:
-            if key not in KEYS:
-                raise _fail(str(key), f"unknown key (known: {', '.join(KEYS)})")
-        master = _string(options, "master", DEFAULT_MASTER)
-        assert master is not None
-        conf = _conf(options)
-        sql = _string(options, "sql", None)
-        function = _string(options, "function", None)
+        """The checked table; one ConfigError naming every bad key."""
+        problems = _Problems(options)
+        master = problems.string("master") or DEFAULT_MASTER
+        conf = problems.conf()
+        sql = problems.string("sql")
+        function = problems.string("function")
         if sql is not None and function is not None:
-            raise _fail("function", "give either sql or function, not both")
+            problems.add("function", "give either sql or function, not both")
         if sql is not None and LOGS_PLACEHOLDER not in sql:
             example = f"SELECT * FROM {LOGS_PLACEHOLDER} WHERE ..."
-            raise _fail("sql", f"must read the batch as {LOGS_PLACEHOLDER}, e.g. {example!r}")
+            problems.add("sql", f"must read the batch as {LOGS_PLACEHOLDER}, e.g. {example!r}")
         if function is not None:
-            resolve_function(function)  # fail now, not at the first batch
-        sink = _string(options, "sink", "parquet")
+            try:
+                resolve_function(function)  # fail now, not at the first batch
+            except ValueError as exc:
+                problems.lines.append(str(exc))
+        sink = problems.given.get("sink", "parquet")
         if sink not in SINKS:
-            raise _fail("sink", f"expected one of {', '.join(SINKS)}, got {sink!r}")
-        path = _string(options, "path", None)
-        if path is None:
-            raise _fail("path", "required: the directory the sink writes to")
-        wal_dir = _string(options, "wal_dir", None)
+            problems.add("sink", f"expected one of {', '.join(SINKS)}", sink)
+        path = problems.string("path")
+        if path is None and "path" not in options:
+            problems.add("path", "required: the directory the sink writes to")
+        wal_dir = problems.string("wal_dir")
         if wal_dir is not None:
             if "://" in wal_dir and not wal_dir.startswith("file://"):
-                raise _fail(
+                problems.add(
                     "wal_dir",
                     "must be a local (or POSIX-mounted) directory: the write-ahead log needs "
                     "atomic rename, fsync and flock",
                 )
             wal_dir = wal_dir.removeprefix("file://")
-        elif "://" in path and not path.startswith("file://"):
-            raise _fail(
+        elif path is not None and "://" in path and not path.startswith("file://"):
+            problems.add(
                 "path",
                 "is not a local directory, so the write-ahead log cannot live next to the "
                 "output (it needs atomic rename, fsync and flock): set wal_dir to a local or "
                 "POSIX-mounted directory that every daemon writing this path shares",
             )
-        else:
+        elif path is not None:
             path = path.removeprefix("file://")
-        return cls(
-            path=path,
+        parsed = cls(
+            path=path or "",
             wal_dir=wal_dir,
             master=master,
             conf=conf,
             sql=sql,
             function=function,
             sink=sink,
-            max_rows=_positive_int(options, "max_rows", DEFAULT_MAX_ROWS),
-            max_bytes=_positive_int(options, "max_bytes", DEFAULT_MAX_BYTES),
-            max_delay=_positive_seconds(options, "max_delay", DEFAULT_MAX_DELAY),
-            write_timeout=_positive_seconds(options, "write_timeout", DEFAULT_WRITE_TIMEOUT),
-            shutdown_budget=_shutdown_budget(options),
-            convert_processes=_count(options, "convert_processes", default_convert_processes()),
+            max_rows=problems.positive_int("max_rows", DEFAULT_MAX_ROWS),
+            max_bytes=problems.positive_int("max_bytes", DEFAULT_MAX_BYTES),
+            max_delay=problems.positive_seconds("max_delay", DEFAULT_MAX_DELAY),
+            write_timeout=problems.positive_seconds("write_timeout", DEFAULT_WRITE_TIMEOUT),
+            shutdown_budget=problems.shutdown_budget(),
+            convert_processes=problems.count("convert_processes", default_convert_processes()),
         )
+        if problems.lines:
+            raise ConfigError(problems.lines)
+        return parsed

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from loghubd_spark.options import DEFAULT_MAX_ROWS, SparkOptions
+
+from loghubd import config
+from loghubd.config import Config, ConfigError
 
 
 def parse(**options: Any) -> SparkOptions:
@@ -62,14 +68,14 @@ def test_function_is_resolved() -> None:
     ("options", "message"),
     [
         ({"pth": "/x"}, "processor.spark.pth: unknown key"),
-        ({"path": 3}, "processor.spark.path: expected a string, got int"),
+        ({"path": 3}, "processor.spark.path: expected a string, got an integer 3"),
         ({"path": ""}, "processor.spark.path: must not be empty"),
         ({"path": "s3a://bucket/x"}, "processor.spark.path: is not a local directory"),
-        ({"max_rows": "10"}, "processor.spark.max_rows: expected an integer, got str"),
-        ({"max_rows": True}, "processor.spark.max_rows: expected an integer, got bool"),
+        ({"max_rows": "10"}, "processor.spark.max_rows: expected an integer, got a string '10'"),
+        ({"max_rows": True}, "processor.spark.max_rows: expected an integer, got true"),
         ({"max_rows": 0}, "processor.spark.max_rows: must be > 0"),
         ({"max_bytes": -1}, "processor.spark.max_bytes: must be > 0"),
-        ({"max_delay": "1s"}, "processor.spark.max_delay: expected a number of seconds"),
+        ({"max_delay": "1s"}, "processor.spark.max_delay: expected a number, got a string '1s'"),
         ({"convert_processes": -1}, "processor.spark.convert_processes: must be between 0"),
         ({"convert_processes": 1.5}, "processor.spark.convert_processes: expected an integer"),
         ({"max_delay": 0}, "processor.spark.max_delay: must be a finite number > 0"),
@@ -78,7 +84,7 @@ def test_function_is_resolved() -> None:
         ({"shutdown_budget": 30}, "processor.spark.shutdown_budget: must be between 1 and 25"),
         ({"shutdown_budget": "5"}, "processor.spark.shutdown_budget: expected a number"),
         ({"sink": "csv"}, "processor.spark.sink: expected one of parquet, jsonl"),
-        ({"master": ["local"]}, "processor.spark.master: expected a string, got list"),
+        ({"master": ["local"]}, "processor.spark.master: expected a string, got a list ['local']"),
         ({"conf": "x"}, "processor.spark.conf: expected a table"),
         ({"conf": {"driver.memory": "1g"}}, "processor.spark.conf.driver.memory: only spark.*"),
         ({"conf": {"spark.a": [1]}}, "processor.spark.conf.spark.a: expected a string"),
@@ -139,3 +145,131 @@ def test_with_wal_dir_a_file_uri_path_is_kept_as_a_uri() -> None:
     opts = parse(path="file:///data/out", wal_dir="file:///var/wal")
     assert (opts.path, opts.wal_dir) == ("file:///data/out", "/var/wal")
     assert parse(path="/data/out").wal_dir is None
+
+
+@pytest.mark.parametrize(
+    ("options", "problems"),
+    [
+        (  # wrong types and unknown keys, in the table's order, then the values, key by key
+            {
+                "path": "/tmp/out",
+                "max_rows": "10",
+                "pth": "/x",
+                "max_delay": "1s",
+                "sink": "csv",
+                "master": ["l"],
+            },
+            [
+                "processor.spark.max_rows: expected an integer, got a string '10'",
+                "processor.spark.pth: unknown key (did you mean processor.spark.path?)",
+                "processor.spark.max_delay: expected a number, got a string '1s'",
+                "processor.spark.master: expected a string, got a list ['l']",
+                "processor.spark.sink: expected one of parquet, jsonl, got a string 'csv'",
+            ],
+        ),
+        (  # values only: each range problem, with the value given
+            {
+                "path": "/tmp/out",
+                "max_rows": 0,
+                "max_bytes": -1,
+                "write_timeout": float("inf"),
+                "shutdown_budget": 30,
+                "convert_processes": 65,
+            },
+            [
+                "processor.spark.max_rows: must be > 0, got an integer 0",
+                "processor.spark.max_bytes: must be > 0, got an integer -1",
+                "processor.spark.write_timeout: must be a finite number > 0, got a number inf",
+                "processor.spark.shutdown_budget: must be between 1 and 25 seconds (the daemon "
+                "allows a processor's shutdown 30 s), got an integer 30",
+                "processor.spark.convert_processes: must be between 0 and 64, got an integer 65",
+            ],
+        ),
+        (  # a key of the wrong type is named once: no `required` for a path of the wrong type
+            {"path": 3, "conf": {"spark.a": [1], "driver.memory": "1g"}, "max_rows": True},
+            [
+                "processor.spark.path: expected a string, got an integer 3",
+                "processor.spark.max_rows: expected an integer, got true",
+                "processor.spark.conf.spark.a: expected a string, a number or true or false, "
+                "got a list [1]",
+                "processor.spark.conf.driver.memory: only spark.* keys are accepted (quote "
+                "dotted keys in TOML)",
+            ],
+        ),
+        (
+            {"sql": "SELECT 1", "function": "nocolon", "wal_dir": "hdfs://nn/wal"},
+            [
+                "processor.spark.function: give either sql or function, not both",
+                "processor.spark.sql: must read the batch as {logs}, e.g. "
+                "'SELECT * FROM {logs} WHERE ...'",
+                "processor.spark.function: expected 'module:function', got a string 'nocolon'",
+                "processor.spark.path: required: the directory the sink writes to",
+                "processor.spark.wal_dir: must be a local (or POSIX-mounted) directory: the "
+                "write-ahead log needs atomic rename, fsync and flock",
+            ],
+        ),
+        (  # a secret is never quoted, not even a mistyped one
+            {"path": "", "conf": {"spark.hadoop.fs.s3a.secret.key": ["s3cr3t"]}},
+            [
+                "processor.spark.conf.spark.hadoop.fs.s3a.secret.key: expected a string, a "
+                "number or true or false, got a list",
+                "processor.spark.path: must not be empty",
+            ],
+        ),
+    ],
+)
+def test_every_problem_of_the_table_at_once(options: dict[str, Any], problems: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        SparkOptions.parse(options)
+    assert list(info.value.problems) == problems
+
+
+def test_a_table_from_a_config_file_is_accepted(tmp_path: Path) -> None:
+    """The daemon's config freezes the table (arrays as tuples, tables read-only)."""
+    cfg = loads(
+        f'{BASE}[processor.spark]\npath = "{tmp_path}"\nmax_delay = 2\n'
+        '[processor.spark.conf]\n"spark.driver.memory" = "1g"\n"spark.x" = [1]\n'
+    )
+    with pytest.raises(ConfigError, match=r"^processor\.spark\.conf\.spark\.x: .* got a list"):
+        SparkOptions.parse(cfg.processor.selected_options)
+    cfg = loads(
+        f'{BASE}[processor.spark]\npath = "{tmp_path}"\nmax_delay = 2\n'
+        '[processor.spark.conf]\n"spark.driver.memory" = "1g"\n'
+    )
+    o = SparkOptions.parse(cfg.processor.selected_options)
+    assert (o.path, o.max_delay, dict(o.conf)) == (
+        str(tmp_path),
+        2.0,
+        {"spark.driver.memory": "1g"},
+    )
+
+
+def test_check_config_prints_every_bad_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'{BASE}[processor.spark]\npath = "{tmp_path}"\nmax_rows = "10"\nmax_delay = "1s"\n'
+        'sink = "csv"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "loghubd", "check-config", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"{config}: invalid configuration:",
+        "  processor.spark.max_rows: expected an integer, got a string '10'",
+        "  processor.spark.max_delay: expected a number, got a string '1s'",
+        "  processor.spark.sink: expected one of parquet, jsonl, got a string 'csv'",
+    ]
+
+
+BASE = (
+    '[source]\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\nlogstore = "store"\n'
+    '[consumer]\ngroup = "grp"\n[processor]\nname = "spark"\n'
+)
+
+
+def loads(text: str) -> Config:
+    return config.loads(text, {})
