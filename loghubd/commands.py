@@ -272,14 +272,12 @@ def _build_daemon(cfg: Config) -> Daemon:
     """The configured daemon; `_StartFailed` (exit code 2) when a plugin does not load or the
     configured processor refuses its options."""
     from loghubd.app import Daemon
-    from loghubd.plugins.configured import unknown_processors
+    from loghubd.plugins.configured import refuse_unknown_processors
     from loghubd.plugins.manager import PluginError, Plugins
 
     try:
         plugins = Plugins()
-        problems = unknown_processors(cfg, plugins.processors())
-        if problems:
-            raise config_mod.ConfigError(problems)
+        refuse_unknown_processors(cfg, plugins.processors())
         return Daemon(cfg, plugins)
     except config_mod.ConfigError as exc:  # before ValueError: it is one
         raise _StartFailed(USAGE, _invalid("", exc)) from None
@@ -334,7 +332,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     import json
 
-    from loghubd.plugins.configured import unknown_processors
+    from loghubd.plugins.configured import refuse_unknown_processors
     from loghubd.plugins.manager import PluginError, Plugins
 
     if args.file and args.config_file and args.file != args.config_file:
@@ -349,9 +347,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         # Each processor validates its own table: build it the way `run` would (with what it
         # checks at start: an output directory made and probed, a database connected to).
         plugins = Plugins()
-        problems = unknown_processors(cfg, plugins.processors())
-        if problems:  # before any processor is built: a typo makes no directory
-            raise config_mod.ConfigError(problems)
+        refuse_unknown_processors(cfg, plugins.processors())
         for spec in cfg.sources:
             try:
                 plugins.processor(spec.processor.name).create(spec.processor.selected_options)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from loghubd.config import Config
-from loghubd.config.values import _suggest
+from loghubd.config.values import ConfigError, _suggest
 
 
 def unknown_processors(cfg: Config, installed: Iterable[str]) -> list[str]:
@@ -35,3 +35,11 @@ def unknown_processors(cfg: Config, installed: Iterable[str]) -> list[str]:
             f"installed: {listed}{origin}"
         )
     return problems
+
+
+def refuse_unknown_processors(cfg: Config, installed: Iterable[str]) -> None:
+    """`ConfigError` with the `unknown_processors` problems, if any: what `run` and
+    `check-config` do before any processor is built (a typo makes no directory)."""
+    problems = unknown_processors(cfg, installed)
+    if problems:
+        raise ConfigError(problems)
