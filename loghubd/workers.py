@@ -2,17 +2,21 @@
 
 Each child is `loghubd run` with the same arguments, a suffixed consumer name (`<name>-<i>`)
 and its own ops listener (`ops.listen` port + i, so /metrics of each is scraped separately).
-A child that dies is restarted (with a short backoff so a crash loop does not spin);
-SIGTERM/SIGINT are forwarded to every child and we wait for them to finish their graceful
-shutdown. The exit code is the worst of the children's. SIGHUP is forwarded too: each child
-reloads the configuration file itself (`loghubd.shutdown`, same PID); what this process
-derived from it at start (the worker count, each child's ops port) needs a restart.
+A child that dies is restarted (with a short backoff so a crash loop does not spin), unless
+it could not start at all (`START_FAILURES`: its configuration refused, what it consumes
+missing, its ops port taken) before it was ever ready: a restart cannot cure that, so the
+others are stopped and we exit with its code. SIGTERM/SIGINT are forwarded to every child and
+we wait for them to finish their graceful shutdown. The exit code is the worst of the
+children's. SIGHUP is forwarded too: each child reloads the configuration file itself
+(`loghubd.shutdown`, same PID); what this process derived from it at start (the worker count,
+each child's ops port) needs a restart.
 
-Under systemd (`$NOTIFY_SOCKET` set; the unit has `NotifyAccess=main`, so only we may speak)
-each child sends its sd_notify messages to a socket of ours instead, and `loghubd.ops.relay`
-decides what systemd hears: READY=1 once every child is ready, WATCHDOG=1 from this loop,
-STATUS= with how many workers are ready, STOPPING=1 when a signal arrives. A child whose own
-watchdog pings stop for a whole `WatchdogSec` is killed and restarted alone.
+Each child sends its sd_notify messages to a socket of ours (`$NOTIFY_SOCKET` in its
+environment), with or without systemd: its READY=1 is how we know it started. Under systemd
+(`$NOTIFY_SOCKET` set for us; the unit has `NotifyAccess=main`, so only we may speak)
+`loghubd.ops.relay` decides what systemd hears: READY=1 once every child is ready, WATCHDOG=1
+from this loop, STATUS= with how many workers are ready, STOPPING=1 when a signal arrives. A
+child whose own watchdog pings stop for a whole `WatchdogSec` is killed and restarted alone.
 """
 
 from __future__ import annotations
@@ -37,9 +41,18 @@ from loghubd.shutdown import reloads_blocked
 
 log = structlog.get_logger("loghubd.workers")
 
-# `loghubd run`'s exit codes that a restart cannot help: a configuration it (or the service)
-# refuses, and a project, logstore or group that does not exist.
-PERMANENT = (2, 3)
+# `loghubd run`'s exit codes that mean "cannot start: configuration or environment"
+# (`loghubd.admin.errors`' table; `loghubd.commands._run`, `_run_daemon`), and what each means
+# here. `run` exits with them only when it cannot start: it retries a service it cannot reach
+# instead of exiting 4, so 4 is always a local listener. Restarting the same command line on
+# the same host cannot help; 1 (e.g. refused credentials, which can be rotated) and deaths by
+# a signal are restarted.
+START_FAILURES = {
+    2: "its configuration is refused (by loghubd, a processor, or the service)",
+    3: "the project, logstore or consumer group does not exist",
+    4: "its ops.listen cannot be listened on (the port is taken by another process, or the "
+    "address is not one of this host)",
+}
 
 
 def _child_argv(argv: list[str], name: str) -> list[str]:
@@ -58,10 +71,14 @@ def _child_argv(argv: list[str], name: str) -> list[str]:
     return [sys.executable, "-m", "loghubd", *out, "--name", name]
 
 
-def _child_env(cfg: Config, index: int, notify_socket: str | None) -> dict[str, str]:
+def _child_listen(cfg: Config, index: int) -> str:
+    """The `ops.listen` of child `index`: the configured port + index (0 stays 0)."""
     port = cfg.ops.port
-    listen = f"{cfg.ops.listen.rpartition(':')[0]}:{port + index if port else 0}"
-    env = {**os.environ, "LOGHUBD_OPS__LISTEN": listen}
+    return f"{cfg.ops.listen.rpartition(':')[0]}:{port + index if port else 0}"
+
+
+def _child_env(cfg: Config, index: int, notify_socket: str | None) -> dict[str, str]:
+    env = {**os.environ, "LOGHUBD_OPS__LISTEN": _child_listen(cfg, index)}
     env.pop("WATCHDOG_PID", None)  # systemd's names us; the child pings us, not systemd
     if notify_socket is not None:
         env["NOTIFY_SOCKET"] = notify_socket
@@ -97,10 +114,22 @@ class _Listeners:
 
 def run_workers(count: int, argv: list[str], cfg: Config) -> int:
     notify = SystemdNotifier.from_env()
-    if notify.address is None:
+    # The children's sockets are made with or without systemd: their READY=1 tells a worker
+    # that ran from one that never could (`_supervise`).
+    try:
+        directory = tempfile.TemporaryDirectory(prefix="loghubd-notify-")
+    except OSError as exc:  # no writable temporary directory (a read-only root, no $TMPDIR)
+        if notify.address is not None:
+            raise  # systemd needs the relay: the error is reported as any other
+        log.warning(
+            "workers_readiness_unknown",
+            reason=f"no socket for the workers' READY=1: {exc}",
+            consequence="a worker exiting with a start-up failure code is taken for one that "
+            "never started, even after it ran",
+        )
         return _supervise(count, argv, cfg, notify, None)
-    with tempfile.TemporaryDirectory(prefix="loghubd-notify-") as directory:
-        listeners = _Listeners(directory, count)
+    with directory:
+        listeners = _Listeners(directory.name, count)
         try:
             return _supervise(count, argv, cfg, notify, listeners)
         finally:
@@ -120,6 +149,16 @@ def _supervise(
     relay = Relay(names, watchdog_s=2 * pet_every)
     last_pet = 0.0
     said_ready = -1
+    # Workers whose current process said READY=1 at least once: it had listened on its ops
+    # port, its sources had started and it had joined its group, i.e. it got past everything
+    # a start-up failure code stands for. Of all we can know here this is the robust signal
+    # that a worker "had been running": it comes from the worker itself, after its start-up,
+    # whatever that took (a time alive would take a slow start for a crash, or a worker
+    # retrying an unreachable service for minutes for a running one). Unlike the relay's
+    # `ready` it stays set across a reload (RELOADING=1): a worker that ran and then cannot
+    # start again in place (its reload and rollback both failed) is restarted once, and only
+    # if that fresh process cannot start either do we give up.
+    ran: set[str] = set()
 
     def spawn(index: int) -> subprocess.Popen[bytes]:
         sock = None if listeners is None else listeners.paths[index]
@@ -128,7 +167,16 @@ def _supervise(
                 _child_argv(argv, names[index]), env=_child_env(cfg, index, sock)
             )
         relay.started(names[index], time.monotonic())
+        ran.discard(names[index])
         return child
+
+    def hear(now: float) -> None:
+        if listeners is None:
+            return
+        for index, message in listeners.drain():
+            relay.heard(names[index], message, now)
+            if "READY=1" in message.splitlines():
+                ran.add(names[index])
 
     children: dict[str, subprocess.Popen[bytes]] = {}
     restarts: dict[str, float] = {}
@@ -144,14 +192,19 @@ def _supervise(
             if child.poll() is None:
                 child.send_signal(signum)
 
+    reloads: list[list[int]] = []  # the workers each SIGHUP went to, logged by the loop
+
     def reload(_signum: int, _frame: FrameType | None) -> None:
         if stopping:
             return
-        with contextlib.suppress(Exception):  # a signal handler: a reentrant write raises
-            log.info("workers_reload", pids=[c.pid for c in children.values() if c.poll() is None])
+        pids = []
         for child in children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGHUP)  # each checks the file and replaces itself
+                pids.append(child.pid)
+        # Not logged here: this handler may interrupt the loop inside a log call, which
+        # holds structlog's (not reentrant) write lock: logging would wait for it for ever.
+        reloads.append(pids)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
@@ -161,10 +214,11 @@ def _supervise(
         log.info("worker_started", name=name, pid=children[name].pid)
     worst = 0
     while True:
+        while reloads:
+            log.info("workers_reload", pids=reloads.pop(0))
         if listeners is not None:
             now = time.monotonic()
-            for index, message in listeners.drain():
-                relay.heard(names[index], message, now)
+            hear(now)
             if relay.ready_count() != said_ready:
                 said_ready = relay.ready_count()
                 notify.send(f"STATUS={said_ready}/{count} workers ready")
@@ -188,6 +242,11 @@ def _supervise(
             if stopping:
                 if due.pop(name, None) is None:  # not one that was waiting for its restart
                     worst = max(worst, code)
+                    if code > 0:  # our exit code then says so: name the worker it comes from
+                        log.warning("worker_stopped", name=name, pid=child.pid, exit_code=code)
+                    elif code < 0:  # a signal: before its handlers, or as it exited (a second
+                        # SIGTERM, systemd's besides ours); our exit code does not change
+                        log.info("worker_stopped", name=name, pid=child.pid, exit_code=code)
                 continue
             if name in due:  # dead, and restarted when its back-off is over
                 if time.monotonic() >= due[name]:
@@ -197,14 +256,29 @@ def _supervise(
                     log.info("worker_restarted", name=name, pid=children[name].pid)
                     alive = True
                 continue
-            if code in PERMANENT:
-                # The child refused its configuration (e.g. a processor's options), or what it
-                # consumes does not exist: restarting cannot help. Stop the others, and exit
-                # with its code so systemd does not restart us either
-                # (RestartPreventExitStatus=2 3).
-                log.error("worker_refused_config", name=name, exit_code=code)
+            hear(time.monotonic())  # a READY=1 it sent just before it exited is queued by now
+            reason = START_FAILURES.get(code)
+            if reason is not None and name not in ran:
+                when = "" if listeners is None else " before it was ready"
+                # It could not start (its stderr says why): restarting the same command line
+                # cannot cure that, and a loop of them would hide it. Stop the others as on
+                # our own SIGTERM, and exit with its code, for systemd (2 and 3 are in
+                # RestartPreventExitStatus; 4 restarts the unit after RestartSec) or a
+                # container runtime to show. At the first such exit: the codes say a retry is
+                # useless, and a transient cause (a port briefly taken) is retried at that
+                # level, where it is seen, not hidden in a loop of ours.
+                log.error(
+                    "worker_cannot_start",
+                    name=name,
+                    pid=child.pid,
+                    exit_code=code,
+                    reason=f"worker {name} exited {code}{when}: {reason}",
+                    ops_listen=_child_listen(cfg, names.index(name)),
+                    action="stopping the other workers; not restarting it",
+                )
+                del children[name]  # reported here, not again among the stopped ones
                 forward(signal.SIGTERM, None)
-                worst = code
+                worst = max(worst, code)
                 continue
             # The back-off is waited out by this loop, not in a sleep: the others' watchdog
             # pings, readiness and deaths are still seen meanwhile, and a stop in between

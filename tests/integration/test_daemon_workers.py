@@ -1,11 +1,13 @@
 """`loghubd run --workers N`: N consumers of one group on this host, each with its own ops
-port, a dead one restarted, SIGTERM forwarded to all, every log delivered."""
+port, a dead one restarted, SIGTERM forwarded to all, every log delivered; a worker that
+cannot start (its ops port taken) stops them all instead of being restarted for ever."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -116,6 +118,79 @@ format = "json"
             parent.kill()
             parent.wait(10)  # reaped here, not warned about in a later test
         subprocess.run(["pkill", "-9", "-f", str(config)], check=False)
+
+
+def test_a_worker_whose_ops_port_is_taken_stops_the_supervisor_with_exit_4(
+    tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    """host-1's port (ops.listen + 1) is held by another process: host-1 exits 4 ("a local
+    port is taken") before it was ever ready. A restart cannot cure that: the supervisor says
+    which worker and why, stops host-0 gracefully (SIGTERM: it exits 0) and exits 4 itself,
+    instead of restarting host-1 every 5 s for ever."""
+    Admin(loghubd_server.endpoint).create_logstore("taken", 2)
+    port = free_ports(2)
+    config = tmp_path / "loghubd.toml"
+    config.write_text(f"""
+[source]
+endpoint = "{loghubd_server.endpoint}"
+project = "{PROJECT}"
+logstore = "taken"
+[consumer]
+group = "taken"
+name = "host"
+heartbeat_interval = 1.0
+timeout = 4.0
+[processor.jsonl]
+path = "{tmp_path / "out"}"
+[ops]
+listen = "127.0.0.1:{port}"
+[log]
+format = "json"
+""")
+    log_path, err_path = tmp_path / "workers.log", tmp_path / "workers.err"
+    with socket.socket() as squatter:  # listening: SO_REUSEADDR does not get past it
+        squatter.bind(("127.0.0.1", port + 1))
+        squatter.listen()
+        with open(log_path, "wb") as log, open(err_path, "wb") as err:
+            parent = subprocess.Popen(
+                [sys.executable, "-m", "loghubd", "run", "-c", str(config), "--workers", "2"],
+                stdout=log,
+                stderr=err,
+            )
+        try:
+            code = parent.wait(15)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+                parent.wait(10)
+            left = subprocess.run(
+                ["pgrep", "-f", "--", str(config)], capture_output=True, text=True
+            ).stdout.split()
+            subprocess.run(["pkill", "-9", "-f", "--", str(config)], check=False)
+    out, err_text = log_path.read_text(), err_path.read_text()
+    assert code == 4, f"exit {code}\n{err_text[-2000:]}\n{out[-3000:]}"
+    # the worker's own line names the port and the fix
+    assert f"ops.listen 127.0.0.1:{port + 1} is already in use" in err_text, err_text
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    failed = [e for e in events if e["event"] == "worker_cannot_start"]
+    assert len(failed) == 1, out[-3000:]
+    assert failed[0]["name"] == "host-1" and failed[0]["exit_code"] == 4
+    assert failed[0]["ops_listen"] == f"127.0.0.1:{port + 1}"
+    assert "port is taken" in failed[0]["reason"]
+    assert not [e for e in events if e["event"] in ("worker_died", "worker_restarted")], out
+    # host-0 was stopped by the SIGTERM the supervisor forwarded, and nothing is left. It
+    # started as fast as host-1 failed, so it has almost always joined the group by then and
+    # shuts down gracefully (exit 0: no `worker_stopped` line, which names a worker that exited
+    # otherwise); on a loaded machine the SIGTERM may come while it still imports (before it
+    # handles signals), ending it at once: nothing to commit yet.
+    assert left == [], f"processes left: {left}"
+    stopped = [e for e in events if e["event"] == "worker_stopped"]
+    assert all(e["name"] == "host-0" and e["exit_code"] == -signal.SIGTERM for e in stopped)
+    if any(e["event"] == "consumer_started" for e in events):
+        assert not stopped, out[-3000:]
+        assert any(e["event"] == "left_group" and e["consumer"] == "host-0" for e in events)
 
 
 def _pids(name: str, parent: int) -> list[int]:
