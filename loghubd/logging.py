@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
+
+# Where `configure` sent the logs, and from which level: for `from_signal_handler`.
+_target: dict[str, Any] = {}
 
 _SECRET_KEYS = frozenset({"access_key_secret", "secret", "security_token", "status_token"})
 
@@ -45,3 +49,28 @@ def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = No
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    _target.update(stream=stream, level=numeric)
+
+
+def from_signal_handler(level: str, event: str, **fields: Any) -> None:
+    """Log one line from a signal handler, where the configured logger must not be used:
+    structlog's PrintLogger writes under a per-stream lock that is not reentrant, and a
+    handler that interrupts the main thread inside a log call would wait for it for ever (the
+    process hangs, silently, until it is killed). The line goes through the configured
+    processors and then straight to the stream's file descriptor in one write(2), past the
+    lock and the stream's buffer, after a newline (an empty line at worst). Never raises."""
+    try:
+        if logging.getLevelName(level.upper()) < _target.get("level", logging.INFO):
+            return
+        stream: TextIO = _target.get("stream") or sys.stdout
+        line: Any = {"event": event, **fields}
+        try:
+            for processor in structlog.get_config()["processors"]:
+                line = processor(None, level, line)
+        except Exception:
+            line = f"{level} {event} {fields}"
+        text = line if isinstance(line, str) else str(line)
+        # On a line of its own: the interrupted write may have sent half a line already.
+        os.write(stream.fileno(), f"\n{text}\n".encode("utf-8", "replace"))
+    except Exception:  # a closed or broken stream must not keep a handler from its work
+        pass

@@ -40,6 +40,7 @@ import anyio
 import structlog
 
 from loghubd import rollback
+from loghubd.logging import from_signal_handler
 from loghubd.rollback import ReloadState
 
 log = structlog.get_logger("loghubd.shutdown")
@@ -50,10 +51,9 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def exit_now(code: int, event: str, **fields: Any) -> NoReturn:
     """Log `event`, flush the log streams and end the process with `code`, without waiting for
     any thread (see the module doc: only for processor code that never returns)."""
-    # A signal may arrive while the stream is being written (a reentrant write raises), and
-    # a closed or broken stream must not keep us alive either.
-    with contextlib.suppress(Exception):
-        log.error(event, exit_code=code, **fields)
+    # Called from signal handlers: the line is written past structlog's lock (which the
+    # interrupted code may hold), and a closed or broken stream does not keep us alive.
+    from_signal_handler("error", event, exit_code=code, **fields)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -65,8 +65,7 @@ def _on_second_signal(signum: int, _frame: FrameType | None) -> None:
 
 
 def _reload_during_shutdown(_signum: int, _frame: FrameType | None) -> None:
-    with contextlib.suppress(Exception):  # see exit_now: a reentrant write raises
-        log.warning("reload_ignored", reason="the daemon is already shutting down")
+    from_signal_handler("warning", "reload_ignored", reason="the daemon is already shutting down")
 
 
 RELOAD = signal.SIGHUP
@@ -122,8 +121,7 @@ class Trigger:
         self.reload = False
         for stop in SIGNALS:
             signal.signal(stop, _on_second_signal)
-        with contextlib.suppress(Exception):  # see exit_now: a reentrant write raises
-            log.warning("reload_cancelled", signal=signal.Signals(signum).name)
+        from_signal_handler("warning", "reload_cancelled", signal=signal.Signals(signum).name)
         with contextlib.suppress(Exception):
             self._notify("STOPPING=1")
 
