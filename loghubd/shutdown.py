@@ -60,8 +60,24 @@ def exit_now(code: int, event: str, **fields: Any) -> NoReturn:
     os._exit(code)
 
 
+# A stop signal this soon after the first is the same request sent twice, not an operator's
+# second one: systemd's KillMode=control-group signals every process of the unit, so a
+# `--workers` child gets systemd's SIGTERM and its supervisor's forwarded one together.
+SAME_STOP_S = 1.0
+_first_stop_at: float | None = None  # monotonic, when the stop that began the shutdown came
+
+
+def _stop_began() -> None:
+    global _first_stop_at
+    _first_stop_at = time.monotonic()
+
+
 def _on_second_signal(signum: int, _frame: FrameType | None) -> None:
-    exit_now(1, "second_signal_exiting_now", signal=signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    if _first_stop_at is not None and time.monotonic() - _first_stop_at < SAME_STOP_S:
+        from_signal_handler("info", "stop_signal_repeated", signal=name)
+        return
+    exit_now(1, "second_signal_exiting_now", signal=name)
 
 
 def _reload_during_shutdown(_signum: int, _frame: FrameType | None) -> None:
@@ -108,6 +124,7 @@ class Trigger:
                     check("while starting")
                 async for signum in signals:
                     if signum != RELOAD:
+                        _stop_began()
                         break
                     check("while running")
                 tg.cancel_scope.cancel()  # a stop wins over a check still running
@@ -119,6 +136,7 @@ class Trigger:
         """A stop during a reload's shutdown: no exec after it (the process exits when it is
         over, as after a SIGTERM); a further one ends the process at once."""
         self.reload = False
+        _stop_began()
         for stop in SIGNALS:
             signal.signal(stop, _on_second_signal)
         from_signal_handler("warning", "reload_cancelled", signal=signal.Signals(signum).name)

@@ -41,3 +41,30 @@ def test_a_signal_handler_that_logs_never_waits_for_the_log_lock(attempt: int) -
         except ValueError:
             continue  # the line the signal cut into (it went out after ours)
     assert "second_signal_exiting_now" in events, done.stdout[-1000:]
+
+
+REPEATED = """
+import os, signal, sys, time
+from loghubd import logging as loghubd_logging, shutdown
+
+loghubd_logging.configure("info", "json", sys.stdout)
+signal.signal(signal.SIGTERM, shutdown._on_second_signal)
+shutdown._stop_began()
+os.kill(os.getpid(), signal.SIGTERM)  # the same stop again (systemd's and a supervisor's)
+time.sleep(shutdown.SAME_STOP_S + 0.2)
+print("still running", flush=True)
+os.kill(os.getpid(), signal.SIGTERM)  # an operator's second signal
+time.sleep(10)
+"""
+
+
+def test_the_same_stop_twice_is_one_and_a_later_one_ends_the_process() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", REPEATED], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    lines = [line for line in done.stdout.splitlines() if line]
+    events = [json.loads(line)["event"] if line.startswith("{") else line for line in lines]
+    assert events == ["stop_signal_repeated", "still running", "second_signal_exiting_now"], (
+        done.stdout
+    )
