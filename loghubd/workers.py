@@ -35,6 +35,7 @@ import structlog
 
 from loghubd.app import default_consumer_name
 from loghubd.config import Config
+from loghubd.errors import describe_error
 from loghubd.ops.relay import Relay
 from loghubd.ops.systemd import SystemdNotifier
 from loghubd.shutdown import reloads_blocked
@@ -213,6 +214,8 @@ def _supervise(
         children[name] = spawn(index)
         log.info("worker_started", name=name, pid=children[name].pid)
     worst = 0
+    # Every source reads a window (consumer.end): a worker's exit 0 is its end, not a crash.
+    bounded = all(spec.consumer.end is not None for spec in cfg.sources)
     while True:
         while reloads:
             log.info("workers_reload", pids=reloads.pop(0))
@@ -252,9 +255,26 @@ def _supervise(
                 if time.monotonic() >= due[name]:
                     del due[name]
                     restarts[name] = time.monotonic()
-                    children[name] = spawn(names.index(name))
+                    try:
+                        children[name] = spawn(names.index(name))
+                    except OSError as exc:  # the interpreter replaced or gone, no fork left
+                        log.error(
+                            "worker_restart_failed",
+                            name=name,
+                            error=describe_error(exc),
+                            action="stopping the other workers",
+                        )
+                        del children[name]
+                        forward(signal.SIGTERM, None)
+                        worst = max(worst, 1)
+                        continue
                     log.info("worker_restarted", name=name, pid=children[name].pid)
                     alive = True
+                continue
+            if code == 0 and bounded:
+                # A bounded run (consumer.end): the worker read its window to the end.
+                log.info("worker_finished", name=name, pid=child.pid)
+                del children[name]
                 continue
             hear(time.monotonic())  # a READY=1 it sent just before it exited is queued by now
             reason = START_FAILURES.get(code)
@@ -286,6 +306,6 @@ def _supervise(
             wait = 1.0 if time.monotonic() - restarts.get(name, 0) > 30 else 5.0
             log.warning("worker_died", name=name, exit_code=code, restart_in_s=wait)
             due[name] = time.monotonic() + wait
-        if stopping and not alive:
+        if (stopping or not children) and not alive:
             return worst
         time.sleep(0.2)

@@ -9,14 +9,19 @@ window with nothing in it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
 
 from loghubd.protocol import cursor as cursors
+from loghubd.testing import free_ports
 from tests.integration.daemon_harness import (
+    PROJECT,
     Pool,
     assert_delivered_exactly,
+    dump_toml,
     expected_ids,
     read_ids,
     wait_until,
@@ -115,3 +120,44 @@ def test_a_window_ending_in_the_future_is_consumed_until_then(daemon_pool: Pool)
     pool.produce("live", count=N, group_size=50, prefix="c").wait()
     assert daemon.wait(60) == 0, daemon.log_tail()
     assert_delivered_exactly([daemon], expected_ids("a", N) + expected_ids("b", N))
+
+
+def test_a_bounded_run_under_workers_ends_when_every_worker_has(daemon_pool: Pool) -> None:
+    """`--workers 2` over a window: each worker exits 0 at its end, and the supervisor, which
+    would restart a worker that exits, lets them finish and exits 0 itself."""
+    pool = daemon_pool
+    t1, t2 = write_phases(pool, "workers-window")
+    pool.dir.mkdir(parents=True, exist_ok=True)
+    out = pool.dir / "workers-out"
+    config = pool.dir / "workers-window.toml"
+    config.write_text(
+        dump_toml(
+            {
+                "source": {"endpoint": pool.endpoint, "project": PROJECT,
+                           "logstore": "workers-window"},
+                "consumer": {"group": "wpair", "name": "w", "start": t1, "end": t2,
+                             "heartbeat_interval": 1.0, "timeout": 4.0,
+                             "checkpoint_interval": 1.0, "fetch_interval": 0.05},
+                "processor": {"name": "jsonl", "jsonl": {"path": str(out)}},
+                "ops": {"listen": f"127.0.0.1:{free_ports(2)}"},
+                "log": {"format": "json"},
+            }
+        )
+    )  # fmt: skip
+    log_path = pool.dir / "workers-window.log"
+    with open(log_path, "wb") as log:
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "loghubd", "run", "-c", str(config), "--workers", "2"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        code = parent.wait(60)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    text = log_path.read_text()
+    assert code == 0, text[-3000:]
+    assert "worker_restarted" not in text and text.count('"worker_finished"') == 2, text[-3000:]
+    assert sorted(read_ids([out])) == sorted(expected_ids("b", N))
+    assert_checkpoints_at(pool, "workers-window", "wpair", t2)
