@@ -251,7 +251,7 @@ async def run_fetcher(
                     return
             elif now >= next_lag_probe:
                 next_lag_probe = now + LAG_PROBE_INTERVAL_S
-                await _probe_lag(client, settings.logstore, shard, cursor, status, metrics)
+                await probe_lag(client, settings.logstore, shard, cursor, status, metrics)
             empty_in_a_row = 0 if pulled.raw_count else empty_in_a_row + 1
             if full:
                 continue
@@ -330,7 +330,7 @@ async def _at_end_of_readonly_shard(
         return False
 
 
-async def _probe_lag(
+async def probe_lag(
     client: SlsClient,
     logstore: str,
     shard: int,

@@ -137,8 +137,7 @@ async def process_with_retry(
             if await stopped_within(wait, tracker.stopping):
                 return _interrupted(batch, attempt, error, bind)
             continue
-        if attempt > 1:
-            failing("")
+        failing("")  # also what the processor noted while it retried (`note_problem`)
         metrics.process_seconds.labels(str(batch.shard)).observe(time.perf_counter() - started)
         return Processed(result if isinstance(result, str) and result else None)
 

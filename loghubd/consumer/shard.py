@@ -25,6 +25,7 @@ import structlog
 from loghubd.consumer import window
 from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.fetcher import (
+    LAG_PROBE_INTERVAL_S,
     CaughtUp,
     CursorReset,
     EndOfShard,
@@ -34,6 +35,7 @@ from loghubd.consumer.fetcher import (
     Item,
     ShardCatalog,
     Skipped,
+    probe_lag,
     run_fetcher,
 )
 from loghubd.consumer.processing import (
@@ -161,6 +163,7 @@ class ShardTask:
         self._last_sent: str | None = None
         self._started_from = ""
         self._last_commit_failure = -COMMIT_FAILURE_QUIET_S
+        self._in_hand_since: float | None = None  # monotonic: a batch is in the processor
         self._starting: LoadedProcessor | None = None  # made; its `initialize` not through
         self._waiting: anyio.CancelScope | None = None
         self._bind = {"group": ctx.group, "consumer": ctx.consumer, "shard": shard}
@@ -314,7 +317,12 @@ class ShardTask:
             if initial is None:
                 return
             start, committed = initial
-            self.tracker = ShardTracker(start, committed=committed, stopping=self.stop_requested)
+            self.tracker = ShardTracker(
+                start,
+                committed=committed,
+                stopping=self.stop_requested,
+                on_problem=self._processor_failing,
+            )
             self._started_from = committed or ""
             started = await start_with_retry(
                 self._make_processor,
@@ -501,6 +509,7 @@ class ShardTask:
             rollback: str | None = None
             async with anyio.create_task_group() as tg, receive:
                 tg.start_soon(self._fetch, tracker.fetch_cursor, send)
+                tg.start_soon(self._watch_lag_while_held)
                 while (item := await self._next(receive)) is not None:
                     if isinstance(item, Redeliver):  # asked for while waiting
                         rollback = item.cursor
@@ -561,6 +570,7 @@ class ShardTask:
             return None
         token = tracker.fetched(batch.cursor, batch.next_cursor)
         tracker.begin(token)
+        self._in_hand_since = time.monotonic()
         try:
             outcome = await process_with_retry(
                 self.processor,
@@ -575,6 +585,8 @@ class ShardTask:
         except BaseException:  # cancelled: the shard abandoned at the end of the grace
             tracker.left_unfinished(token)
             raise
+        finally:
+            self._in_hand_since = None
         if isinstance(outcome, (ShardStopped, Interrupted)):
             # The batch stays unfinished (the next owner reads it), even if the processor's
             # `shutdown` saves a checkpoint the SDK way.
@@ -598,7 +610,10 @@ class ShardTask:
         status.bytes += batch.raw_size or len(batch.raw)
         m.last_batch_time.labels(label).set_to_current_time()
         fetch = self.status.fetch
-        fetch.logs_per_group = 0.8 * fetch.logs_per_group + 0.2 * (logs / batch.group_count)
+        per_group = logs / batch.group_count
+        # The first batch sets it (the lag in logs is far off until then), later ones move it.
+        first = status.batches == 1
+        fetch.logs_per_group = per_group if first else 0.8 * fetch.logs_per_group + 0.2 * per_group
         self.status.last_progress = time.monotonic()
         if tracker.take_commit_request():
             await self.commit()
@@ -606,6 +621,26 @@ class ShardTask:
             return None
         assert isinstance(outcome, Processed)
         return outcome.rollback
+
+    async def _watch_lag_while_held(self) -> None:
+        """While one batch stays in the processor (its sink down, retried inside `process` or
+        by the failure policy), the fetcher waits to hand over the next and measures nothing:
+        the lag would stay at what it was, "caught up" at worst, while logs pile up. So every
+        `LAG_PROBE_INTERVAL_S` of such a wait, the lag is measured here, from the oldest
+        unfinished position: what is not processed yet, and how old it is."""
+        c = self.ctx
+        while True:
+            await anyio.sleep(LAG_PROBE_INTERVAL_S)
+            since, tracker = self._in_hand_since, self.tracker
+            if since is None or tracker is None or time.monotonic() - since < LAG_PROBE_INTERVAL_S:
+                continue
+            fetch = self.status.fetch
+            await probe_lag(
+                c.client, c.settings.logstore, self.shard, tracker.get_checkpoint(), fetch,
+                c.metrics,
+            )  # fmt: skip
+            if fetch.lag_log_groups:
+                fetch.caught_up = False
 
     def _processor_failing(self, reason: str) -> None:
         self.status.processor_error = reason

@@ -99,11 +99,17 @@ class ShardTracker:
     """Thread-safe facade; what `processor.process(batch, tracker)` receives."""
 
     def __init__(
-        self, initial: str, *, committed: str | None = None, stopping: StopFlag | None = None
+        self,
+        initial: str,
+        *,
+        committed: str | None = None,
+        stopping: StopFlag | None = None,
+        on_problem: Callable[[str], None] | None = None,
     ) -> None:
         self._t = CheckpointTracker(initial, committed=committed)
         self._lock = threading.Lock()
         self.stopping = StopFlag() if stopping is None else stopping
+        self._on_problem = on_problem
 
     # -- the processor's API (the SDK's tracker shape, plus `defer` and `stopping`) -------------
 
@@ -122,6 +128,11 @@ class ShardTracker:
         counts as unfinished, so the checkpoint cannot pass it, until its data is written."""
         with self._lock:
             return Ack(self, self._t.current)
+
+    def note_problem(self, reason: str) -> None:
+        """Why the batch in hand is not done yet (the processor retries it itself)."""
+        if self._on_problem is not None:
+            self._on_problem(reason[:300])
 
     # -- the daemon's side ------------------------------------------------------------------
 

@@ -63,6 +63,13 @@ class Tracker(Protocol):
         processors that buffer batches and write them afterwards. Until then the checkpoint
         cannot pass this batch."""
 
+    def note_problem(self, reason: str) -> None:
+        """Say why the batch in hand is not done yet while the processor retries it itself
+        (its sink down, a 5xx answer), from any thread; "" once it goes well again. The
+        daemon shows it as it shows a batch failing under its own retries: `/status`
+        (`processor_error`, the shard not caught up), `/readyz` once no batch has finished
+        for 60 s, the console. It is cleared when the batch is finished."""
+
 
 class Ack(Protocol):
     def done(self, persist: bool = False) -> None:

@@ -47,7 +47,6 @@ from loghubd.plugins.api import (
     BatchInterrupted,
     BatchRejected,
     ProcessorContext,
-    StopSignal,
     Tracker,
 )
 from loghubd.processors.options import check_options
@@ -315,7 +314,7 @@ class HttpProcessor:
                 if interrupted:  # the batch is left to the next owner: start nothing more
                     return
                 try:
-                    await self._post(batch, index, len(parts), body, tracker.stopping)
+                    await self._post(batch, index, len(parts), body, tracker)
                 except BatchInterrupted as exc:
                     # Not raised here: that would cancel the other parts' first attempts,
                     # which a stop never cuts short (their endpoint may have the body).
@@ -338,13 +337,14 @@ class HttpProcessor:
         tracker.save_checkpoint(persist=False)
 
     async def _post(
-        self, batch: Batch, index: int, count: int, body: bytes, stopping: StopSignal
+        self, batch: Batch, index: int, count: int, body: bytes, tracker: Tracker
     ) -> None:
-        """One request, retried until it is acknowledged. Once it has failed, a stop of the
-        shard ends the retrying (`BatchInterrupted`): the wait, and an attempt in flight. A
-        first attempt is never cut short, so a graceful stop duplicates nothing that was
-        going well."""
+        """One request, retried until it is acknowledged (each failure told to the daemon:
+        `tracker.note_problem`). Once it has failed, a stop of the shard ends the retrying
+        (`BatchInterrupted`): the wait, and an attempt in flight. A first attempt is never cut
+        short, so a graceful stop duplicates nothing that was going well."""
         o = self.options
+        stopping = tracker.stopping
         headers = {
             **o.headers,
             "Content-Type": "application/x-ndjson",
@@ -372,7 +372,7 @@ class HttpProcessor:
             wait = backoff.wait(attempt)
             if asked is not None:
                 wait = max(wait, asked)
-            log.warning(
+            self.factory.log.warning(
                 "http_retry",
                 shard=batch.shard,
                 part=index,
@@ -381,6 +381,10 @@ class HttpProcessor:
                 retry_in_s=round(wait, 3),
             )
             self.factory.metrics.retries.inc()
+            tracker.note_problem(
+                f"{redact_text(o.url)}: {reason} (part {index}/{count}, {attempt} failure(s) in "
+                f"a row; retrying in {wait:.1f}s)"
+            )
             attempt += 1
 
             async def again(wait: float = wait) -> tuple[str, float | None] | None:
@@ -450,6 +454,7 @@ class HttpFactory:
         self.options = parse(options)
         self.tls = tls_context(self.options)
         self.proxy = proxy_for(self.options.url, os.environ)  # HTTP(S)_PROXY, NO_PROXY
+        self.log: Any = log  # bound to the group and consumer by `bind`
         if not self.options.tls_verify:
             log.warning("http_tls_verify_off", url=redact_text(self.options.url))
         self.session: aiohttp.ClientSession | None = None
@@ -457,6 +462,8 @@ class HttpFactory:
 
     def bind(self, context: ProcessorContext) -> None:
         self.metrics = context.instruments(HttpMetrics)
+        # Its lines name the group and consumer, as the shard tasks' do.
+        self.log = log.bind(group=context.group, consumer=context.consumer)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(ssl=self.tls) if self.tls is not None else None

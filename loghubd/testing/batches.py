@@ -91,7 +91,8 @@ class RecordingTracker:
     - `checkpoint`: what `get_checkpoint()` answers (set it to the batch's `next_cursor` to
       imitate a shard whose batches are all finished);
     - `stopping`: `tracker.stopping.set()` imitates a shard that begins to stop (a processor
-      that retries inside `process` should then raise `BatchInterrupted`).
+      that retries inside `process` should then raise `BatchInterrupted`);
+    - `problems`: each `note_problem(reason)`, in order.
     """
 
     checkpoint: str = ""
@@ -99,6 +100,10 @@ class RecordingTracker:
     deferred: int = 0
     acked: list[tuple[int, bool]] = field(default_factory=list)
     stopping: StopFlag = field(default_factory=StopFlag)
+    problems: list[str] = field(default_factory=list)
+
+    def note_problem(self, reason: str) -> None:
+        self.problems.append(reason)
 
     def save_checkpoint(self, persist: bool = True) -> None:
         self.saved.append(persist)

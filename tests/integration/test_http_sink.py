@@ -432,3 +432,59 @@ def test_a_stop_lets_the_other_parts_first_attempts_finish() -> None:
     assert registry.get_sample_value("loghubd_http_delivered_logs_total") == 2
     assert 1.4 <= took < 10, took
     assert not tracker.finished
+
+
+def test_an_outage_shows_in_status_and_lag_while_it_lasts(daemon_pool: Pool) -> None:
+    """The endpoint answers 503 after its first request. The sink retries inside `process`, so
+    the daemon's own retries see nothing: the sink tells it (`tracker.note_problem`), and
+    `/status` shows the failure as it happens, the shard not caught up. Logs written during
+    the outage show as lag (measured from the oldest unfinished position while the batch is
+    held), so the lag alerts can fire. Once the endpoint is back, both clear."""
+    up = threading.Event()
+    receiver = Receiver(script=lambda n, now: 200 if up.is_set() or n == 0 else 503).start()
+    options = {"url": receiver.url, "retry_initial_backoff_s": 0.2, "retry_max_backoff_s": 0.5}
+    try:
+        pool = daemon_pool
+        pool.admin.create_logstore(LOGSTORE, 1)
+        pool.produce(LOGSTORE, count=300, group_size=100, prefix="u").wait()
+        daemon = pool.daemon(
+            LOGSTORE,
+            GROUP,
+            "http-outage",
+            processor="http",
+            processor_options=options,
+            consumer={"max_fetch_log_groups": 1},
+        ).wait_ready()
+
+        def shard() -> dict[str, Any]:
+            shards = daemon.status()["shards"]
+            return shards[0] if shards else {}
+
+        wait_until(lambda: "503" in (shard().get("processor_error") or ""), 30, daemon.log_tail)
+        now = shard()
+        assert now["caught_up"] is False and "503" in now["last_error"]["message"], now
+        pool.produce(LOGSTORE, count=500, group_size=100, prefix="v").wait()
+        wait_until(
+            lambda: daemon.metric("loghubd_lag_log_groups", shard="0") >= 5,
+            30,
+            lambda: f"{daemon.metrics()}\n{daemon.log_tail()}",
+        )
+        # In logs too: 100 per group, as the first batch showed.
+        assert daemon.metric("loghubd_lag_logs", shard="0") >= 500, daemon.metrics()
+        retry = daemon.events("http_retry")[0]
+        assert (retry["group"], retry["consumer"]) == (GROUP, "http-outage"), retry
+
+        up.set()
+        end = pool.admin.cursor(LOGSTORE, 0, "end")
+        wait_until(lambda: committed(pool).get(0) == end, 30, daemon.log_tail)
+        wait_until(
+            lambda: shard().get("processor_error") == "" and shard().get("caught_up") is True,
+            30,
+            lambda: f"{shard()}\n{daemon.log_tail()}",
+        )
+        wait_until(lambda: daemon.metric("loghubd_lag_logs", shard="0") == 0, 30, daemon.log_tail)
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        receiver.stop()
+    delivered = {i for r in receiver.received if r.status == 200 for i in r.ids}
+    assert delivered == {f"u{n}" for n in range(300)} | {f"v{n}" for n in range(500)}

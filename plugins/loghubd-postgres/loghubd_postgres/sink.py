@@ -186,7 +186,12 @@ class PostgresProcessor:
         self.metrics = metrics
         self.key = (context.project, context.group, context.logstore, shard)
         self.conn: psycopg.AsyncConnection[Any] | None = None
-        self._bind = {"shard": shard, "table": options.table}
+        self._bind = {
+            "group": context.group,
+            "consumer": context.consumer,
+            "shard": shard,
+            "table": options.table,
+        }
 
     async def initialize(self, shard: int) -> None:
         await self._with_retry(self._ensure_row)
@@ -239,7 +244,7 @@ class PostgresProcessor:
             return None
         began = time.perf_counter()
         try:
-            rollback: str | None = await self._with_retry(attempt, tracker.stopping)
+            rollback: str | None = await self._with_retry(attempt, tracker)
         except REFUSED as exc:
             await self._note_set_aside(batch, start, end, exc, tracker)
             if isinstance(exc, BadRow):
@@ -326,7 +331,7 @@ class PostgresProcessor:
                     )
 
         try:
-            await self._with_retry(note, tracker.stopping)
+            await self._with_retry(note, tracker)
         except BatchInterrupted:
             raise  # the shard stops: the next owner is refused the rows too, and notes them
         except Exception as error:
@@ -372,7 +377,7 @@ class PostgresProcessor:
                 await conn.execute(self.sql.replayed, (written, *self.key, start))
                 outcome = "replayed"
 
-        await self._with_retry(attempt, tracker.stopping)
+        await self._with_retry(attempt, tracker)
         if outcome in ("unknown", "other_range"):
             raise NotSetAside(
                 f"shard {self.shard}, cursor {batch.cursor}: this range is not noted as set "
@@ -418,16 +423,24 @@ class PostgresProcessor:
             )
         return self.conn
 
-    async def _with_retry(self, fn: Any, stopping: StopSignal | None = None) -> Any:
+    async def _with_retry(self, fn: Any, tracker: Tracker | None = None) -> Any:
         """Run `fn(conn)`; on a lost or refused connection, reconnect with backoff and run it
-        again, for ever, or until `stopping` is set (`BatchInterrupted`; the start of a
-        shard has none: the daemon's shutdown cancels it)."""
+        again, for ever, or until the shard stops (`BatchInterrupted`; the start of a shard
+        has no tracker: the daemon's shutdown cancels it). Each failure is told to the daemon
+        (`tracker.note_problem`: /status, /readyz); `postgres_available_again` once over."""
+        stopping = None if tracker is None else tracker.stopping
         attempt = 0
         while True:
             try:
                 if stopping is None:
-                    return await fn(await self._connect())
-                return await self._cut_when_stuck(fn, stopping)
+                    result = await fn(await self._connect())
+                else:
+                    result = await self._cut_when_stuck(fn, stopping)
+                if attempt:
+                    log.info("postgres_available_again", **self._bind, attempts=attempt)
+                    if tracker is not None:
+                        tracker.note_problem("")
+                return result
             except psycopg.OperationalError as exc:
                 attempt += 1
                 self.metrics.unavailable.inc()
@@ -446,6 +459,11 @@ class PostgresProcessor:
                     retry_in_s=round(wait, 2),
                     error=str(exc).strip()[:300],
                 )
+                if tracker is not None:
+                    tracker.note_problem(
+                        f"PostgreSQL unavailable ({attempt} failure(s) in a row; retrying in "
+                        f"{wait:.1f}s): {str(exc).strip()[:200]}"
+                    )
                 if stopping is None:
                     await anyio.sleep(wait)
                     continue

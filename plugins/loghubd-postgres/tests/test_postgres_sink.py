@@ -167,7 +167,12 @@ def test_postgres_restart_mid_stream_loses_and_doubles_nothing(
                 await anyio.to_thread.run_sync(pg_server.kill)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(anyio.to_thread.run_sync, _start_later, pg_server)
-                    assert await p.process(batch, RecordingTracker()) is None
+                    outage = RecordingTracker()
+                    assert await p.process(batch, outage) is None
+                # The daemon was told why the batch waited (/status, /readyz), then that it
+                # goes well again.
+                assert outage.problems[0].startswith("PostgreSQL unavailable (1 failure(s)")
+                assert outage.problems[-1] == ""
             else:
                 assert await p.process(batch, RecordingTracker()) is None
         await p.shutdown(RecordingTracker())
