@@ -22,10 +22,10 @@ Fmt = DefaultsFormatter
 
 EPILOG = """exit codes: 0 done; 1 failed (the service refused, or some work failed); 2 usage or
 configuration error; 3 not found (project, logstore, group, shard); 4 cannot reach the
-service, or a local port is taken; 5 refused for safety (live consumers: --force; no
-confirmation: --yes); 130 interrupted. run and serve exit 0 when a SIGTERM or SIGINT stops
-them cleanly; run retries a service it cannot reach. --debug prints the traceback of an
-error."""
+service (or, at start, a sink), or a local port is taken; 5 refused for safety (live
+consumers: --force; no confirmation: --yes); 130 interrupted. run and serve exit 0 when a
+SIGTERM or SIGINT stops them cleanly; run retries a service it cannot reach. --debug prints
+the traceback of an error."""
 
 
 def _core_parser() -> tuple[argparse.ArgumentParser, Any]:

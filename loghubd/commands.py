@@ -25,6 +25,7 @@ from loghubd import logging as loghubd_logging
 from loghubd.admin.errors import UNREACHABLE, USAGE, UserError
 from loghubd.config import Config
 from loghubd.ops.systemd import SystemdNotifier
+from loghubd.plugins.api import SinkUnreachable
 
 if TYPE_CHECKING:
     from loghubd import shutdown
@@ -283,6 +284,8 @@ def _build_daemon(cfg: Config) -> Daemon:
         raise _StartFailed(USAGE, _invalid("", exc)) from None
     except (PluginError, ValueError) as exc:
         raise _StartFailed(USAGE, f"loghubd run: {exc}") from None
+    except SinkUnreachable as exc:  # the configuration may be right: a restart may succeed
+        raise _StartFailed(UNREACHABLE, f"loghubd run: cannot start: {exc}") from None
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -366,6 +369,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     except (PluginError, ValueError) as exc:
         print(f"{args.file}: invalid configuration:\n  {exc}", file=sys.stderr)
         return 2
+    except SinkUnreachable as exc:  # not a verdict on the file: where it points is down
+        print(f"{args.file}: cannot check: {exc}", file=sys.stderr)
+        return UNREACHABLE
     for warning in cfg.warnings:  # accepted, but to be changed (run logs them at start)
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
     listen = cfg.ops.listen_warning()  # true here, maybe not where the file runs: exit 0

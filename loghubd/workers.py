@@ -45,14 +45,16 @@ log = structlog.get_logger("loghubd.workers")
 # `loghubd run`'s exit codes that mean "cannot start: configuration or environment"
 # (`loghubd.admin.errors`' table; `loghubd.commands._run`, `_run_daemon`), and what each means
 # here. `run` exits with them only when it cannot start: it retries a service it cannot reach
-# instead of exiting 4, so 4 is always a local listener. Restarting the same command line on
-# the same host cannot help; 1 (e.g. refused credentials, which can be rotated) and deaths by
-# a signal are restarted.
+# instead of exiting 4, so 4 is a local listener or a sink down at start (systemd restarts
+# the unit after 4: the wait is visible there, not hidden in a loop of ours). Restarting the
+# same command line on the same host at once cannot help; 1 (e.g. refused credentials, which
+# can be rotated) and deaths by a signal are restarted.
 START_FAILURES = {
     2: "its configuration is refused (by loghubd, a processor, or the service)",
     3: "the project, logstore or consumer group does not exist",
     4: "its ops.listen cannot be listened on (the port is taken by another process, or the "
-    "address is not one of this host)",
+    "address is not one of this host), or its sink cannot be reached at start (the worker's "
+    "line on stderr says which)",
 }
 
 

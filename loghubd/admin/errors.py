@@ -13,7 +13,7 @@ Exit codes (docs/operations.md):
 | 1 | failed: the service refused, or some work failed (a shard, a checkpoint, a batch) |
 | 2 | usage or configuration error (a flag, a config key, a URL) |
 | 3 | not found: project, logstore, consumer group, shard |
-| 4 | cannot reach the service, or a local port is taken |
+| 4 | cannot reach the service (or, at start, a processor's sink), or a local port is taken |
 | 5 | refused for safety: live consumers (use --force), no confirmation (use --yes) |
 | 130 | interrupted (Ctrl-C) |
 """

@@ -92,6 +92,14 @@ class BatchInterrupted(Exception):
     ordinary failure."""
 
 
+class SinkUnreachable(ConnectionError):
+    """Raise it from `ProcessorSpec.create` when the sink cannot be reached at start (refused,
+    timed out, a name that does not resolve), as opposed to options it refuses (ValueError):
+    the configuration may be right and a later start succeed. `loghubd run` exits 4 (systemd
+    restarts the unit; 2, a refused configuration, it does not) and `check-config` exits 4,
+    each naming the key and the reason given here ("processor.<name>.<key>: ...")."""
+
+
 @runtime_checkable
 class Processor(Protocol):
     """One instance per shard."""

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from loghubd import SinkUnreachable
 from loghubd_postgres.options import PREFIX, Options
 
 # What information_schema calls the types of TYPES (a mapped column must have one of these).
@@ -83,6 +84,26 @@ def table_ddl(options: Options) -> sql.Composed:
     )
 
 
+# What a server says, at connection time, of a state it will leave by itself.
+_PASSING = (
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "too many clients",
+    "remaining connection slots are reserved",
+)
+
+
+def refused_by_the_server(exc: BaseException) -> bool:
+    """Whether a failed connection was a server's answer that retrying will not change (a
+    wrong password, a database or role that does not exist), as opposed to no answer at all
+    or a passing state. libpq gives connection errors no SQLSTATE: the server's own
+    `FATAL:` line tells."""
+    text = str(exc)
+    return "FATAL:" in text and not any(passing in text for passing in _PASSING)
+
+
 def check(options: Options) -> None:
     """Connect, create what is asked for, and check the table against the mapping."""
     try:
@@ -90,7 +111,11 @@ def check(options: Options) -> None:
             options.dsn, autocommit=True, connect_timeout=max(1, int(options.connect_timeout_s))
         )
     except psycopg.Error as exc:
-        raise ValueError(f"{PREFIX}.dsn: cannot connect: {first_line(exc)}") from None
+        if refused_by_the_server(exc):  # a wrong password, an unknown database or role
+            raise ValueError(f"{PREFIX}.dsn: cannot connect: {first_line(exc)}") from None
+        # No server answered (refused, timed out, a host that does not resolve), or one that
+        # is starting, stopping or full: the DSN may be right and a later start succeed.
+        raise SinkUnreachable(f"{PREFIX}.dsn: cannot connect: {first_line(exc)}") from None
     with conn:
         _create(conn, positions_ddl(options), "positions_table")
         _create(conn, set_aside_ddl(options), "positions_table")

@@ -182,3 +182,28 @@ def test_check_config_prints_every_bad_key_without_connecting(tmp_path: Path) ->
         "  processor.postgres.connect_timeout_s: expected a number, got a string '10s'",
         "  processor.postgres.create_table: expected true or false, got a string 'yes'",
     ]
+
+
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_a_database_down_at_start_exits_4_which_systemd_restarts(
+    tmp_path: Path, command: str
+) -> None:
+    """Nothing listens at the DSN's port: not a refused configuration (exit 2, which the unit's
+    RestartPreventExitStatus keeps down for good) but "cannot reach" (4): systemd starts the
+    daemon again until the database is back."""
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'{BASE}[processor.postgres]\ndsn = "{DSN}"\ntable = "t"\n[ops]\nlisten = "127.0.0.1:0"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "loghubd", command, "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 4, (done.stdout[-2000:], done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "processor.postgres.dsn: cannot connect:" in lines[0], lines
+    assert "Connection refused" in lines[0], lines

@@ -19,10 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loghubd_postgres.factory import PostgresFactory
 from loghubd_postgres.rows import BadRow
+from loghubd_postgres.schema import refused_by_the_server
 from loghubd_postgres.sink import NotSetAside, PostgresProcessor, RowsRefused, uncovered
 from pg_server import PgServer
 
-from loghubd import Batch, BatchInterrupted, BatchRejected, ProcessorContext
+from loghubd import Batch, BatchInterrupted, BatchRejected, ProcessorContext, SinkUnreachable
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
 from loghubd.testing import RecordingTracker, make_context
@@ -213,7 +214,10 @@ def test_bad_row_names_the_row_field_and_reason(pg_dsn: str) -> None:
             {"table": "missing", "create_table": False, "columns": {"id": "text"}},
             "table: no table 'missing'",
         ),
-        ({"dsn": "postgresql://postgres@127.0.0.1:1/x"}, "dsn: cannot connect"),
+        (
+            {"dsn": "postgresql://postgres@127.0.0.1:1/x"},  # no server there: see below
+            "dsn: cannot connect",
+        ),
         (
             {"columns": {"id": "varchar2"}},
             "columns.id: expected a column type (one of bigint, bool, boolean, date, double, "
@@ -228,9 +232,42 @@ def test_bad_configuration_names_the_key(
 ) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS logs (id text, n bigint)")
-    with pytest.raises(ValueError, match=r"processor\.postgres\.") as info:
+    with pytest.raises((ValueError, SinkUnreachable), match=r"processor\.postgres\.") as info:
         factory(pg_dsn, **options)
     assert message in str(info.value)
+
+
+def test_a_database_that_does_not_answer_is_unreachable_one_that_refuses_is_a_bad_dsn(
+    pg_server: PgServer, pg_dsn: str
+) -> None:
+    """Nobody at the port: `SinkUnreachable` (`run` exits 4, which systemd restarts: the DSN
+    may be right and the database on its way). A server that answers no (an unknown database
+    or role): the DSN is wrong (ValueError, exit 2)."""
+    with pytest.raises(SinkUnreachable, match=r"processor\.postgres\.dsn: cannot connect"):
+        factory("postgresql://postgres@127.0.0.1:1/x")
+    for wrong in (pg_dsn.rsplit("/", 1)[0] + "/nosuchdb", pg_dsn.replace("postgres@", "nobody@")):
+        with pytest.raises(ValueError, match="does not exist") as info:
+            factory(wrong)
+        assert not isinstance(info.value, SinkUnreachable)
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ('connection to server at "h", port 5 failed: FATAL:  password authentication failed '
+         'for user "u"', True),
+        ('connection to server at "h", port 5 failed: FATAL:  database "x" does not exist', True),
+        ('connection to server at "h", port 5 failed: Connection refused', False),
+        ("failed to resolve host 'nohost.invalid': [Errno -2] Name or service not known", False),
+        ('connection to server at "h", port 5 failed: timeout expired', False),
+        ('connection to server at "h", port 5 failed: FATAL:  the database system is starting '
+         "up", False),
+        ('connection to server at "h", port 5 failed: FATAL:  sorry, too many clients already',
+         False),
+    ],
+)  # fmt: skip
+def test_which_failed_connections_a_restart_may_cure(text: str, refused: bool) -> None:
+    assert refused_by_the_server(Exception(text)) is refused
 
 
 def test_daemons_starting_together_all_get_the_tables(pg_server: PgServer, worker_id: str) -> None:
