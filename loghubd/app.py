@@ -165,6 +165,20 @@ class Daemon:
         log.info("shutdown_complete")
         return 0
 
+    def failed_shards_only(self) -> bool:
+        """Whether the shutdown was unclean only because shards had stopped on a failure
+        (parked: a processor that gave up or could not start): everything else committed and
+        closed. A reload goes on then: the new configuration may be the cure."""
+        for r in self.runners:
+            if r.clean:
+                continue
+            sup = r.supervisor
+            if r.state == "failed" or sup is None or not sup.failed:
+                return False
+            if sup.unflushed or sup.abandoned:
+                return False
+        return True
+
     def abandoned(self) -> list[str]:
         """Shards whose processor was still busy when the shutdown grace ended, as
         `source/shard`: their worker threads may never end (see `loghubd.shutdown`)."""

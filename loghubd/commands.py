@@ -201,7 +201,8 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
     trigger = shutdown.Trigger(args.config, notify.send, daemon.config_reloads.checked)
     code = _run_daemon(daemon, cfg, trigger, notify)
     if trigger.reload:
-        shutdown.reload_after(code, text)  # stuck worker threads, if any, end with this image
+        # Shards parked on a failure do not hold a reload up: it may be what cures them.
+        shutdown.reload_after(0 if daemon.failed_shards_only() else code, text)
     if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
         shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
     return code

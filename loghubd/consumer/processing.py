@@ -176,10 +176,11 @@ async def start_with_retry(
     """Make and initialize a shard's processor under the same policy as a failing batch: a
     processor that cannot start (an output directory it cannot create, a sink that is down)
     is retried with backoff and counted in `processor_errors_total`; after `max_attempts`,
-    `stop` and `dead_letter` (there is no batch to set aside) stop the shard, `retry` keeps
-    trying. None when `stop` is set while waiting to try again, or while the processor
-    starts (nothing was processed yet: a start that hangs on a sink that is down is given up
-    at once)."""
+    `stop` stops the shard (parked: held, not consumed), `retry` and `dead_letter` keep
+    trying (there is no batch to set aside, and a shard stopped for what is a sink's or a
+    directory's problem would stay unconsumed after the cause is gone). None when `stop` is
+    set while waiting to try again, or while the processor starts (nothing was processed yet:
+    a start that hangs on a sink that is down is given up at once)."""
     attempt = 0
     while True:
         attempt += 1
@@ -196,7 +197,7 @@ async def start_with_retry(
             metrics.processor_errors.labels(str(shard)).inc()
             log.warning("processor_start_failed", **bind, attempt=attempt, error=reason[:1000])
             gave_up = policy.max_attempts and attempt >= policy.max_attempts
-            if gave_up and policy.on_failure != "retry":
+            if gave_up and policy.on_failure == "stop":
                 log.error("shard_stopped_on_failure", **bind, reason=reason[:1000])
                 return ShardStopped(f"{reason} (after {attempt} attempts)")
             wait = policy.backoff.wait(attempt)

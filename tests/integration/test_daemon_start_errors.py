@@ -101,6 +101,42 @@ def test_a_processor_that_cannot_start_stops_the_shard_and_the_exit_code_says_so
             daemon.kill()
 
 
+def test_a_processor_that_cannot_start_stops_the_shard_until_a_reload(
+    tmp_path: Path, loghubd_server: ServerProcess
+) -> None:
+    Admin(loghubd_server.endpoint).create_logstore(LOGSTORE, 2)
+    blocker, out = blocked_output(tmp_path)
+    daemon = Daemon(
+        tmp_path / "d", loghubd_server.endpoint, LOGSTORE, GROUP, "stopping",
+        processor="grep", processor_options={"path": str(out), **GREP_ALL},
+        consumer={"max_attempts": 2, "on_failure": "stop", "retry_initial_backoff": 0.1},
+    ).start()  # fmt: skip
+    try:
+        daemon.wait_ready()
+
+        def stopped() -> list[str]:
+            return [r for r in reasons(daemon) if "stopped: processor cannot start" in r]
+
+        wait_until(lambda: len(stopped()) == 2, 20, lambda: str(reasons(daemon)))
+        assert all(str(out) in r and "after 2 attempts" in r for r in stopped()), stopped()
+        assert daemon.metric("loghubd_processor_errors_total") == 4  # 2 shards x 2 attempts
+        events = daemon.events("shard_stopped_on_failure")
+        assert len(events) == 2 and all(str(out) in e["reason"] for e in events)
+        # The cause is fixed and the configuration reloaded: the parked shards do not hold the
+        # reload up (it is what cures them), and both start, in the same process.
+        pid = daemon.pid
+        blocker.unlink()
+        daemon.signal(signal.SIGHUP)
+        wait_until(lambda: len(daemon.events("shard_started")) == 2, 30, daemon.log_tail)
+        assert daemon.alive() and daemon.pid == pid, daemon.log_tail()
+        assert daemon.events("shards_failed") and not daemon.events("reload_abandoned")
+        wait_until(lambda: reasons(daemon) == [], 20, lambda: str(reasons(daemon)))
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        if daemon.alive():
+            daemon.kill()
+
+
 def test_an_unreachable_service_at_start_is_named(tmp_path: Path) -> None:
     nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     daemon = Daemon(
