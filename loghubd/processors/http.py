@@ -119,6 +119,12 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
     if url.scheme not in ("http", "https") or not url.host:
         shown = redact_text(raw_url)
         raise ValueError(f"{PREFIX}.url: {shown!r} is not an http:// or https:// URL")
+    if any(c.isspace() for c in str(raw_url)):
+        shown = redact_text(raw_url)
+        raise ValueError(
+            f"{PREFIX}.url: {shown!r} has a space in it (sent, it would become %20): "
+            "encode it as %20 yourself if that is meant"
+        )
     headers = {}
     for name, value in dict(options.get("headers", {})).items():
         if not isinstance(value, str) or "\n" in value or "\r" in value:
@@ -127,6 +133,16 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
             )
         headers[str(name)] = value
     token = options.get("bearer_token")
+    authorization = [k for k in headers if k.lower() == "authorization"]
+    if url.user is not None:
+        authorization.append("the user:password in url")
+    if token:
+        authorization.append("bearer_token")
+    if len(authorization) > 1:
+        raise ValueError(
+            f"{PREFIX}.{'bearer_token' if token else 'url'}: {' and '.join(authorization)} "
+            "each set the Authorization header: give one"
+        )
     if token:
         headers["Authorization"] = f"Bearer {token}"
     numbers = {
@@ -430,7 +446,8 @@ class HttpProcessor:
                         f"({where})"
                     )
                 asked = retry_after(resp.headers.get("Retry-After"), time.time())
-                return f"{resp.status} {resp.reason}", asked
+                said = f": {text[:200]!r}" if text.strip() else ""  # what the endpoint says why
+                return f"{resp.status} {resp.reason}{said}", asked
         except (aiohttp.ClientError, TimeoutError) as exc:
             return failure_reason(exc, o.timeout_s), None
         except anyio.get_cancelled_exc_class():

@@ -307,6 +307,17 @@ def test_parts_given_up_count_as_cancelled_not_as_endpoint_errors(daemon_pool: P
         ({"url": "http://"}, "processor.http.url"),
         ({"url": "ftp://u:pw@example.com/"}, "processor.http.url: 'ftp://u:***@example.com/' is"),
         ({"url": "http://h/", "batch_size": 0}, "processor.http.batch_size: must be >= 1"),
+        # Two sources of the Authorization header: every request would fail before it is sent.
+        (
+            {"url": "http://u:pw@h/", "bearer_token": "t"},
+            "processor.http.bearer_token: the user:password in url and bearer_token each set "
+            "the Authorization header: give one",
+        ),
+        (
+            {"url": "http://h/", "headers": {"authorization": "Basic x"}, "bearer_token": "t"},
+            "processor.http.bearer_token: authorization and bearer_token each set",
+        ),
+        ({"url": "http://h/v1 logs"}, "processor.http.url: 'http://h/v1 logs' has a space in it"),
         ({"url": "http://h/", "max_body_bytes": 100}, "processor.http.max_body_bytes: must be 0"),
         (
             {"url": "http://h/", "gzip": "yes"},
@@ -473,6 +484,7 @@ def test_an_outage_shows_in_status_and_lag_while_it_lasts(daemon_pool: Pool) -> 
         assert daemon.metric("loghubd_lag_logs", shard="0") >= 500, daemon.metrics()
         retry = daemon.events("http_retry")[0]
         assert (retry["group"], retry["consumer"]) == (GROUP, "http-outage"), retry
+        assert retry["reason"] == "503 Service Unavailable: 'answer 503'", retry  # its body too
 
         up.set()
         end = pool.admin.cursor(LOGSTORE, 0, "end")
