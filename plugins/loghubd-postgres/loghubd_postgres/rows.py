@@ -57,7 +57,10 @@ def _integer(kind: str) -> Callable[[Any], str]:
     low, high = _INT_RANGES[kind]
 
     def convert(value: Any) -> str:
-        number = int(value.strip()) if isinstance(value, str) else int(value)
+        try:
+            number = int(value.strip()) if isinstance(value, str) else int(value)
+        except (ValueError, TypeError):
+            raise ValueError("not an integer") from None
         if not low <= number <= high:
             raise ValueError(f"{number} is out of range for {kind}")
         return str(number)
@@ -66,7 +69,10 @@ def _integer(kind: str) -> Callable[[Any], str]:
 
 
 def _float(value: Any) -> str:
-    return repr(float(value))
+    try:
+        return repr(float(value))
+    except (ValueError, TypeError):
+        raise ValueError("not a number") from None
 
 
 def _numeric(value: Any) -> str:
@@ -100,19 +106,31 @@ def _timestamp(value: Any) -> str:
         return datetime.fromtimestamp(float(text), UTC).isoformat()
     except ValueError:
         pass
-    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("neither unix seconds nor an ISO 8601 time") from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
     return stamp.isoformat()
 
 
 def _date(value: Any) -> str:
-    return date.fromisoformat(str(value).strip()).isoformat()
+    try:
+        return date.fromisoformat(str(value).strip()).isoformat()
+    except ValueError:
+        raise ValueError("not an ISO 8601 date (YYYY-MM-DD)") from None
 
 
 def _jsonb(value: Any) -> str:
     if isinstance(value, str):
-        json.loads(value)  # a field mapped to jsonb must hold JSON
+        try:
+            json.loads(value)  # a field mapped to jsonb must hold JSON text
+        except ValueError as exc:
+            raise ValueError(
+                f"not JSON text ({exc.msg} at character {getattr(exc, 'pos', 0)}); a field "
+                "mapped to a jsonb column must hold JSON, or map it to text"
+            ) from None
         return _text(value)
     return _text(_dumps(value))
 

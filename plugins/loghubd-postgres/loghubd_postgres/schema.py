@@ -95,6 +95,10 @@ _PASSING = (
 )
 
 
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
 def refused_by_the_server(exc: BaseException) -> bool:
     """Whether a failed connection was a server's answer that retrying will not change (a
     wrong password, a database or role that does not exist), as opposed to no answer at all
@@ -145,7 +149,7 @@ def check(options: Options) -> None:
             )
         if found[name] not in _CATALOG_NAMES[kind]:
             raise ValueError(
-                f"{PREFIX}.{key}: column {name!r} is {found[name]}, not a {kind} column"
+                f"{PREFIX}.{key}: column {name!r} is {found[name]}, not {_a(kind)} column"
             )
 
 

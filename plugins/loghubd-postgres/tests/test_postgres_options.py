@@ -3,6 +3,7 @@ each naming its key, what it takes and the value given in a config file's words.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 from loghubd_postgres.options import Column, parse
+from loghubd_postgres.rows import CONVERTERS
 
 from loghubd import config
 from loghubd.config import ConfigError
@@ -207,3 +209,23 @@ def test_a_database_down_at_start_exits_4_which_systemd_restarts(
     assert len(lines) == 1, done.stderr
     assert "processor.postgres.dsn: cannot connect:" in lines[0], lines
     assert "Connection refused" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "why"),
+    [
+        ("integer", "twelve", "not an integer"),
+        ("smallint", "70000", "70000 is out of range for smallint"),
+        ("double precision", "fast", "not a number"),
+        ("numeric", "1,5", "'1,5' is not a number"),
+        ("boolean", "maybe", "'maybe' is not a boolean"),
+        ("timestamptz", "yesterday", "neither unix seconds nor an ISO 8601 time"),
+        ("date", "27/11/2026", "not an ISO 8601 date (YYYY-MM-DD)"),
+        ("jsonb", "{oops", "not JSON text (Expecting property name enclosed in double quotes at "
+         "character 1); a field mapped to a jsonb column must hold JSON, or map it to text"),
+        ("text", "a\x00b", "text cannot hold a NUL character"),
+    ],
+)  # fmt: skip
+def test_a_value_that_does_not_convert_says_why_in_words(kind: str, value: str, why: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(why)):
+        CONVERTERS[kind](value)
