@@ -126,9 +126,9 @@ def _jsonb(value: Any) -> str:
     if isinstance(value, str):
         try:
             json.loads(value)  # a field mapped to jsonb must hold JSON text
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise ValueError(
-                f"not JSON text ({exc.msg} at character {getattr(exc, 'pos', 0)}); a field "
+                f"not JSON text ({exc.msg} at character {exc.pos}); a field "
                 "mapped to a jsonb column must hold JSON, or map it to text"
             ) from None
         return _text(value)
