@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, urlencode
 
+from loghubd.admin.view import STATE_WORDS
 from loghubd.console.paging import Pages
 
 
@@ -120,8 +121,11 @@ _TONES = {
 
 @lru_cache(maxsize=64)
 def badge(word: str) -> Markup:
+    """A state as a badge; the coordinator's shard states in the words `loghubd status` and
+    `group describe` use (`already_alloc` reads "assigned")."""
     tone = next((t for t, words in _TONES.items() if word in words), "plain")
-    return tag("span", word.replace("_", " "), class_=f"badge {tone}")
+    shown = STATE_WORDS.get(word, word.replace("_", " "))
+    return tag("span", shown, class_=f"badge {tone}")
 
 
 def sparkline(values: Sequence[float], label: str, *, width: int = 120, height: int = 24) -> Markup:

@@ -71,7 +71,7 @@ def test_ago_says_durations_as_people_do(seconds: float, text: str) -> None:
 
 
 def test_badges_always_show_the_word() -> None:
-    assert H.badge("already_alloc") == '<span class="badge ok">already alloc</span>'
+    assert H.badge("already_alloc") == '<span class="badge ok">assigned</span>'
     assert H.badge("failed") == '<span class="badge bad">failed</span>'
     assert H.badge("something new") == '<span class="badge plain">something new</span>'
 
