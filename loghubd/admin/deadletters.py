@@ -38,7 +38,7 @@ from typing import Any
 
 import anyio
 
-from loghubd.admin.errors import FAILED, OK, USAGE, UserError
+from loghubd.admin.errors import FAILED, NOT_FOUND, OK, USAGE, UserError
 from loghubd.admin.helpfmt import DefaultsFormatter
 from loghubd.config import Config, SourceSpec
 from loghubd.consumer.tracking import StopFlag
@@ -322,6 +322,14 @@ def add_parser(sub: Any, load: Callable[[str | None], Config | None]) -> None:
         "relative to the current directory, as the daemon reads it from its working directory)",
     )
     p.add_argument("--source", help="with several [sources.*]: which one")
+    p.add_argument(
+        "--letter",
+        action="append",
+        metavar="NOTE",
+        help="only this dead letter (its note, as `list` names it: a path or the file name); "
+        "repeatable",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="list: each letter's whole error")
     p.set_defaults(func=lambda a: _run(a, load(a.config)))
 
 
@@ -340,7 +348,7 @@ def _run(args: argparse.Namespace, cfg: Config | None) -> int:
     directory = _directory(args.dir, spec.consumer.dead_letter_dir)
     lock = _replay_lock(directory) if args.action == "replay" else None
     try:
-        return _act(args.action, spec, directory, cfg)
+        return _act(args.action, spec, directory, cfg, args.letter, args.verbose)
     finally:
         if lock is not None:
             os.close(lock)
@@ -368,16 +376,26 @@ def _replay_lock(directory: Path) -> int | None:
     return lock
 
 
-def _act(action: str, spec: SourceSpec, directory: Path, cfg: Config) -> int:
+def _act(
+    action: str,
+    spec: SourceSpec,
+    directory: Path,
+    cfg: Config,
+    only: list[str] | None = None,
+    verbose: bool = False,
+) -> int:
     found = scan(directory) if directory.is_dir() else Found([], [])
     # Several sources may share the directory: only this source's letters are its own.
     others = [d for d in found.letters if not d.belongs_to(spec)]
     found = Found(
         [d for d in found.letters if d.belongs_to(spec)], found.unreadable, found.incomplete
     )
+    if only:
+        found, others = _only(found, only, directory), []
     if action == "list":
         for d in found.letters:
-            print(f"{d.note}  shard {d.shard}  {d.log_groups} log groups  {d.error[:120]}")
+            error = d.error if verbose else _short_error(d.error)
+            print(f"{d.note}  shard {d.shard}  {d.log_groups} log groups  {error}")
         for u in found.unreadable:
             print(f"{u.note}  unreadable: {u.reason}")
         for d in others:
@@ -414,6 +432,35 @@ def _act(action: str, spec: SourceSpec, directory: Path, cfg: Config) -> int:
         f"through {spec.processor.name}"
     )
     return FAILED if failures else OK
+
+
+def _short_error(error: str, width: int = 200) -> str:
+    """One line's worth of an error: its start and its end (where a database puts the
+    constraint's name), the middle elided; `--verbose` gives it whole."""
+    error = " ".join(error.split())
+    if len(error) <= width:
+        return error
+    half = (width - 5) // 2
+    return f"{error[:half]} ... {error[-half:]}"
+
+
+def _only(found: Found, wanted: list[str], directory: Path) -> Found:
+    """The letters `--letter` names (a note's path or file name); UserError for a name that
+    is no letter of this source."""
+    by_name = {d.note.name: d for d in found.letters}
+    by_path = {str(d.note.resolve()): d for d in found.letters}
+    picked = []
+    for name in wanted:
+        letter = by_name.get(name) or by_path.get(str(Path(name).resolve()))
+        if letter is None:
+            raise UserError(
+                NOT_FOUND,
+                f"--letter {name}: no dead letter of this source has that note in {directory} "
+                "(`loghubd dead-letters list` names them)",
+            )
+        if letter not in picked:
+            picked.append(letter)
+    return Found(picked, [], [])
 
 
 def _directory(given: str | None, configured: str) -> Path:

@@ -5,6 +5,7 @@ directory the daemon has not made yet holds no dead letters (exit 0)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +186,35 @@ def test_a_replay_lock_that_cannot_be_taken_is_one_line_naming_it(
     assert f"cannot take the replay lock {letters / '.replay.lock'}: Is a directory" in err, err
     assert "unexpected error" not in err and "Traceback" not in err
     assert len(scan(letters).letters) == 1
+
+
+def test_one_letter_is_picked_by_its_note_and_a_long_error_keeps_its_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    letters = tmp_path / "dl"
+    dead_letter(letters, 0, 10)
+    dead_letter(letters, 1, 20)
+    long_note = letters / "shard-1" / "20261126T000000-000020.json"
+    error = "row 7 refused: " + "x" * 400 + ' violates check constraint "positive_amount"'
+    long_note.write_text(json.dumps({**json.loads(long_note.read_text()), "error": error}))
+    config = write_config(tmp_path / "c.toml", str(letters), tmp_path / "out")
+
+    code, out, _ = dead_letters(capsys, "list", "-c", str(config))
+    (line,) = [x for x in out.splitlines() if str(long_note) in x]
+    # Start and end of the error (where a database names the constraint), not its first 120.
+    assert code == 0 and "row 7 refused: xxx" in line and '"positive_amount"' in line, line
+    assert " ... " in line and len(line) < len(error)
+    code, out, _ = dead_letters(capsys, "list", "-c", str(config), "--verbose")
+    assert error in out
+
+    # --letter: by file name or path; only that one is printed, then replayed (and removed).
+    code, out, _ = dead_letters(capsys, "list", "-c", str(config), "--letter", long_note.name)
+    assert code == 0 and str(long_note) in out and "shard-0" not in out, out
+    code, out, _ = dead_letters(capsys, "print", "-c", str(config), "--letter", str(long_note))
+    assert code == 0 and len(out.splitlines()) == 4, out  # its 2 log groups of 2 logs
+    code, out, _ = dead_letters(capsys, "replay", "-c", str(config), "--letter", long_note.name)
+    assert code == 0 and "replayed 1 of 1" in out, out
+    assert [d.note.parent.name for d in scan(letters).letters] == ["shard-0"]
+
+    code, out, err = dead_letters(capsys, "print", "-c", str(config), "--letter", "nope.json")
+    assert code == 3 and "--letter nope.json: no dead letter of this source" in err, err
