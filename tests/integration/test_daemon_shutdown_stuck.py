@@ -17,7 +17,7 @@ import pytest
 
 from loghubd.protocol import errors as E
 from loghubd.shutdown import SAME_STOP_S
-from tests.integration.daemon_harness import Pool, read_ids, seq_of, wait_until
+from tests.integration.daemon_harness import Daemon, Pool, read_ids, seq_of, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -83,10 +83,9 @@ def test_sigterm_ends_the_process_despite_a_stuck_processor(daemon_pool: Pool, k
     )
 
 
-@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
-def test_a_second_signal_exits_at_once(daemon_pool: Pool, second: signal.Signals) -> None:
-    pool = daemon_pool
-    logstore = f"second-{second.name.lower()}"
+def stuck_in_a_batch(pool: Pool, logstore: str, *, grace: float) -> Daemon:
+    """A daemon whose (async) processor is stuck in its first batch of a one-shard logstore,
+    with `shutdown_grace = grace`."""
     pool.admin.create_logstore(logstore, 1)
     pool.produce(logstore, count=100, group_size=LOGS_PER_GROUP, prefix="s").wait()
     out = pool.dir / f"out-{logstore}"
@@ -96,9 +95,15 @@ def test_a_second_signal_exits_at_once(daemon_pool: Pool, second: signal.Signals
         logstore,
         processor="stuck",
         processor_options={"path": str(out), "kind": "async", "stuck_shard": 0, "after": 0},
-        consumer={"shutdown_grace": 120.0},
+        consumer={"shutdown_grace": grace},
     )
     wait_until(lambda: (out / "stuck-0").exists(), 30, daemon.log_tail)
+    return daemon
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_exits_at_once(daemon_pool: Pool, second: signal.Signals) -> None:
+    daemon = stuck_in_a_batch(daemon_pool, f"second-{second.name.lower()}", grace=120.0)
     daemon.signal(signal.SIGTERM)
     wait_until(lambda: bool(daemon.events("shutdown_started")), 10, daemon.log_tail)
     time.sleep(SAME_STOP_S)  # sooner, it would be taken for the same stop sent twice
@@ -117,20 +122,7 @@ def test_the_same_stop_sent_twice_at_once_is_one_graceful_stop(daemon_pool: Pool
     """systemd (KillMode=control-group) and a `--workers` supervisor each send a worker
     SIGTERM: two within milliseconds are one stop, whose shutdown runs its course (here its 3 s
     grace, held by a stuck batch), not an operator's second signal that ends it at once."""
-    pool = daemon_pool
-    logstore = "twice-at-once"
-    pool.admin.create_logstore(logstore, 1)
-    pool.produce(logstore, count=100, group_size=LOGS_PER_GROUP, prefix="t").wait()
-    out = pool.dir / f"out-{logstore}"
-    daemon = pool.daemon(
-        logstore,
-        "stuck",
-        logstore,
-        processor="stuck",
-        processor_options={"path": str(out), "kind": "async", "stuck_shard": 0, "after": 0},
-        consumer={"shutdown_grace": 3.0},
-    )
-    wait_until(lambda: (out / "stuck-0").exists(), 30, daemon.log_tail)
+    daemon = stuck_in_a_batch(daemon_pool, "twice-at-once", grace=3.0)
     daemon.signal(signal.SIGTERM)
     # The second copy 0.2 s later: by then the daemon took the first (its handlers switched
     # within milliseconds), and it came well within SAME_STOP_S of it, however slow the

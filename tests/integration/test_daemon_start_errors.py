@@ -13,6 +13,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from loghubd.testing.process import ServerProcess, free_port
 from tests.integration.daemon_harness import PROJECT, Admin, Daemon, Producer, read_ids
 from tests.integration.sls_http import wait_until
@@ -72,37 +74,9 @@ def test_a_processor_that_cannot_start_is_retried_then_starts(
         assert daemon.stop() == 0, daemon.log_tail()
 
 
-def test_a_processor_that_cannot_start_stops_the_shard_and_the_exit_code_says_so(
-    tmp_path: Path, loghubd_server: ServerProcess
-) -> None:
-    Admin(loghubd_server.endpoint).create_logstore(LOGSTORE, 2)
-    _, out = blocked_output(tmp_path)
-    daemon = Daemon(
-        tmp_path / "d", loghubd_server.endpoint, LOGSTORE, GROUP, "stopping",
-        processor="grep", processor_options={"path": str(out), **GREP_ALL},
-        consumer={"max_attempts": 2, "on_failure": "stop", "retry_initial_backoff": 0.1},
-    ).start()  # fmt: skip
-    try:
-        daemon.wait_ready()
-
-        def stopped() -> list[str]:
-            return [r for r in reasons(daemon) if "stopped: processor cannot start" in r]
-
-        wait_until(lambda: len(stopped()) == 2, 20, lambda: str(reasons(daemon)))
-        assert all(str(out) in r and "after 2 attempts" in r for r in stopped()), stopped()
-        assert daemon.metric("loghubd_processor_errors_total") == 4  # 2 shards x 2 attempts
-        events = daemon.events("shard_stopped_on_failure")
-        assert len(events) == 2 and all(str(out) in e["reason"] for e in events)
-        daemon.signal(signal.SIGTERM)
-        assert daemon.wait(30) == 1, "a shard stopped on a failure: the exit code says so"
-        assert daemon.events("shards_failed")
-    finally:
-        if daemon.alive():
-            daemon.kill()
-
-
-def test_a_processor_that_cannot_start_stops_the_shard_until_a_reload(
-    tmp_path: Path, loghubd_server: ServerProcess
+@pytest.mark.parametrize("then", ["sigterm", "fixed-and-reloaded"])
+def test_a_processor_that_cannot_start_stops_the_shard(
+    tmp_path: Path, loghubd_server: ServerProcess, then: str
 ) -> None:
     Admin(loghubd_server.endpoint).create_logstore(LOGSTORE, 2)
     blocker, out = blocked_output(tmp_path)
@@ -122,6 +96,11 @@ def test_a_processor_that_cannot_start_stops_the_shard_until_a_reload(
         assert daemon.metric("loghubd_processor_errors_total") == 4  # 2 shards x 2 attempts
         events = daemon.events("shard_stopped_on_failure")
         assert len(events) == 2 and all(str(out) in e["reason"] for e in events)
+        if then == "sigterm":
+            daemon.signal(signal.SIGTERM)
+            assert daemon.wait(30) == 1, "a shard stopped on a failure: the exit code says so"
+            assert daemon.events("shards_failed")
+            return
         # The cause is fixed and the configuration reloaded: the parked shards do not hold the
         # reload up (it is what cures them), and both start, in the same process.
         pid = daemon.pid
