@@ -96,6 +96,8 @@ class Supervisor:
         self.unreturned: list[int] = []
         self.failed: list[int] = []  # shards stopped by a failure, as found at shutdown
         self.audit = CheckpointAudit(ctx.consumer)
+        # Its lines name the group and consumer, as the shard tasks' do.
+        self.log = log.bind(group=ctx.group, consumer=ctx.consumer)
         self.same_name: SameName | None = None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -124,7 +126,7 @@ class Supervisor:
                 del running[task]
                 if task in warned:
                     warned.discard(task)
-                    log.info("checkpoint_commit_slow_ended", shard=task.shard)
+                    self.log.info("checkpoint_commit_slow_ended", shard=task.shard)
 
         async with anyio.create_task_group() as tg:
             while True:
@@ -137,7 +139,7 @@ class Supervisor:
                         tg.start_soon(commit, task, name=f"commit-{task.shard}")
                     elif task not in warned and now - started > max(SLOW_COMMIT_S, 3 * interval):
                         warned.add(task)
-                        log.warning(
+                        self.log.warning(
                             "checkpoint_commit_slow",
                             shard=task.shard,
                             running_s=round(now - started, 1),
@@ -153,7 +155,7 @@ class Supervisor:
             try:
                 await self.audit_once()
             except Exception as exc:
-                log.debug("checkpoint_audit_failed", error=repr(exc)[:300])
+                self.log.debug("checkpoint_audit_failed", error=repr(exc)[:300])
 
     async def audit_once(self) -> None:
         tasks = dict(self.tasks)
@@ -194,12 +196,11 @@ class Supervisor:
         return seen if seen is not None and now - seen.at <= SAME_NAME_HOLD_S else None
 
     def _report(self, finding: Finding, shards: list[int]) -> None:
-        c = self.ctx
         self.metrics.checkpoints_moved.labels(finding.value).inc(len(shards))
-        where = {"group": c.group, "consumer": c.consumer, "shards": shards}
+        where = {"shards": shards}
         if finding is Finding.SAME_NAME:
             self.same_name = SameName(tuple(shards), time.monotonic())
-            log.error(
+            self.log.error(
                 "consumer_name_shared",
                 **where,
                 hint="another process consumes this group as the same consumer.name: the "
@@ -209,7 +210,7 @@ class Supervisor:
                 "pid, is unique)",
             )
         elif finding is Finding.RESET:
-            log.warning(
+            self.log.warning(
                 "checkpoint_reset_while_held",
                 **where,
                 hint="the checkpoints were committed with no consumer (a forced `loghubd group "
@@ -217,7 +218,7 @@ class Supervisor:
                 "stop the group's consumers before a reset",
             )
         else:
-            log.info("checkpoint_moved_by_new_owner", **where)
+            self.log.info("checkpoint_moved_by_new_owner", **where)
 
     def apply(self, diff: Diff) -> None:
         for shard in sorted(diff.to_stop):
@@ -267,7 +268,7 @@ class Supervisor:
         held_still = task.shard in self.assignment.running
         if task.status.state == "failed" and not task.lost and held_still:
             self.parked[task.shard] = task
-            log.error("shard_parked", shard=task.shard, reason=task.status.reason)
+            self.log.error("shard_parked", shard=task.shard, reason=task.status.reason)
         else:
             self._let_go(task)
         if not self.tasks:
@@ -306,7 +307,7 @@ class Supervisor:
             await self._idle.wait()
         if self.tasks:
             self.abandoned = sorted(self.tasks)
-            log.warning("shutdown_grace_expired", shards=self.abandoned)
+            self.log.warning("shutdown_grace_expired", shards=self.abandoned)
             for task in list(self.tasks.values()):
                 task.abandoned = True
             for scope in list(self._scopes.values()):
@@ -317,7 +318,7 @@ class Supervisor:
                 with anyio.move_on_after(ABANDON_BOUND_S):
                     await task.commit()
             self.unreturned = sorted(self.tasks)
-            log.error(
+            self.log.error(
                 "shutdown_stuck_shards",
                 shards=self.abandoned,
                 unreturned=self.unreturned,
@@ -329,7 +330,7 @@ class Supervisor:
         # daemon's exit code says something failed.
         self.failed = sorted(self.parked)
         if self.failed:
-            log.error("shards_failed", shards=self.failed)
+            self.log.error("shards_failed", shards=self.failed)
         for task in list(self.parked.values()):
             self._let_go(task)
         self.parked.clear()

@@ -96,6 +96,8 @@ def test_a_processor_that_cannot_start_stops_the_shard(
         assert daemon.metric("loghubd_processor_errors_total") == 4  # 2 shards x 2 attempts
         events = daemon.events("shard_stopped_on_failure")
         assert len(events) == 2 and all(str(out) in e["reason"] for e in events)
+        parked = daemon.events("shard_parked")
+        assert {(e["group"], e["consumer"]) for e in parked} == {(GROUP, "stopping")}, parked
         if then == "sigterm":
             daemon.signal(signal.SIGTERM)
             assert daemon.wait(30) == 1, "a shard stopped on a failure: the exit code says so"
