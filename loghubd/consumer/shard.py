@@ -164,6 +164,7 @@ class ShardTask:
         self._started_from = ""
         self._last_commit_failure = -COMMIT_FAILURE_QUIET_S
         self._in_hand_since: float | None = None  # monotonic: a batch is in the processor
+        self._commit_scope: anyio.CancelScope | None = None  # the commit request in flight
         self._starting: LoadedProcessor | None = None  # made; its `initialize` not through
         self._waiting: anyio.CancelScope | None = None
         self._bind = {"group": ctx.group, "consumer": ctx.consumer, "shard": shard}
@@ -202,13 +203,24 @@ class ShardTask:
                     await flush()
             self._commit_attempts += 1
             self._last_sent = cursor
-            await self.ctx.client.commit(
-                self.ctx.settings.logstore,
-                self.ctx.group,
-                self.ctx.consumer,
-                self.shard,
-                cursor,
-            )
+            # `drop` cancels it: the client's own retries of a commit in flight must not reach
+            # the server after the daemon rejoined, when the shard may be ours again and
+            # another consumer's later checkpoint stands (a stale cursor would move it back).
+            with anyio.CancelScope() as scope:
+                self._commit_scope = scope
+                try:
+                    if not self.lost:
+                        await self.ctx.client.commit(
+                            self.ctx.settings.logstore,
+                            self.ctx.group,
+                            self.ctx.consumer,
+                            self.shard,
+                            cursor,
+                        )
+                finally:
+                    self._commit_scope = None
+            if scope.cancelled_caught or self.lost:  # dropped meanwhile: nothing was saved
+                return False, None
         except E.OwnershipLost as exc:
             self.lost = True
             self.request_stop()
@@ -268,8 +280,11 @@ class ShardTask:
         )
 
     def drop(self) -> None:
-        """The server no longer knows us: stop without committing anything more."""
+        """The server no longer knows us: stop without committing anything more, not even a
+        commit in flight (its next attempt is not sent)."""
         self.lost = True
+        if self._commit_scope is not None:
+            self._commit_scope.cancel()
         self.no_more_retries.set()
         self.request_stop()
 

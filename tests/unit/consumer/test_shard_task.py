@@ -326,6 +326,40 @@ def test_ownership_lost_on_commit_stops_the_shard_without_committing_again() -> 
     assert states[-1] == "stopping"
 
 
+class HangingCommits(ScriptedClient):
+    """A commit whose answer never comes (the client retrying into a partition): it ends only
+    when cancelled, and then it was never saved."""
+
+    cancelled = 0
+
+    async def commit(
+        self, logstore: str, group: str, consumer: str, shard: int, cursor: str, **_: Any
+    ) -> None:
+        self.calls.append(("commit", (shard, cursor)))
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.cancelled += 1
+
+
+def test_a_drop_cancels_the_commit_in_flight() -> None:
+    """The server expired us (`NotExistConsumerWithBody`) while a commit was being retried: the
+    heartbeat drops the shard and rejoins. The commit's next attempt must not be sent: after
+    the rejoin the shard may be ours again, another consumer's later checkpoint standing, and
+    the stale cursor would move it back (a CI fault-proxy run saw 400 duplicates so)."""
+    client = HangingCommits(shard_data={0: 3})
+    task = ShardTask(0, context(client, Recorder()))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: client.commits(0), "a commit in flight")
+        t.drop()
+
+    _states, exited = anyio.run(run, task, body)
+    assert exited == [task] and task.lost
+    assert client.cancelled == 1 and client.commits(0) == [at(3)]  # no attempt after the drop
+    assert 0 not in client.saved and task.tracker is not None and task.tracker.committed is None
+
+
 def test_a_processor_failing_under_the_stop_policy_fails_the_shard() -> None:
     client, processor = ScriptedClient(shard_data={0: 3}), Recorder(failures=5)
     policy = RetryPolicy(max_attempts=2, on_failure="stop", backoff=QUICK)
