@@ -197,12 +197,11 @@ class Supervisor:
 
     def _report(self, finding: Finding, shards: list[int]) -> None:
         self.metrics.checkpoints_moved.labels(finding.value).inc(len(shards))
-        where = {"shards": shards}
         if finding is Finding.SAME_NAME:
             self.same_name = SameName(tuple(shards), time.monotonic())
             self.log.error(
                 "consumer_name_shared",
-                **where,
+                shards=shards,
                 hint="another process consumes this group as the same consumer.name: the "
                 "checkpoints of these shards moved, stamped with our name, without this daemon "
                 "committing them, and every log of every shard the pair holds is processed "
@@ -212,13 +211,13 @@ class Supervisor:
         elif finding is Finding.RESET:
             self.log.warning(
                 "checkpoint_reset_while_held",
-                **where,
+                shards=shards,
                 hint="the checkpoints were committed with no consumer (a forced `loghubd group "
                 "reset`) while this daemon holds the shards: its next commits overwrite them; "
                 "stop the group's consumers before a reset",
             )
         else:
-            self.log.info("checkpoint_moved_by_new_owner", **where)
+            self.log.info("checkpoint_moved_by_new_owner", shards=shards)
 
     def apply(self, diff: Diff) -> None:
         for shard in sorted(diff.to_stop):
