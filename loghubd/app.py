@@ -39,6 +39,7 @@ from loghubd.consumer.startup import StartupError
 from loghubd.ops import health, views
 from loghubd.ops.metrics import ConfigReloads, labelled_by_source
 from loghubd.ops.server import make_app, serve_ops
+from loghubd.plugins.configured import naming_source
 from loghubd.plugins.manager import Plugins
 
 __all__ = ["Daemon", "StartupError", "default_consumer_name"]
@@ -63,12 +64,8 @@ class Daemon:
         for warning in cfg.warnings:
             log.warning("config_key_deprecated", problem=warning)
         for spec in cfg.sources:
-            try:
+            with naming_source(cfg, spec):  # the processor refused its options
                 self.runners.append(SourceRunner(spec, plugins, self.consumer))
-            except ValueError as exc:  # the processor refused its options
-                if not cfg.multi:
-                    raise
-                raise ValueError(f"sources.{spec.name}: {exc}") from exc
 
     def snapshot(self) -> DaemonSnapshot:
         """The whole daemon as it is now, read-only (`loghubd.consumer.snapshot`): what every

@@ -336,7 +336,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     import json
 
-    from loghubd.plugins.configured import refuse_unknown_processors
+    from loghubd.plugins.configured import naming_source, refuse_unknown_processors
     from loghubd.plugins.manager import PluginError, Plugins
 
     if args.file and args.config_file and args.file != args.config_file:
@@ -354,14 +354,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         refuse_unknown_processors(cfg, plugins.processors())
         for spec in cfg.sources:
             try:
-                plugins.processor(spec.processor.name).create(spec.processor.selected_options)
+                with naming_source(cfg, spec):
+                    plugins.processor(spec.processor.name).create(spec.processor.selected_options)
+            except config_mod.ConfigError:
+                raise
             except ValueError as exc:
-                found = (
-                    list(exc.problems) if isinstance(exc, config_mod.ConfigError) else [str(exc)]
-                )
-                if cfg.multi:
-                    found = [f"sources.{spec.name}: {p}" for p in found]
-                raise config_mod.ConfigError(found) from exc
+                raise config_mod.ConfigError([str(exc)]) from exc
     except config_mod.ConfigError as exc:
         print(f"{args.file}: invalid configuration:", file=sys.stderr)
         for problem in exc.problems:

@@ -13,10 +13,12 @@ where each name was given (`Config.processor_refs`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 
-from loghubd.config import Config
+from loghubd.config import Config, SourceSpec
 from loghubd.config.values import ConfigError, _suggest
+from loghubd.plugins.api import SinkUnreachable
 
 
 def unknown_processors(cfg: Config, installed: Iterable[str]) -> list[str]:
@@ -43,3 +45,22 @@ def refuse_unknown_processors(cfg: Config, installed: Iterable[str]) -> None:
     problems = unknown_processors(cfg, installed)
     if problems:
         raise ConfigError(problems)
+
+
+@contextlib.contextmanager
+def naming_source(cfg: Config, spec: SourceSpec) -> Iterator[None]:
+    """Around building `spec`'s processor: with several `[[sources]]`, what it refuses
+    (`ConfigError`, `ValueError`, `SinkUnreachable`) is raised again, of the same kind, with
+    each line prefixed `sources.<name>: `, so that `run` and `check-config` say which entry.
+    With one source its messages already name their keys."""
+    try:
+        yield
+    except (ValueError, SinkUnreachable) as exc:
+        if not cfg.multi:
+            raise
+        where = f"sources.{spec.name}: "
+        if isinstance(exc, ConfigError):
+            raise ConfigError([where + p for p in exc.problems]) from exc
+        if isinstance(exc, SinkUnreachable):
+            raise SinkUnreachable(where + str(exc)) from exc
+        raise ValueError(where + str(exc)) from exc

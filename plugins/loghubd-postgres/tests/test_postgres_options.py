@@ -186,17 +186,29 @@ def test_check_config_prints_every_bad_key_without_connecting(tmp_path: Path) ->
     ]
 
 
+# Two [[sources]], the second writing to the database: its messages name the entry.
+MULTI = (
+    '[ops]\nlisten = "127.0.0.1:0"\n'
+    '[[sources]]\nname = "app"\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\n'
+    'logstore = "app"\n[sources.consumer]\ngroup = "grp"\n[sources.processor]\nname = "null"\n'
+    '[[sources]]\nname = "db"\nendpoint = "http://127.0.0.1:1"\nproject = "proj"\n'
+    'logstore = "store"\n[sources.consumer]\ngroup = "grp"\n[sources.processor]\n'
+    f'name = "postgres"\n[sources.processor.postgres]\ndsn = "{DSN}"\ntable = "t"\n'
+)
+
+
+@pytest.mark.parametrize("layout", ["source", "sources"])
 @pytest.mark.parametrize("command", ["check-config", "run"])
 def test_a_database_down_at_start_exits_4_which_systemd_restarts(
-    tmp_path: Path, command: str
+    tmp_path: Path, command: str, layout: str
 ) -> None:
     """Nothing listens at the DSN's port: not a refused configuration (exit 2, which the unit's
     RestartPreventExitStatus keeps down for good) but "cannot reach" (4): systemd starts the
-    daemon again until the database is back."""
+    daemon again until the database is back. With several sources the line names the one."""
     path = tmp_path / "c.toml"
-    path.write_text(
-        f'{BASE}[processor.postgres]\ndsn = "{DSN}"\ntable = "t"\n[ops]\nlisten = "127.0.0.1:0"\n'
-    )
+    ops = '[ops]\nlisten = "127.0.0.1:0"\n'
+    single = f'{BASE}[processor.postgres]\ndsn = "{DSN}"\ntable = "t"\n{ops}'
+    path.write_text(MULTI if layout == "sources" else single)
     done = subprocess.run(
         [sys.executable, "-m", "loghubd", command, "-c", str(path)],
         capture_output=True,
@@ -207,7 +219,8 @@ def test_a_database_down_at_start_exits_4_which_systemd_restarts(
     assert "Traceback" not in done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr
-    assert "processor.postgres.dsn: cannot connect:" in lines[0], lines
+    where = "sources.db: " if layout == "sources" else ": "
+    assert f"{where}processor.postgres.dsn: cannot connect:" in lines[0], lines
     assert "Connection refused" in lines[0], lines
 
 
