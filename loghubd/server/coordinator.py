@@ -30,6 +30,12 @@ Edge numbers are those of DESIGN.md and the reference document. Sub-cases that s
 5 also re-targets a TRANSFER to another ``next`` (TRANSFER -> TRANSFER); 6 covers "the owner
 let go" (``owner := next``), "next timed out or left" and "balancing cancels the promise"
 (both: the owner keeps it); 9 covers "the owner timed out or left" and "the owner let go".
+8 (a read-only shard's checkpoint is at its end) starts from any state but OVER: from ALLOC
+when its owner commits the end, and from NOT_ALLOC, TRANSFER or WAIT when the end was
+committed by force, or before a split or merge made the shard read-only (``ShardsDrained``).
+The official consumers commit a checkpoint only when it changes, so a shard left ALLOC with
+its end already committed would be held, and in an ordered group hold its children back, for
+good.
 Deleting a shard (``ShardsRemoved``: a read-only shard's data expired) is not an edge: the
 machine of that shard simply ends.
 
@@ -70,7 +76,7 @@ TRANSITIONS: Mapping[tuple[int, ShardState], frozenset[ShardState | None]] = Map
         (5, TRANSFER): frozenset({ALLOC, TRANSFER}),  # TRANSFER -> TRANSFER: re-target next
         (6, ALLOC): frozenset({TRANSFER}),
         (7, NOT_ALLOC): frozenset({OVER}),
-        (8, OVER): frozenset({ALLOC}),
+        (8, OVER): frozenset({ALLOC, NOT_ALLOC, TRANSFER, WAIT}),
         (9, NOT_ALLOC): frozenset({ALLOC}),
     }
 )
@@ -147,6 +153,16 @@ class ShardsRemoved:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardsDrained:
+    """Read-only shards whose committed checkpoint is already their end: a split or merge
+    made them read-only after the group had read them to the end (or they never held data).
+    Unknown ids, and shards already OVER, are ignored."""
+
+    shard_ids: tuple[int, ...]
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatReceived:
     """A consumer reported the shards it holds, including those it is still shutting down."""
 
@@ -193,8 +209,8 @@ class Ticked:
 
 
 Event = (
-    ShardsAdded | ShardsRemoved | HeartbeatReceived | ConsumerLeft | CheckpointCommitted
-    | GroupUpdated | Ticked
+    ShardsAdded | ShardsRemoved | ShardsDrained | HeartbeatReceived | ConsumerLeft
+    | CheckpointCommitted | GroupUpdated | Ticked
 )  # fmt: skip
 
 
@@ -299,6 +315,12 @@ class _Work:
                 return False
             todo.extend(entry.parents)
         return True
+
+    def drained(self, shard: int) -> None:
+        """Edge 8: read-only `shard` was read to its end. Its owner, if any, is no longer
+        answered it (Rule 4) and lets go; in an ordered group its children may now start."""
+        self.move(shard, 8, ShardEntry(OVER, self.shards[shard].parents))
+        self.release_waiting()
 
     def release_waiting(self) -> None:
         """Edge 2 for every WAIT shard whose ancestors are all OVER (or the group is unordered)."""
@@ -489,6 +511,11 @@ def step(group: Group, event: Event) -> Outcome:
             for shard in ids:
                 w.shards.pop(shard, None)
             w.release_waiting()
+        case ShardsDrained(shard_ids=ids):
+            for shard in ids:
+                entry = w.shards.get(shard)
+                if entry is not None and entry.state is not OVER:
+                    w.drained(shard)
         case HeartbeatReceived(consumer=c, held=held, now=now):
             if c not in w.consumers and held:
                 raise UnknownConsumerWithShards(f"consumer {c!r} is not in group {group.name!r}")
@@ -556,9 +583,8 @@ def _checkpoint(w: _Work, event: CheckpointCommitted) -> None:
         # TRANSFER's old owner may still save its progress before letting go.
         if entry.state not in (ALLOC, TRANSFER) or entry.owner != event.consumer:
             raise NotOwner(f"consumer {event.consumer!r} does not hold shard {event.shard}")
-    if event.at_end and entry.state is ALLOC:
-        w.move(event.shard, 8, ShardEntry(OVER, entry.parents))
-        w.release_waiting()
+    if event.at_end and entry.state is not OVER:
+        w.drained(event.shard)
     elif not event.at_end and entry.state is OVER and event.force:
         w.move(event.shard, 7, ShardEntry(NOT_ALLOC, entry.parents))
 

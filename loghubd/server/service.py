@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from loghubd.protocol import cursor as cursors
@@ -123,7 +123,7 @@ class LogService:
             raise E.ParameterInvalid(f"invalid shard id {shard_id}") from None
         except StorageError as exc:
             raise E.ParameterInvalid(f"invalid mid hash: {exc}") from None
-        self._shards_added(ls, result[1:])
+        self._shards_added(ls, result[1:], read_only=result[:1])
         return result
 
     def merge(self, ls: Logstore, shard_id: int) -> list[Shard]:
@@ -131,7 +131,7 @@ class LogService:
             result = self.storage.merge_shard(ls.id, shard_id, int(self.clock()))
         except StorageError as exc:
             raise E.ParameterInvalid(f"invalid shard id {shard_id}: {exc}") from None
-        self._shards_added(ls, result[:1])
+        self._shards_added(ls, result[:1], read_only=result[1:])
         return result
 
     def delete_shard(self, ls: Logstore, shard_id: int) -> None:
@@ -143,14 +143,37 @@ class LogService:
             group = self._group(ls, row.name)
             self._step(ls, group, co.ShardsRemoved((shard_id,), self.clock()))
 
-    def _shards_added(self, ls: Logstore, new: list[Shard]) -> None:
+    def _shards_added(self, ls: Logstore, new: list[Shard], read_only: list[Shard]) -> None:
+        """A split or merge made `new` shards out of the now `read_only` ones."""
         for row in self.storage.list_groups(ls.id):
             # A group loaded just now (the first use since a restart) already took the new
             # shards from storage: the event only carries what it does not know yet.
             group = self._group(ls, row.name)
             fresh = tuple((s.shard_id, s.parents) for s in new if s.shard_id not in group.shards)
             if fresh:
-                self._step(ls, group, co.ShardsAdded(fresh, self.clock()))
+                group = self._step(ls, group, co.ShardsAdded(fresh, self.clock())).group
+            drained = self._drained(ls, row.name, read_only)
+            if drained:
+                self._step(ls, group, co.ShardsDrained(drained, self.clock()))
+
+    def _drained(self, ls: Logstore, name: str, shards: Iterable[Shard]) -> tuple[int, ...]:
+        """The read-only `shards` in which group `name` has nothing left to read: its
+        committed checkpoint is the shard's end, or the shard never held a log. Nobody would
+        commit that end again (the official consumers commit a checkpoint only when it
+        changes), so the coordinator is told (`ShardsDrained`): otherwise the shard stays
+        held, and in an ordered group its children wait, for good."""
+        stored = self.storage.get_checkpoints(ls.id, name)
+        drained = []
+        for s in shards:
+            if not s.readonly:
+                continue
+            checkpoint = stored.get(s.shard_id)
+            at_end = checkpoint is not None and cursors.decode(checkpoint.cursor) == (
+                cursors.shard_base(s.shard_id) + s.next_seq
+            )
+            if at_end or s.next_seq == 0:
+                drained.append(s.shard_id)
+        return tuple(drained)
 
     # -- data --------------------------------------------------------------------------------
 
@@ -262,13 +285,13 @@ class LogService:
             group = co.new_group(name, float(row.timeout), row.order)
         # Shards may have appeared while the group was not loaded: bring it up to date.
         known = set(group.shards)
-        missing = tuple(
-            (s.shard_id, s.parents)
-            for s in self.storage.list_shards(ls.id)
-            if s.shard_id not in known
-        )
+        missing = [s for s in self.storage.list_shards(ls.id) if s.shard_id not in known]
         if missing:
-            group = co.step(group, co.ShardsAdded(missing, now)).group
+            added = tuple((s.shard_id, s.parents) for s in missing)
+            group = co.step(group, co.ShardsAdded(added, now)).group
+            drained = self._drained(ls, name, missing)
+            if drained:
+                group = co.step(group, co.ShardsDrained(drained, now)).group
         self._groups[key] = group
         return group
 
@@ -307,8 +330,12 @@ class LogService:
                 f"at most {self.limits.max_groups_per_logstore} consumer groups per logstore"
             )
         group = co.new_group(name, float(timeout), order)
-        shards = tuple((s.shard_id, s.parents) for s in self.storage.list_shards(ls.id))
+        listed = self.storage.list_shards(ls.id)
+        shards = tuple((s.shard_id, s.parents) for s in listed)
         group = co.step(group, co.ShardsAdded(shards, self.clock())).group
+        drained = self._drained(ls, name, listed)  # no checkpoint yet: never-written ones
+        if drained:
+            group = co.step(group, co.ShardsDrained(drained, self.clock())).group
         self.storage.create_group(ls.id, name, timeout, order, json.dumps(co.to_dict(group)))
         self._groups[(ls.id, name)] = group
 

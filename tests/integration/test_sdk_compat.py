@@ -444,3 +444,76 @@ def test_signed_requests_with_a_wrong_key_are_refused(
     with pytest.raises(LogException) as info:
         good.get_project("other")
     assert info.value.get_error_code() == "ProjectNotExist"
+
+
+# -- an ordered group across a split of a shard already read to its end -------------------------
+
+
+class CommittingProcessor(ConsumerProcessorBase):  # type: ignore[misc]
+    """Records ids and persists the checkpoint after every batch."""
+
+    def __init__(self, recorder: Recorder, consumer: str) -> None:
+        super().__init__()
+        self.recorder, self.consumer = recorder, consumer
+
+    def process(self, log_groups: Any, check_point_tracker: Any) -> None:
+        ids = [c.Value for g in log_groups.LogGroups for log in g.Logs for c in log.Contents]
+        self.recorder.add(self.consumer, self.shard_id, ids)
+        check_point_tracker.save_check_point(True)
+
+
+def test_an_ordered_group_goes_on_after_a_split_of_a_shard_it_had_read_to_the_end(
+    loghubd_server: ServerProcess, sdk_via_proxy: Callable[[ServerProcess], str]
+) -> None:
+    """The official consumer commits a checkpoint only when it changes. A shard it had read
+    to the end and committed, then split, has that end as its checkpoint already: nobody
+    commits it again, so the server itself must see the shard is drained, or the children of
+    an ordered group wait for good (found by the serve + SDK audit)."""
+    endpoint = sdk_via_proxy(loghubd_server)
+    client = LogClient(endpoint, AK, SECRET)
+    project, logstore, group = "sdkorder", "ordered", "in-order"
+    client.create_project(project, "ordered consumption across a split")
+    client.create_logstore(project, logstore, ttl=7, shard_count=1)
+
+    def put(first: int) -> set[str]:
+        items = []
+        for i in range(first, first + 100):
+            item = LogItem(timestamp=int(time.time()))
+            item.push_back("id", str(i))
+            items.append(item)
+        client.put_logs(PutLogsRequest(project, logstore, "", "", items))
+        return {str(i) for i in range(first, first + 100)}
+
+    def worker(name: str, recorder: Recorder) -> ConsumerWorker:
+        option = LogHubConfig(
+            endpoint, AK, SECRET, project, logstore, group, name,
+            cursor_position=CursorPosition.BEGIN_CURSOR, heartbeat_interval=1,
+            data_fetch_interval=0.2, in_order=True,
+        )  # fmt: skip
+        return ConsumerWorker(CommittingProcessor, option, args=(recorder, name))
+
+    def stored() -> str:
+        resp = client.get_check_point(project, logstore, group, 0)
+        return str(resp.get_consumer_group_check_points()[0]["checkpoint"])
+
+    first = put(0)
+    recorder = Recorder()
+    w1 = worker("first", recorder)
+    w1.start()
+    try:
+        end = client.get_cursor(project, logstore, 0, "end").get_cursor()
+        wait_until(lambda: stored() == end, 60, "the end of shard 0 to be committed")
+        assert recorder.has_all(first)
+    finally:
+        stop_workers(w1)
+    client.split_shard(project, logstore, 0, "8" + "0" * 31)
+    second = put(100)
+
+    later = Recorder()
+    w2 = worker("second", later)
+    w2.start()
+    try:
+        wait_until(lambda: later.has_all(second), 60, "the split's children to be consumed")
+    finally:
+        stop_workers(w2)
+    assert not later.seen & first, "logs before the committed end were delivered again"

@@ -28,6 +28,7 @@ from loghubd.server.coordinator import (
     Refused,
     ShardEntry,
     ShardsAdded,
+    ShardsDrained,
     ShardsRemoved,
     ShardState,
     Ticked,
@@ -94,7 +95,9 @@ def t(shard: int, number: int, frm: ShardState | None, to: ShardState) -> Transi
 
 
 def test_the_table_is_the_design_table() -> None:
-    # DESIGN.md's nine edges, plus the documented sub-case 5: TRANSFER -> TRANSFER (re-target).
+    # DESIGN.md's nine edges, plus the documented sub-cases: 5 TRANSFER -> TRANSFER (re-target),
+    # 8 from any state but OVER (the end committed by force, or before the shard became
+    # read-only: the official consumers never commit an unchanged checkpoint again).
     assert dict(co.TRANSITIONS) == {
         (1, WAIT): {None},
         (1, NOT_ALLOC): {None},
@@ -104,7 +107,7 @@ def test_the_table_is_the_design_table() -> None:
         (5, TRANSFER): {ALLOC, TRANSFER},
         (6, ALLOC): {TRANSFER},
         (7, NOT_ALLOC): {OVER},
-        (8, OVER): {ALLOC},
+        (8, OVER): {ALLOC, NOT_ALLOC, TRANSFER, WAIT},
         (9, NOT_ALLOC): {ALLOC},
     }
 
@@ -277,9 +280,23 @@ CASES = [
          {0: over()}, [t(0, 8, ALLOC, OVER)]),
     Case("8 by force from anybody", group({0: alloc("a")}), ckpt(0, "x", True, True),
          {0: over()}, [t(0, 8, ALLOC, OVER)]),
-    Case("the end committed while TRANSFER: the next owner will reach it",
-         group({0: xfer("a", "b")}, "ab"), ckpt(0, "a", at_end=True), {0: xfer("a", "b")}, [],
-         changed=False),
+    Case("8 the old owner of a TRANSFER commits the end: nobody gets it",
+         group({0: xfer("a", "b")}, "ab"), ckpt(0, "a", at_end=True), {0: over()},
+         [t(0, 8, TRANSFER, OVER)]),
+    Case("8 the end forced on an unowned shard", group({0: free()}), ckpt(0, "x", True, True),
+         {0: over()}, [t(0, 8, NOT_ALLOC, OVER)]),
+    Case("8 the end forced on a WAIT shard",
+         group({0: over(), 1: alloc("a", parents=(0,)), 2: wait(1)}, order=True),
+         ckpt(2, "x", True, True), {0: over(), 1: alloc("a", parents=(0,)), 2: over(1)},
+         [t(2, 8, WAIT, OVER)]),
+    Case("8 split after the end was committed: drained at once", group({0: alloc("a")}),
+         ShardsDrained((0,), 1.0), {0: over()}, [t(0, 8, ALLOC, OVER)]),
+    Case("8 drained: an ordered group's children start",
+         group({0: alloc("a"), 1: wait(0)}, order=True), ShardsDrained((0,), 1.0),
+         {0: over(), 1: free(0)},
+         [t(0, 8, ALLOC, OVER), t(1, 2, WAIT, NOT_ALLOC)]),
+    Case("drained: unknown and OVER shards are ignored", group({0: over()}),
+         ShardsDrained((0, 7), 1.0), {0: over()}, [], changed=False),
     Case("a checkpoint before the end changes nothing", group({0: alloc("a")}), ckpt(0, "a"),
          {0: alloc("a")}, [], changed=False),
     Case("the old owner of a TRANSFER may save progress", group({0: xfer("a", "b")}, "ab"),
