@@ -17,6 +17,9 @@ Invariants (the Kafka reliable-consumer lesson: a crash re-delivers, it never sk
    last fetched batch when all are done. It never passes an unfinished batch.
 3. `committable()` only moves forward, except through `rollback`, which is the processor's
    explicit request to re-read.
+4. A deferred batch (`defer`) is finished by its own `done` only: `save_checkpoint` on a later
+   batch does not cover it, so a processor that mixes the two never moves the checkpoint past
+   rows it has not written yet.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class CheckpointTracker:
         self._base = initial
         self._pending: dict[int, BatchToken] = {}  # seq → token, in fetch order
         self._done: set[int] = set()  # seqs in `_pending` that are finished
+        self._deferred: set[int] = set()  # seqs in `_pending` that only `done` finishes
         self._tail = initial  # where the next fetch reads from
         self._next_seq = 0
         self._committed = committed
@@ -99,6 +103,7 @@ class CheckpointTracker:
         for seq in seqs_to_drop:
             del self._pending[seq]
             self._done.discard(seq)
+            self._deferred.discard(seq)
         if self._current is not None and self._current.seq not in self._pending:
             self._current = None
         self._tail = cursor
@@ -120,6 +125,14 @@ class CheckpointTracker:
             raise ValueError(f"batch {token.seq} is not this tracker's {pending!r}")
         self._done.add(token.seq)
         self._advance()
+
+    def defer(self) -> BatchToken | None:
+        """The processor will finish the current batch later, through `done` (its `Ack`):
+        `save_checkpoint` on a later batch no longer covers it (invariant 4)."""
+        current = self._current
+        if current is not None and current.seq in self._pending:
+            self._deferred.add(current.seq)
+        return current
 
     def begin(self, token: BatchToken) -> None:
         """The shard task hands `token` to the processor: the batch `save_checkpoint` covers."""
@@ -147,7 +160,8 @@ class CheckpointTracker:
 
         Like the SDK's `saveCheckPoint`, this covers the earlier batches too: a processor that
         buffers several batches and saves once at flush time must not leave the checkpoint stuck
-        at the first batch it did not save. Prefetched batches after the current one are not
+        at the first batch it did not save. Earlier batches it deferred are not covered: their
+        `Ack` finishes them (invariant 4). Prefetched batches after the current one are not
         covered. `persist=True` asks the I/O layer to commit now (`take_commit_request`);
         `False` leaves it to the periodic commit (`checkpoint_interval`).
         """
@@ -156,7 +170,8 @@ class CheckpointTracker:
             for seq in self._pending:
                 if seq > current.seq:
                     break
-                self._done.add(seq)
+                if seq == current.seq or seq not in self._deferred:
+                    self._done.add(seq)
             self._advance()
         if persist:
             self._commit_requested = True
@@ -209,3 +224,4 @@ class CheckpointTracker:
                 break
             self._base = self._pending.pop(seq).next_cursor
             self._done.remove(seq)
+            self._deferred.discard(seq)

@@ -125,9 +125,10 @@ class ShardTracker:
         """A handle that finishes the current batch later, when `Ack.done()` is called.
 
         For processors that buffer across batches (and shards) and write later: the batch
-        counts as unfinished, so the checkpoint cannot pass it, until its data is written."""
+        counts as unfinished, so the checkpoint cannot pass it, until its data is written,
+        even if `save_checkpoint` is called on a later batch meanwhile."""
         with self._lock:
-            return Ack(self, self._t.current)
+            return Ack(self, self._t.defer())
 
     def note_problem(self, reason: str) -> None:
         """Why the batch in hand is not done yet (the processor retries it itself)."""
