@@ -181,7 +181,11 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
     except config_mod.ConfigError as exc:
         raise _StartFailed(USAGE, _invalid(f"({origin})", exc)) from None
     # A --log-level/--log-format flag wins over the config's [log].
-    loghubd_logging.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format)
+    loghubd_logging.configure(
+        args.log_level or cfg.log.level,
+        args.log_format or cfg.log.format,
+        tracebacks=bool(getattr(args, "debug", False)),
+    )
     if args.workers < 1:
         print(f"loghubd run: --workers must be at least 1, not {args.workers}", file=sys.stderr)
         return USAGE

@@ -23,11 +23,19 @@ def _drop_secrets(
     return event
 
 
-def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
+def configure(
+    level: str = "info",
+    fmt: str = "auto",
+    stream: TextIO | None = None,
+    *,
+    tracebacks: bool = False,
+) -> None:
     """Configure structlog and the stdlib root logger once, at process start (cli only).
 
     Logs go to `stream`: standard output for the daemons (`run`, `serve`: their logs are
-    their output), standard error for the tools whose output is data (`status --json`)."""
+    their output), standard error for the tools whose output is data (`status --json`).
+    `tracebacks` (`--debug`), or level debug: failure lines carry the traceback
+    (`traceback_of`)."""
     stream = sys.stdout if stream is None else stream
     use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
     renderer: structlog.types.Processor = (
@@ -49,7 +57,15 @@ def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = No
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
-    _target.update(stream=stream, level=numeric)
+    _target.update(stream=stream, level=numeric, tracebacks=tracebacks or numeric <= logging.DEBUG)
+
+
+def traceback_of(exc: BaseException) -> dict[str, Any]:
+    """Fields for the log line of a failure in a plugin's code (`process`, `initialize`,
+    `shutdown`): the traceback (structlog's `exception` field) under `--debug` or log level
+    debug, so that a plugin author finds the file and line; nothing otherwise (one line per
+    failure, retried ones included, is what an operator reads)."""
+    return {"exc_info": exc} if _target.get("tracebacks") else {}
 
 
 def from_signal_handler(level: str, event: str, **fields: Any) -> None:

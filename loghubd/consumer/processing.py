@@ -29,6 +29,7 @@ from loghubd.backoff import Backoff
 from loghubd.consumer.tracking import until_stopping
 from loghubd.errors import describe_error, leaves
 from loghubd.files import atomic_write, fsync_dir
+from loghubd.logging import traceback_of
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import BatchInterrupted, BatchRejected, StopSignal, Tracker
@@ -113,6 +114,7 @@ async def process_with_retry(
                 cursor=batch.cursor,
                 rejected=rejected,
                 error=error[:500],
+                **traceback_of(exc),
             )
             if rejected or (policy.max_attempts and attempt >= policy.max_attempts):
                 if policy.on_failure == "dead_letter":
@@ -195,7 +197,13 @@ async def start_with_retry(
             reason = f"processor cannot start on shard {shard}: {describe_error(exc)}"
             failing(f"attempt {attempt}: {reason}"[:500])
             metrics.processor_errors.labels(str(shard)).inc()
-            log.warning("processor_start_failed", **bind, attempt=attempt, error=reason[:1000])
+            log.warning(
+                "processor_start_failed",
+                **bind,
+                attempt=attempt,
+                error=reason[:1000],
+                **traceback_of(exc),
+            )
             gave_up = policy.max_attempts and attempt >= policy.max_attempts
             if gave_up and policy.on_failure == "stop":
                 log.error("shard_stopped_on_failure", **bind, reason=reason[:1000])

@@ -52,6 +52,7 @@ from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot
 from loghubd.consumer.tracking import ShardTracker, StopFlag
 from loghubd.consumer.twins import OurCommits
 from loghubd.errors import describe_error
+from loghubd.logging import traceback_of
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.loaded import LoadedFactory, LoadedProcessor
@@ -346,7 +347,7 @@ class ShardTask:
                 c.metrics,
                 self.stop_requested,
                 bind=self._bind,
-                failing=self._processor_failing,
+                failing=self._processor_starting_failing,
             )
             if started is None:  # asked to stop while the processor could not (or did not) start
                 await self._shut_down_unstarted()
@@ -397,7 +398,12 @@ class ShardTask:
                     "processor_shutdown_after_failed_start", **self._bind, error=repr(exc)[:300]
                 )
             else:
-                log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
+                log.error(
+                    "processor_shutdown_failed",
+                    **self._bind,
+                    error=repr(exc)[:300],
+                    **traceback_of(exc),
+                )
 
     async def _finish(self) -> None:
         if self.status.state != "failed":
@@ -420,7 +426,12 @@ class ShardTask:
                 await self.processor.shutdown(self.tracker)
         except Exception as exc:
             self.shutdown_failed = True
-            log.error("processor_shutdown_failed", **self._bind, error=repr(exc)[:300])
+            log.error(
+                "processor_shutdown_failed",
+                **self._bind,
+                error=repr(exc)[:300],
+                **traceback_of(exc),
+            )
         saved = await self._commit_until(
             self.no_more_retries, resend=False, patience=HANDOVER_PATIENCE_S, while_leased=True
         )
@@ -657,10 +668,15 @@ class ShardTask:
             if fetch.lag_log_groups:
                 fetch.caught_up = False
 
-    def _processor_failing(self, reason: str) -> None:
+    def _processor_failing(self, reason: str, stage: str = "process") -> None:
+        """Why the processor's `stage` (`process`, or `initialize` while it starts) is failing;
+        "" once it is through."""
         self.status.processor_error = reason
         if reason:
-            self.status.note_error(f"process: {reason}")
+            self.status.note_error(f"{stage}: {reason}")
+
+    def _processor_starting_failing(self, reason: str) -> None:
+        self._processor_failing(reason, "initialize")
 
     async def _wait_for_lease(self, batch: Batch) -> bool:
         """Our lease has expired (heartbeats failed past the timeout, or we were paused):

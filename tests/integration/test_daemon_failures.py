@@ -127,7 +127,40 @@ def test_failing_batch_is_retried_with_growing_waits_and_checkpoint_holds(
     assert report == {"missing": [], "duplicated": {}, "unexpected": []}, {
         k: short(v) for k, v in report.items()
     }
-    assert len(daemon.events("process_failed")) == 3
+    failed = daemon.events("process_failed")
+    assert len(failed) == 3
+    assert not any("exception" in e for e in failed), "a traceback at log level info"
+
+
+def test_with_debug_logging_a_failure_line_carries_the_plugins_traceback(
+    daemon_pool: Pool,
+) -> None:
+    """A plugin author debugging a failing `process` needs its file and line: under log
+    level debug (or `--debug`) the `process_failed` line has the traceback."""
+    pool = daemon_pool
+    pool.admin.create_logstore(LOGSTORE, 2)
+    pool.produce(LOGSTORE, count=COUNT, group_size=100, prefix="f").wait()
+    daemon = pool.daemon(
+        LOGSTORE,
+        GROUP,
+        "debugged",
+        start=False,
+        processor="flaky",
+        processor_options={
+            "path": str(pool.dir / "out"),
+            "fail_id": FAIL_ID,
+            "fail_times": 1,
+            "attempts": str(pool.dir / "attempts.jsonl"),
+        },
+        consumer={"retry_initial_backoff": INITIAL_BACKOFF},
+    )
+    daemon.config["log"]["level"] = "debug"
+    daemon.start().wait_ready()
+    wait_until(lambda: daemon.events("process_failed"), 30, daemon.log_tail)
+    trace = daemon.events("process_failed")[0].get("exception", "")
+    assert "Traceback (most recent call last)" in trace, daemon.events("process_failed")[0]
+    assert "harness_processors.py" in trace and "fails on purpose" in trace, trace
+    assert daemon.stop() == 0, daemon.log_tail()
 
 
 def test_dead_letter_after_max_attempts_then_consumption_goes_on(daemon_pool: Pool) -> None:

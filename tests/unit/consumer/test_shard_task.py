@@ -502,6 +502,28 @@ def test_a_stop_during_a_hanging_start_shuts_the_processor_down() -> None:
     assert client.commits(0) == [at(0)]  # only where it would have begun (no checkpoint yet)
 
 
+class FailingStart(Recorder):
+    """`initialize` fails every time (a sink that refuses the connection)."""
+
+    def initialize(self, shard: int) -> None:
+        raise RuntimeError("sink refused the connection")
+
+
+def test_a_failing_start_is_shown_as_initialize_not_process() -> None:
+    client, processor = ScriptedClient(shard_data={0: 3}), FailingStart()
+    policy = RetryPolicy(max_attempts=2, on_failure="stop", backoff=QUICK)
+    task = ShardTask(0, context(client, processor, retry=policy))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: t.status.state == "failed", "the shard failed")
+
+    anyio.run(run, task, body)
+    snap = task.snapshot(anyio.run(_now), 0.0)
+    assert snap.last_error is not None
+    assert snap.last_error.message.startswith("initialize: attempt 2"), snap.last_error
+    assert "sink refused the connection" in snap.last_error.message
+
+
 class SavesInShutdown(Recorder):
     """The SDK's processor shape: `process` keeps the batches (to write them in bulk) without
     saving; `shutdown` writes what it kept and saves, as the SDK samples do. Its sink fails
