@@ -37,6 +37,7 @@ from loghubd.consumer.runner import SourceRunner
 from loghubd.consumer.snapshot import DaemonSnapshot
 from loghubd.consumer.startup import StartupError
 from loghubd.ops import health, views
+from loghubd.ops.loopwatch import LoopWatch
 from loghubd.ops.metrics import ConfigReloads, labelled_by_source
 from loghubd.ops.server import make_app, serve_ops
 from loghubd.plugins.configured import naming_source
@@ -127,6 +128,7 @@ class Daemon:
 
                 tg.start_soon(trigger)
                 tg.start_soon(self._exit_if_stuck)
+                tg.start_soon(LoopWatch().run)  # logs a coroutine that holds the loop
                 waiting = len(self.runners)
                 settled = anyio.Event()
 

@@ -9,7 +9,8 @@ entry-point mechanism, with nothing installed into the virtualenv. Its processor
   its factory can be held in `start()` and note its `close()`.
 - `flaky`: like `jsonl`, but the batch holding the log `fail_id` raises on its first
   `fail_times` attempts; every attempt at it is appended to `attempts` (time, cursors).
-- `stuck`: like `jsonl`, but one shard's `process()` (sync or async) never returns.
+- `stuck`: like `jsonl`, but one shard's `process()` (sync or async) never returns, or
+  (`kind = "blocking"`) blocks the event loop for `block_s` once.
 - `held`: like `jsonl`, but each shard's first batch is only held (a deferred ack, nothing
   written) until it comes again; with `ask = true` its `redelivery()` asks for it, after
   `fail_asks` wrong answers (raising, then returning a number, in turn).
@@ -168,6 +169,7 @@ class StuckProcessor:
         self.shard = shard
         self.stuck_shard = int(options["stuck_shard"])
         self.after = int(options["after"])
+        self.options_block_s = float(options.get("block_s", 0))
         self.batches = 0
         self.fd = -1
 
@@ -210,10 +212,22 @@ class AsyncStuck(StuckProcessor):
         self._write(batch, tracker)
 
 
+class BlockingLoop(StuckProcessor):
+    """An `async def process` that blocks the event loop with `time.sleep` for `block_s` in
+    the batch it gets stuck in (a plugin bug the daemon must name), then goes on."""
+
+    async def process(self, batch: Batch, tracker: Tracker) -> None:
+        if self._gets_stuck() and not (self.dir / f"blocked-{self.shard}").exists():
+            (self.dir / f"blocked-{self.shard}").touch()  # once per daemon, not per batch
+            time.sleep(float(self.options_block_s))  # noqa: ASYNC251 (the bug under test)
+        self._write(batch, tracker)
+
+
 class StuckFactory:
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = dict(options)
-        self.kind = {"sync": SyncStuck, "async": AsyncStuck}[str(options["kind"])]
+        kinds = {"sync": SyncStuck, "async": AsyncStuck, "blocking": BlockingLoop}
+        self.kind = kinds[str(options["kind"])]
 
     def __call__(self, shard: int) -> StuckProcessor:
         return self.kind(self.options, shard)

@@ -132,3 +132,32 @@ def test_the_same_stop_sent_twice_at_once_is_one_graceful_stop(daemon_pool: Pool
     assert daemon.wait(30) == 1, daemon.log_tail()  # the stuck batch's exit code
     assert daemon.events("shutdown_stuck_shards"), daemon.log_tail()
     assert not daemon.events("second_signal_exiting_now"), daemon.log_tail()
+
+
+def test_a_coroutine_that_blocks_the_event_loop_is_named(daemon_pool: Pool) -> None:
+    """An `async def process` calling `time.sleep` stops heartbeats, commits and the ops port
+    at once; the daemon cannot prevent it, but it says so, and where: the plugin's own line
+    (found by a plugin author's audit, who saw only lease and heartbeat symptoms)."""
+    pool = daemon_pool
+    logstore = "blocking"
+    pool.admin.create_logstore(logstore, 1)
+    pool.produce(logstore, count=200, group_size=LOGS_PER_GROUP, prefix="b").wait()
+    out = pool.dir / "out-blocking"
+    daemon = pool.daemon(
+        logstore,
+        "blocking",
+        "blocking",
+        processor="stuck",
+        processor_options={
+            "path": str(out), "kind": "blocking", "stuck_shard": 0, "after": 0, "block_s": 3.5,
+        },
+        consumer={"max_fetch_log_groups": GROUPS_PER_PULL},
+    )  # fmt: skip
+    wait_until(lambda: daemon.events("event_loop_unblocked"), 30, daemon.log_tail)
+    (blocked,) = daemon.events("event_loop_blocked")
+    assert "harness_processors.py" in blocked["where"], blocked
+    assert "in process" in blocked["where"], blocked
+    assert "plain def" in blocked["hint"], blocked
+    (unblocked,) = daemon.events("event_loop_unblocked")
+    assert 3.0 <= unblocked["blocked_s"] <= 15.0, unblocked  # 3.5 s asleep, plus load
+    assert daemon.stop() == 0, daemon.log_tail()
