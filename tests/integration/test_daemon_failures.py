@@ -53,7 +53,9 @@ def at_end(pool: Pool) -> bool:
     )
 
 
-def start(pool: Pool, fail_times: int, **consumer: Any) -> tuple[Daemon, Path]:
+def start(
+    pool: Pool, fail_times: int, *, log_level: str = "info", **consumer: Any
+) -> tuple[Daemon, Path]:
     pool.admin.create_logstore(LOGSTORE, 2)
     pool.produce(LOGSTORE, count=COUNT, group_size=100, prefix="f").wait()
     notes = pool.dir / "attempts.jsonl"
@@ -61,6 +63,7 @@ def start(pool: Pool, fail_times: int, **consumer: Any) -> tuple[Daemon, Path]:
         LOGSTORE,
         GROUP,
         "flaky",
+        start=False,
         processor="flaky",
         processor_options={
             "path": str(pool.dir / "out"),
@@ -77,7 +80,8 @@ def start(pool: Pool, fail_times: int, **consumer: Any) -> tuple[Daemon, Path]:
         },
     )
     daemon.output = pool.dir / "out"
-    return daemon.wait_ready(), notes
+    daemon.config["log"]["level"] = log_level
+    return daemon.start().wait_ready(), notes
 
 
 def test_failing_batch_is_retried_with_growing_waits_and_checkpoint_holds(
@@ -137,25 +141,7 @@ def test_with_debug_logging_a_failure_line_carries_the_plugins_traceback(
 ) -> None:
     """A plugin author debugging a failing `process` needs its file and line: under log
     level debug (or `--debug`) the `process_failed` line has the traceback."""
-    pool = daemon_pool
-    pool.admin.create_logstore(LOGSTORE, 2)
-    pool.produce(LOGSTORE, count=COUNT, group_size=100, prefix="f").wait()
-    daemon = pool.daemon(
-        LOGSTORE,
-        GROUP,
-        "debugged",
-        start=False,
-        processor="flaky",
-        processor_options={
-            "path": str(pool.dir / "out"),
-            "fail_id": FAIL_ID,
-            "fail_times": 1,
-            "attempts": str(pool.dir / "attempts.jsonl"),
-        },
-        consumer={"retry_initial_backoff": INITIAL_BACKOFF},
-    )
-    daemon.config["log"]["level"] = "debug"
-    daemon.start().wait_ready()
+    daemon, _notes = start(daemon_pool, fail_times=1, log_level="debug")
     wait_until(lambda: daemon.events("process_failed"), 30, daemon.log_tail)
     trace = daemon.events("process_failed")[0].get("exception", "")
     assert "Traceback (most recent call last)" in trace, daemon.events("process_failed")[0]
