@@ -40,6 +40,11 @@ def shard_base(shard_id: int) -> int:
     return (shard_id + 1) * SHARD_STRIDE
 
 
+def shard_of(value: int) -> int:
+    """The shard a decoded cursor value belongs to (-1: none, below the first shard's base)."""
+    return value // SHARD_STRIDE - 1
+
+
 def to_seq(shard_id: int, text: str) -> int:
     """The shard-local sequence number (position) a cursor stands for; foreign → error."""
     value = decode(text)

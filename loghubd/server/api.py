@@ -32,7 +32,7 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from loghubd.protocol import errors as E
-from loghubd.server import auth, bodies, routes
+from loghubd.server import auth, bodies, refusals, routes
 from loghubd.server.call import Call, json_response
 from loghubd.server.guard import ConnectionGuard
 from loghubd.server.metrics import ServerMetrics
@@ -63,6 +63,7 @@ METRICS = web.AppKey("metrics", ServerMetrics)
 BUDGET = web.AppKey("body_budget", bodies.BodyBudget)
 LIMITS = web.AppKey("body_limits", bodies.BodyLimits)
 GUARD = web.AppKey("guard", ConnectionGuard)
+REFUSALS = web.AppKey("refusals", refusals.RefusalThrottle)
 
 
 def _host_name(host: str) -> str:
@@ -134,6 +135,7 @@ async def _answer(request: web.Request, settings: HttpSettings) -> web.StreamRes
             {"errorCode": exc.error_code, "errorMessage": exc.message}, status=exc.http_status
         )
         close = isinstance(exc, bodies.BodyTimeout)
+        refusals.log_refusal(request, request_id, api, exc, request.app[REFUSALS])
     except Exception:
         log.exception("request_failed", api=api, path=request.path[:200])
         response = json_response(
@@ -207,6 +209,7 @@ def make_app(
         service.limits.max_body_bytes + 1024 * 1024, settings.body_timeout
     )
     app[BUDGET] = bodies.BodyBudget(settings.max_inflight_body_bytes)
+    app[REFUSALS] = refusals.RefusalThrottle()
     if guard is not None:
         app[GUARD] = guard
         app.middlewares.insert(0, _guarded)  # first: around every other middleware

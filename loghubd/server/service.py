@@ -115,24 +115,38 @@ class LogService:
         return shard
 
     def split(self, ls: Logstore, shard_id: int, key: str) -> list[Shard]:
+        """Split a readwrite shard at `key`. A refusal keeps SLS's "invalid shard id N" (the
+        SDKs match it) and says why: the shard does not exist, or is readonly."""
+        self._readwrite(ls, shard_id)
         if len(key) != 32 or not _is_hex(key):
             raise E.ParameterInvalid("invalid mid hash: key must be 32 hex characters")
         try:
             result = self.storage.split_shard(ls.id, shard_id, key.lower(), int(self.clock()))
-        except NotFound:
-            raise E.ParameterInvalid(f"invalid shard id {shard_id}") from None
+        except NotFound as exc:
+            raise E.ParameterInvalid(f"invalid shard id {shard_id}: {exc}") from None
         except StorageError as exc:
             raise E.ParameterInvalid(f"invalid mid hash: {exc}") from None
         self._shards_added(ls, result[1:], read_only=result[:1])
         return result
 
     def merge(self, ls: Logstore, shard_id: int) -> list[Shard]:
+        """Merge a readwrite shard with its right-hand readwrite neighbour. A refusal keeps
+        SLS's "invalid shard id N" and says why: the shard does not exist, is readonly, or
+        has no readwrite right-hand neighbour (the storage's reason)."""
+        self._readwrite(ls, shard_id)
         try:
             result = self.storage.merge_shard(ls.id, shard_id, int(self.clock()))
         except StorageError as exc:
             raise E.ParameterInvalid(f"invalid shard id {shard_id}: {exc}") from None
         self._shards_added(ls, result[:1], read_only=result[1:])
         return result
+
+    def _readwrite(self, ls: Logstore, shard_id: int) -> None:
+        """ParameterInvalid unless `shard_id` is a readwrite shard (split and merge take one)."""
+        shard = self.storage.get_shard(ls.id, shard_id)
+        if shard is None or shard.readonly:
+            why = "does not exist" if shard is None else "is readonly"
+            raise E.ParameterInvalid(f"invalid shard id {shard_id}: shard {shard_id} {why}")
 
     def delete_shard(self, ls: Logstore, shard_id: int) -> None:
         shard = self.shard(ls, shard_id)
@@ -389,6 +403,17 @@ class LogService:
         shard = self.storage.get_shard(ls.id, shard_id)
         if shard is None:
             raise E.ShardNotExist(f"shard {shard_id} does not exist")
+        # Another shard's cursor is refused here, where the mistake is made: stored, it would
+        # make the next pull InvalidCursor, on which the official consumer jumps to the END
+        # of the shard and skips its unread logs without a word. (A cursor of this shard is
+        # accepted wherever it points, as PROTOCOL.md §16.7 advises: a refused commit can
+        # kill the Python consumer's worker thread.)
+        owner = cursors.shard_of(value)
+        if owner != shard_id:
+            whose = f"shard {owner}" if owner >= 0 else "no shard"
+            raise E.InvalidShardCheckPoint(
+                f"checkpoint {checkpoint[:64]!r} is a cursor of {whose}, not of shard {shard_id}"
+            )
         at_end = shard.readonly and value == cursors.shard_base(shard_id) + shard.next_seq
         self._step(
             ls, group, co.CheckpointCommitted(shard_id, consumer, force, at_end, self.clock())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -14,6 +15,8 @@ from loghubd.server.call import (
     int_param,
     json_response,
 )
+
+T = TypeVar("T")
 
 # -- projects -------------------------------------------------------------------------------
 
@@ -27,11 +30,21 @@ async def create_project(call: Call) -> web.Response:
 
 
 async def list_projects(call: Call) -> web.Response:
-    projects = call.service.storage.list_projects()
+    """ListProject pages (`offset`, `size`) and filters (`projectName`, `description`: parts
+    of the name or description) as SLS does: the SDKs' pagers advance by `count` until
+    `total` is reached, and a filter that matched everything would hand them wrong projects."""
+    name_part = call.query.get("projectName", "")
+    description_part = call.query.get("description", "")
+    matching = [
+        p
+        for p in call.service.storage.list_projects()
+        if name_part in p.name and description_part in p.description
+    ]
+    page, total = _page(call, matching)
     return json_response(
         {
-            "count": len(projects),
-            "total": len(projects),
+            "count": len(page),
+            "total": total,
             "projects": [
                 {
                     "projectName": p.name,
@@ -39,10 +52,22 @@ async def list_projects(call: Call) -> web.Response:
                     "status": "Normal",
                     "region": "local",
                 }
-                for p in projects
+                for p in page
             ],
         }
     )
+
+
+def _page(call: Call, matching: list[T]) -> tuple[list[T], int]:
+    """The page of `matching` that the request's `offset` and `size` ask for (a negative
+    size: all from `offset`, as the list APIs' "-1 means every one"), and how many matched
+    in all (SLS's `total`; `count` is the page's length)."""
+    offset = int_param(call.query.get("offset"), "offset", default=0)
+    size = int_param(call.query.get("size"), "size", default=100)
+    if offset < 0:  # a negative slice start would count from the end
+        raise E.ParameterInvalid(f"offset must not be negative: {offset}")
+    page = matching[offset : offset + size] if size >= 0 else matching[offset:]
+    return page, len(matching)
 
 
 async def get_project(call: Call) -> web.Response:
@@ -98,13 +123,10 @@ async def create_logstore(call: Call) -> web.Response:
 
 async def list_logstores(call: Call) -> web.Response:
     call.service.project(call.target.project)
-    offset = int_param(call.query.get("offset"), "offset", default=0)
-    size = int_param(call.query.get("size"), "size", default=100)
     pattern = call.query.get("logstoreName", "")
     stored = call.service.storage.list_logstores(call.target.project)
-    names = [ls.name for ls in stored if pattern in ls.name]
-    page = names[offset : offset + size] if size >= 0 else names[offset:]
-    return json_response({"count": len(page), "total": len(names), "logstores": page})
+    page, total = _page(call, [ls.name for ls in stored if pattern in ls.name])
+    return json_response({"count": len(page), "total": total, "logstores": page})
 
 
 async def get_logstore(call: Call) -> web.Response:

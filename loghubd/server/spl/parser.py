@@ -35,6 +35,10 @@ from loghubd.server.spl.values import BIGINT_MAX, CAST_TYPES
 
 MAX_STATEMENT_CHARS = 16 * 1024
 MAX_DEPTH = 32  # nesting of parentheses / not / unary minus while parsing
+STARTS_WITH_STAR = (
+    "a statement starts with '*' (search conditions before the first '|' are not supported "
+    "when consuming)"
+)
 INSTRUCTIONS = ("where", "extend", "project", "project-away", "project-rename")
 COMPARISONS = ("=", "<>", "!=", "<", "<=", ">", ">=")
 _KEYWORDS = frozenset(
@@ -118,11 +122,7 @@ class _Parser:
     def statement(self) -> tuple[Instruction, ...]:
         first = self.next()
         if not (first.kind == "op" and first.text == "*"):
-            self.fail(
-                first,
-                "a statement starts with '*' (search conditions before the first '|' are "
-                "not supported when consuming)",
-            )
+            self.fail(first, STARTS_WITH_STAR)
         out: list[Instruction] = []
         while self.at_op("|"):
             self.next()
@@ -339,4 +339,15 @@ def parse(text: str) -> tuple[Instruction, ...]:
     """The instructions of a statement (raises SplError)."""
     if len(text) > MAX_STATEMENT_CHARS:
         raise SplError(0, f"statement longer than {MAX_STATEMENT_CHARS} characters")
+    _check_start(text)
     return _Parser(text).statement()
+
+
+def _check_start(text: str) -> None:
+    """Refuse a statement that does not start with '*' before it is tokenized: its first
+    segment is then an SLS search (`level: ERROR`, the form users bring from SLS), whose
+    characters the lexer would refuse first ("unexpected character ':'"), hiding the reason.
+    Only the first character is looked at: a lexer error after the '*' keeps its position."""
+    start = len(text) - len(text.lstrip())
+    if not text.startswith("*", start):
+        raise SplError(start, STARTS_WITH_STAR)

@@ -374,7 +374,7 @@ REFUSALS = [
     # the statement
     Refusal("", None, "a statement starts with '*'"),
     Refusal("where a = 1", 0, "a statement starts with '*'"),
-    Refusal("level:ERROR", ":", "unexpected character ':'"),
+    Refusal("level:ERROR", 0, "a statement starts with '*'"),
     Refusal("* where a = 1", "where", "expected '|' or the end of the statement, found 'where'"),
     Refusal("* |", None, "expected an instruction after '|', found the end of the statement"),
     Refusal("* | where a = '1' | *", 20, "expected an instruction after '|', found '*'"),
