@@ -286,10 +286,16 @@ def _plugin_commands(argv: Sequence[str], core: frozenset[str]) -> list[CliComma
     from loghubd.plugins.manager import PluginError, Plugins
 
     try:
-        return Plugins().cli_commands(taken=core)
+        plugins = Plugins()
+        commands = plugins.cli_commands(taken=core)
     except PluginError as exc:  # a core command still works; a plugin's is then unknown
         print(f"loghubd: plugin commands unavailable: {exc}", file=sys.stderr)
         return []
+    for broken in plugins.broken:  # the others' commands work; this one's may be missing
+        if "--debug" in argv:
+            print(broken.traceback, end="", file=sys.stderr)
+        print(f"loghubd: warning: {broken}", file=sys.stderr)
+    return commands
 
 
 def prefer_jemalloc(environ: MutableMapping[str, str], platform: str) -> None:

@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,7 @@ import structlog
 
 from loghubd import config as config_mod
 from loghubd import logging as loghubd_logging
-from loghubd.admin.errors import UNREACHABLE, USAGE, UserError
+from loghubd.admin.errors import FAILED, UNREACHABLE, USAGE, UserError
 from loghubd.config import Config
 from loghubd.ops.systemd import SystemdNotifier
 from loghubd.plugins.api import SinkUnreachable
@@ -30,6 +30,7 @@ from loghubd.plugins.api import SinkUnreachable
 if TYPE_CHECKING:
     from loghubd import shutdown
     from loghubd.app import Daemon
+    from loghubd.plugins.manager import BrokenPlugin, Plugins, ProcessorInfo
     from loghubd.rollback import ReloadState
     from loghubd.server.runner import ServeOptions
 
@@ -194,7 +195,7 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
 
         return run_workers(args.workers, sys.argv[1:], cfg)
     with startup():
-        daemon = _build_daemon(cfg)
+        daemon = _build_daemon(cfg, args.debug, origin)
     if handed is not None and handed.failed is not None:
         reason = f"the reloaded configuration did not start: {handed.failed}"
         daemon.config_reloads.checked(reason, handed.failed_at)
@@ -274,23 +275,63 @@ def _port_taken(exc: BaseException) -> bool:
     return any(isinstance(e, OSError) and e.errno == errno.EADDRINUSE for e in leaves(exc))
 
 
-def _build_daemon(cfg: Config) -> Daemon:
-    """The configured daemon; `_StartFailed` (exit code 2) when a plugin does not load or the
-    configured processor refuses its options."""
+def _build_daemon(cfg: Config, debug: bool = False, origin: str = "") -> Daemon:
+    """The configured daemon; `_StartFailed` (exit code 2) when the plugins are inconsistent,
+    the configured processor is not installed or refuses its options. A plugin that does not
+    load is logged and left out: the daemon needs only the processors it runs."""
     from loghubd.app import Daemon
-    from loghubd.plugins.configured import refuse_unknown_processors
     from loghubd.plugins.manager import PluginError, Plugins
 
     try:
         plugins = Plugins()
-        refuse_unknown_processors(cfg, plugins.processors())
+        _plugin_tracebacks(plugins, debug)
+        _refuse_unknown_processors(cfg, plugins)
+        for broken in plugins.broken:
+            structlog.get_logger("loghubd.plugins").warning(
+                "plugin_not_loaded", problem=str(broken)
+            )
         return Daemon(cfg, plugins)
-    except config_mod.ConfigError as exc:  # before ValueError: it is one
-        raise _StartFailed(USAGE, _invalid("", exc)) from None
-    except (PluginError, ValueError) as exc:
+    except PluginError as exc:
+        _traceback_if(debug, exc)
         raise _StartFailed(USAGE, f"loghubd run: {exc}") from None
+    except ValueError as exc:  # a ConfigError, or a processor refusing its options
+        _traceback_if(debug, exc)
+        problems = (
+            exc if isinstance(exc, config_mod.ConfigError) else config_mod.ConfigError([str(exc)])
+        )
+        raise _StartFailed(USAGE, _invalid(f"({origin})" if origin else "", problems)) from None
     except SinkUnreachable as exc:  # the configuration may be right: a restart may succeed
+        _traceback_if(debug, exc)
         raise _StartFailed(UNREACHABLE, f"loghubd run: cannot start: {exc}") from None
+
+
+def _refuse_unknown_processors(cfg: Config, plugins: Plugins) -> None:
+    """`refuse_unknown_processors`, and when an entry point did not load, each of those too:
+    a processor that is missing is then most likely one of theirs."""
+    from loghubd.plugins.configured import refuse_unknown_processors
+
+    try:
+        refuse_unknown_processors(cfg, plugins.processors())
+    except config_mod.ConfigError as exc:
+        if not plugins.broken:
+            raise
+        maybe = [f"maybe it is in a plugin that does not load: {b}" for b in plugins.broken]
+        raise config_mod.ConfigError([*exc.problems, *maybe]) from exc
+
+
+def _plugin_tracebacks(plugins: Plugins, debug: bool) -> None:
+    """With --debug, why each entry point that does not load failed, on stderr."""
+    if debug:
+        for broken in plugins.broken:
+            print(broken.traceback or f"{broken}\n", end="", file=sys.stderr)
+
+
+def _traceback_if(debug: bool, exc: BaseException) -> None:
+    """With --debug, `exc`'s traceback on stderr (the error itself is said in one line)."""
+    if debug:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -340,7 +381,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     import json
 
-    from loghubd.plugins.configured import naming_source, refuse_unknown_processors
+    from loghubd.plugins.configured import naming_source
     from loghubd.plugins.manager import PluginError, Plugins
 
     if args.file and args.config_file and args.file != args.config_file:
@@ -355,24 +396,30 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         # Each processor validates its own table: build it the way `run` would (with what it
         # checks at start: an output directory made and probed, a database connected to).
         plugins = Plugins()
-        refuse_unknown_processors(cfg, plugins.processors())
+        _plugin_tracebacks(plugins, args.debug)
+        _refuse_unknown_processors(cfg, plugins)
+        for broken in plugins.broken:  # not needed by this file: it may still run
+            print(f"{args.file}: warning: {broken}", file=sys.stderr)
         for spec in cfg.sources:
             try:
                 with naming_source(cfg, spec):
-                    plugins.processor(spec.processor.name).create(spec.processor.selected_options)
+                    plugins.create(spec.processor.name, spec.processor.selected_options)
             except config_mod.ConfigError:
                 raise
             except ValueError as exc:
                 raise config_mod.ConfigError([str(exc)]) from exc
     except config_mod.ConfigError as exc:
+        _traceback_if(args.debug, exc)
         print(f"{args.file}: invalid configuration:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return 2
     except (PluginError, ValueError) as exc:
+        _traceback_if(args.debug, exc)
         print(f"{args.file}: invalid configuration:\n  {exc}", file=sys.stderr)
         return 2
     except SinkUnreachable as exc:  # not a verdict on the file: where it points is down
+        _traceback_if(args.debug, exc)
         print(f"{args.file}: cannot check: {exc}", file=sys.stderr)
         return UNREACHABLE
     for warning in cfg.warnings:  # accepted, but to be changed (run logs them at start)
@@ -400,13 +447,29 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from loghubd.plugins.manager import PluginError, Plugins
 
     try:
-        infos = Plugins().describe()
+        plugins = Plugins()
     except PluginError as exc:
+        _traceback_if(args.debug, exc)
         print(f"loghubd plugins: {exc}", file=sys.stderr)
         return 2
+    _plugin_tracebacks(plugins, args.debug)
+    infos = plugins.describe()
     if args.json:
-        print(json.dumps([dataclasses.asdict(i) for i in infos], indent=1, default=dict))
-        return 0
+        listed = [{**dataclasses.asdict(i), "error": None} for i in infos]
+        listed += [_broken_json(b) for b in plugins.broken]
+        print(json.dumps(listed, indent=1, default=dict))
+    else:
+        _print_plugins(infos, plugins.broken)
+    if plugins.broken:
+        names = ", ".join(sorted({b.origin.distribution for b in plugins.broken}))
+        print(f"loghubd plugins: some plugins do not load: {names}", file=sys.stderr)
+        return FAILED
+    return 0
+
+
+def _print_plugins(infos: list[ProcessorInfo], broken: Sequence[BrokenPlugin]) -> None:
+    """`loghubd plugins`' text: each processor and its options, then each plugin that does not
+    load, marked BROKEN with why and the fix."""
     for info in infos:
         print(f"{info.name}  ({info.distribution} {info.version})  {info.description}")
         width = max((len(k) for k in info.options), default=0)
@@ -414,7 +477,23 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             print(f"    {key.ljust(width)}  {meaning}")
         if not info.options:
             print("    (no options declared)")
-    return 0
+    for b in broken:
+        print(f"BROKEN  {b}")
+
+
+def _broken_json(broken: BrokenPlugin) -> dict[str, object]:
+    """A plugin that does not load in `loghubd plugins --json`: a processor's keys (no name,
+    since its processors are unknown) and `error`, the line the text output prints."""
+    o = broken.origin
+    return {
+        "name": None,
+        "description": "",
+        "distribution": o.distribution,
+        "version": o.version,
+        "plugin": o.plugin,
+        "options": {},
+        "error": str(broken),
+    }
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
