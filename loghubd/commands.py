@@ -291,15 +291,12 @@ def _build_daemon(cfg: Config, debug: bool = False, origin: str = "") -> Daemon:
                 "plugin_not_loaded", problem=str(broken)
             )
         return Daemon(cfg, plugins)
-    except PluginError as exc:
+    except config_mod.ConfigError as exc:  # before ValueError: it is one
+        _traceback_if(debug, exc)
+        raise _StartFailed(USAGE, _invalid(f"({origin})" if origin else "", exc)) from None
+    except (PluginError, ValueError) as exc:  # not always the file's fault (HTTP_PROXY)
         _traceback_if(debug, exc)
         raise _StartFailed(USAGE, f"loghubd run: {exc}") from None
-    except ValueError as exc:  # a ConfigError, or a processor refusing its options
-        _traceback_if(debug, exc)
-        problems = (
-            exc if isinstance(exc, config_mod.ConfigError) else config_mod.ConfigError([str(exc)])
-        )
-        raise _StartFailed(USAGE, _invalid(f"({origin})" if origin else "", problems)) from None
     except SinkUnreachable as exc:  # the configuration may be right: a restart may succeed
         _traceback_if(debug, exc)
         raise _StartFailed(UNREACHABLE, f"loghubd run: cannot start: {exc}") from None

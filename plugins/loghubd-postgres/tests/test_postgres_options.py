@@ -166,21 +166,28 @@ def test_a_table_from_a_config_file_is_accepted() -> None:
     assert parsed.columns == (Column("id", "id", "text"), Column("ts", "__time__", "date"))
 
 
-def test_check_config_prints_every_bad_key_without_connecting(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_check_config_and_run_print_every_bad_key_without_connecting(
+    tmp_path: Path, command: str
+) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
         f'{BASE}[processor.postgres]\ndsn = "{DSN}"\ntable = "t"\n'
         'connect_timeout_s = "10s"\ncreate_table = "yes"\n'
     )
     done = subprocess.run(
-        [sys.executable, "-m", "loghubd", "check-config", "-c", str(path)],
+        [sys.executable, "-m", "loghubd", command, "-c", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 2, done.stderr
+    header = {  # both name the file
+        "check-config": f"{path}: invalid configuration:",
+        "run": f"loghubd run: invalid configuration ({path}):",
+    }[command]
     assert done.stderr.splitlines() == [
-        f"{path}: invalid configuration:",
+        header,
         "  processor.postgres.connect_timeout_s: expected a number, got a string '10s'",
         "  processor.postgres.create_table: expected true or false, got a string 'yes'",
     ]
