@@ -4,7 +4,8 @@ in one line why when it cannot (a `UserError`: no traceback, exit 2 for a direct
 cannot be used).
 
 The package it makes has what `plugins/loghubd-example` shows: a `ProcessorSpec` with its
-options declared, option checks naming the key, a processor that saves its checkpoint after
+options declared, option checks with `loghubd.processors.options` (every bad key reported at
+once, each named, in one `ConfigError`), a processor that saves its checkpoint after
 its output is written and makes it durable in `flush()`, the `loghubd` entry point, and
 tests with `loghubd.testing` (a unit test on `make_batch` + `RecordingTracker`, and an
 end-to-end run against the `loghubd_server` fixture).
@@ -146,13 +147,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
 from loghubd import Batch, ProcessorContext, ProcessorSpec, Tracker, hookimpl
+from loghubd.processors.options import ConfigError, option_problem, typed_options
 
 OPTIONS = {"path": "directory of the output, shard-<n>.jsonl each (required)"}
 
@@ -200,12 +202,18 @@ class Factory:
     """Made once per daemon from [processor.$name]; makes one Processor per shard."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        for key in options:
-            if key not in OPTIONS:
-                raise ValueError(f"processor.$name.{key}: unknown key")
-        if not isinstance(options.get("path"), str) or not options["path"]:
-            raise ValueError("processor.$name.path: required, a directory")
-        self.directory = Path(options["path"])
+        # Every problem of the table in one ConfigError (a ValueError), each naming its key,
+        # so that check-config prints them all: unknown keys (with "did you mean"), wrong
+        # types (typed_options leaves those keys out of `given`), then value problems.
+        problems: list[str] = []
+        given = typed_options("$name", options, {"path": str}, problems)
+        if "path" not in options:
+            problems.append(option_problem("$name", "path", "required"))
+        elif given.get("path") == "":
+            problems.append(option_problem("$name", "path", "must not be empty"))
+        if problems:
+            raise ConfigError(problems)
+        self.directory = Path(given["path"])
         self.metrics = Metrics(CollectorRegistry())  # until the daemon binds it
 
     def bind(self, context: ProcessorContext) -> None:
@@ -218,7 +226,7 @@ class Factory:
 
 
 @hookimpl
-def loghubd_register_processors() -> Iterable[ProcessorSpec]:
+def loghubd_register_processors() -> list[ProcessorSpec]:
     return [ProcessorSpec("$name", Factory, "JSON lines per shard", OPTIONS)]
 ''',
     "tests/test_$name.py": '''\
@@ -235,6 +243,7 @@ import time
 from pathlib import Path
 
 import pytest
+from loghubd.processors.options import ConfigError
 from loghubd.testing import RecordingTracker, ServerProcess, make_batch, make_context
 from prometheus_client import CollectorRegistry
 from $package import Factory
@@ -254,9 +263,14 @@ def test_writes_every_log_then_saves_the_checkpoint(tmp_path: Path) -> None:
     assert registry.get_sample_value("loghubd_${name}_written_logs_total") == 2
 
 
-def test_unknown_option_is_refused_naming_it() -> None:
-    with pytest.raises(ValueError, match=r"processor\\.$name\\.colour"):
-        Factory({"path": "/tmp/x", "colour": "red"})
+def test_every_bad_option_is_refused_at_once_naming_it() -> None:
+    with pytest.raises(ConfigError) as refused:  # a ValueError
+        Factory({"pth": "/tmp/x", "colour": "red"})
+    assert refused.value.problems == (
+        "processor.$name.pth: unknown key (did you mean processor.$name.path?)",
+        "processor.$name.colour: unknown key",
+        "processor.$name.path: required",
+    )
 
 
 def test_a_daemon_consumes_through_it(tmp_path: Path, loghubd_server: ServerProcess) -> None:

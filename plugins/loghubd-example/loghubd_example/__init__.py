@@ -1,19 +1,27 @@
 """The `grep` processor: keep the logs whose `field` contains `pattern`.
 
 Shows the whole plugin surface: a hook implementation returning a ProcessorSpec, option
-validation that names the key, a per-shard processor that saves its checkpoint only after
-its output is written, and `flush()` to make that output durable before a commit.
+checks with `loghubd.processors.options` (every bad key of the table reported at once, each
+named), a per-shard processor that saves its checkpoint only after its output is written, and
+`flush()` to make that output durable before a commit.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from loghubd import Batch, ProcessorSpec, Tracker, hookimpl
+from loghubd.processors.options import ConfigError, option_problem, typed_options
+
+OPTIONS = {
+    "field": "the log field to look in (required)",
+    "pattern": "the substring a kept log's field contains (required)",
+    "path": "directory of the output, shard-<n>.jsonl each (required)",
+}
 
 
 class GrepProcessor:
@@ -47,30 +55,24 @@ class GrepProcessor:
 
 class GrepFactory:
     def __init__(self, options: Mapping[str, Any]) -> None:
-        unknown = set(options) - {"field", "pattern", "path"}
-        if unknown:
-            raise ValueError(f"processor.grep.{sorted(unknown)[0]}: unknown key")
-        for key in ("field", "pattern", "path"):
-            if not isinstance(options.get(key), str) or not options[key]:
-                raise ValueError(f"processor.grep.{key}: required, a non-empty string")
-        self.field, self.pattern = options["field"], options["pattern"]
-        self.directory = Path(options["path"])
+        # Every problem of the table in one ConfigError (a ValueError), so that check-config
+        # prints them all: unknown keys (with "did you mean"), wrong types, missing values.
+        problems: list[str] = []
+        given = typed_options("grep", options, dict.fromkeys(OPTIONS, str), problems)
+        for key in OPTIONS:
+            if key not in options:
+                problems.append(option_problem("grep", key, "required"))
+            elif given.get(key) == "":
+                problems.append(option_problem("grep", key, "must not be empty"))
+        if problems:
+            raise ConfigError(problems)
+        self.field, self.pattern = given["field"], given["pattern"]
+        self.directory = Path(given["path"])
 
     def __call__(self, shard: int) -> GrepProcessor:
         return GrepProcessor(self.field, self.pattern, self.directory, shard)
 
 
 @hookimpl
-def loghubd_register_processors() -> Iterable[ProcessorSpec]:
-    return [
-        ProcessorSpec(
-            "grep",
-            GrepFactory,
-            "keep logs whose field contains a pattern",
-            options={
-                "field": "the log field to look in (required)",
-                "pattern": "the substring a kept log's field contains (required)",
-                "path": "directory of the output, shard-<n>.jsonl each (required)",
-            },
-        )
-    ]
+def loghubd_register_processors() -> list[ProcessorSpec]:
+    return [ProcessorSpec("grep", GrepFactory, "keep logs whose field contains a pattern", OPTIONS)]

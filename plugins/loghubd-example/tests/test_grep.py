@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from loghubd_example import GrepFactory
 
+from loghubd.processors.options import ConfigError
 from loghubd.testing import RecordingTracker, ServerProcess, make_batch
 
 
@@ -67,6 +68,19 @@ def test_a_batch_with_nothing_to_keep_is_still_finished(tmp_path: Path) -> None:
 def test_bad_options_are_refused_naming_the_key(options: dict[str, str], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         GrepFactory(options)
+
+
+def test_every_bad_key_is_reported_at_once() -> None:
+    # One ConfigError (a ValueError) with a line per problem, as check-config prints them.
+    with pytest.raises(ConfigError) as refused:
+        GrepFactory({"field": "", "patern": "ERROR", "path": 5, "colour": "red"})
+    assert refused.value.problems == (
+        "processor.grep.patern: unknown key (did you mean processor.grep.pattern?)",
+        "processor.grep.path: expected a string, got an integer 5",
+        "processor.grep.colour: unknown key",
+        "processor.grep.field: must not be empty",
+        "processor.grep.pattern: required",
+    )
 
 
 def test_a_real_daemon_consumes_through_grep(tmp_path: Path, loghubd_server: ServerProcess) -> None:

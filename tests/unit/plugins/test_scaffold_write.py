@@ -4,6 +4,7 @@ are written whole, or nothing is left to stand in the way of running it again.""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from loghubd.admin.errors import FAILED, USAGE, UserError
 from loghubd.plugins import scaffold
+from loghubd.processors.options import ConfigError
 
 Immutable = Callable[[Path], None]  # the `immutable` fixture (tests/conftest.py)
 
@@ -82,3 +84,25 @@ def test_the_package_is_written(tmp_path: Path) -> None:
     scaffold.write(tmp_path / "new" / "loghubd-audit", made)
     for relative, text in made.items():
         assert (tmp_path / "new" / "loghubd-audit" / relative).read_text() == text
+
+
+def test_the_generated_factory_reports_every_bad_option_at_once(tmp_path: Path) -> None:
+    """The package checks its table as docs/plugins.md says (`loghubd.processors.options`):
+    every unknown key (with "did you mean"), wrong type and missing value in one ConfigError."""
+    made = scaffold.files("loghubd-audit")
+    scaffold.write(tmp_path / "pkg", made)
+    where = tmp_path / "pkg" / "loghubd_audit" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("scaffold_generated_audit", where)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(ConfigError) as refused:
+        module.Factory({"pth": "/tmp/x", "colour": "red"})
+    assert refused.value.problems == (
+        "processor.audit.pth: unknown key (did you mean processor.audit.path?)",
+        "processor.audit.colour: unknown key",
+        "processor.audit.path: required",
+    )
+    with pytest.raises(ConfigError, match=r"^processor\.audit\.path: expected a string, got "):
+        module.Factory({"path": 5})
+    assert module.Factory({"path": str(tmp_path)}).directory == tmp_path
