@@ -1,5 +1,5 @@
-"""Audit 4 of `loghubd serve` through the official aliyun-log-python-sdk (problems 2, 6, 7 and
-9 of /tmp/audit4/REPORT.md), against a real server reached the way docs/serve.md says:
+"""What an audit of `loghubd serve` through the official aliyun-log-python-sdk found (twenty-
+third session), against a real server reached the way docs/serve.md says:
 
 - ListProject pages (`offset`, `size`) and filters (`projectName`), `count` being the page's
   length and `total` what matched: it used to answer every project to every call, so a
@@ -7,14 +7,18 @@
 - split/merge refusals keep "invalid shard id N" and give the true reason;
 - SPL in the SLS search form (`level: ERROR`) is told that a statement starts with '*';
 - UpdateCheckPoint refuses another shard's cursor (`InvalidShardCheckPoint`, naming both
-  shards), where it used to accept it and make the official consumer skip to the shard's end.
+  shards), where it used to accept it and make the official consumer skip to the shard's end;
+- a project created through the service host with a mixed-case `projectName` is reachable
+  (project hosts are read in lower case; it used to be stored as sent, and lost).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
+import requests
 from aliyun.log import LogClient, LogException, LogItem, PutLogsRequest
 
 from loghubd.testing.process import ServerProcess
@@ -175,3 +179,18 @@ def test_a_checkpoint_of_another_shard_is_refused(client: LogClient) -> None:
     # conservative, a refused commit can kill the Python consumer's worker thread).
     own_end = client.get_end_cursor("cps", LOGSTORE, 1).get_cursor()
     client.update_check_point("cps", LOGSTORE, GROUP, 1, own_end, consumer="c1")
+
+
+def test_a_mixed_case_project_created_on_the_service_host_is_reachable(
+    loghubd_server: ServerProcess,
+) -> None:
+    """The SDK sends CreateProject to the project host; other clients send `projectName` in
+    the body to the service host, where the name kept its case and no host could name it."""
+    base = f"http://127.0.0.1:{loghubd_server.port}/"
+    headers = {"x-log-apiversion": "0.6.0", "x-log-bodyrawsize": "0"}
+    body = json.dumps({"projectName": "MixedCase", "description": "created by name"})
+    made = requests.post(base, data=body, headers={**headers, "Host": "sls.local"}, timeout=10)
+    assert made.status_code == 200, made.text
+    got = requests.get(base, headers={**headers, "Host": "mixedcase.sls.local"}, timeout=10)
+    assert got.status_code == 200, got.text
+    assert got.json()["projectName"] == "mixedcase"

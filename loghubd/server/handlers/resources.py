@@ -25,7 +25,10 @@ async def create_project(call: Call) -> web.Response:
     data = body_json(call, E.ParameterInvalid) or {}
     if not isinstance(data, dict):
         raise E.ParameterInvalid("body must be a JSON object")
-    call.service.create_project(call.target.project, str(data.get("description", "")))
+    # Lower case as a project host names it (host names are read in lower case): a
+    # `projectName` sent to the service host as `MixedCase` must be reachable afterwards.
+    name = call.target.project.lower()
+    call.service.create_project(name, str(data.get("description", "")))
     return empty_response()
 
 
