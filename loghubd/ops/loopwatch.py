@@ -24,7 +24,7 @@ import structlog
 log = structlog.get_logger("loghubd.loop")
 
 BLOCKED_S = 2.0  # the loop silent this long is reported (a GC pause or an import is shorter)
-TICK_S = 0.25
+TICK_S = 0.5  # a beat and a look per half second: an idle daemon pays ~4 wake-ups a second
 HINT = (
     "a coroutine is blocking the event loop: heartbeats, commits and the ops port wait for it. "
     "Make a blocking processor method a plain def (it then runs in a worker thread), or await "
