@@ -142,6 +142,10 @@ class Plugins:
             self.pm.unregister(plugin)
             self._set_aside(origin, _unknown_hook_problem(unknown), "rename it")
             return
+        if not self.pm.get_hookcallers(plugin):  # nothing of it would ever be called
+            self.pm.unregister(plugin)
+            self._set_aside(origin, *_no_hooks_problem(plugin))
+            return
         self._loaded[ep.name] = origin
 
     def _unknown_hooks(self, plugin: object) -> list[str]:
@@ -294,6 +298,19 @@ def _unknown_hook_problem(unknown: list[str]) -> str:
         hint = f"did you mean {close[0]}?" if close else f"loghubd's hooks: {', '.join(known)}"
         parts.append(f"{name} ({hint})")
     return f"implements an unknown hook: {'; '.join(parts)}"
+
+
+def _no_hooks_problem(plugin: object) -> tuple[str, str]:
+    """Why an entry point that implements no hook is set aside, and the fix: most often a
+    hook function that lacks `@hookimpl` (pluggy ignores it without a word)."""
+    known = sorted(n for n in dir(hookspecs) if n.startswith(f"{PROJECT}_"))
+    bare = [n for n in known if callable(getattr(plugin, n, None))]
+    if bare:
+        return (
+            f"implements no hook: {', '.join(bare)} lacks @hookimpl",
+            "decorate it with @loghubd.hookimpl",
+        )
+    return "implements no loghubd hook", f"implement one of {', '.join(known)}"
 
 
 def _clash(name: str, first: Origin, second: Origin) -> str:

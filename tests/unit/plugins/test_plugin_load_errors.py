@@ -194,6 +194,37 @@ def test_a_misspelt_hook_is_set_aside_with_the_hook_it_meant(site: Path) -> None
     assert "fine" in plugins.processors() and "hooked" not in plugins.processors()
 
 
+UNDECORATED = """
+from loghubd import ProcessorSpec
+
+
+def loghubd_register_processors():
+    return [ProcessorSpec("bare", lambda options: (lambda shard: None))]
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (UNDECORATED, "implements no hook: loghubd_register_processors lacks @hookimpl "
+                      "(decorate it with @loghubd.hookimpl, or pip uninstall loghubd-bare)"),
+        ("VALUE = 1\n", "implements no loghubd hook (implement one of "),
+    ],
+)  # fmt: skip
+def test_an_entry_point_that_implements_no_hook_is_set_aside(
+    site: Path, source: str, expected: str
+) -> None:
+    """A hook function without @hookimpl is ignored by pluggy without a word: the plugin's
+    processors then seem not to exist (found by a plugin author's audit)."""
+    write_plugin(site, "loghubd-bare", {"bare": "loghubd_t_bare"}, {"loghubd_t_bare.py": source})
+    good(site)
+    plugins = Plugins()
+    (broken,) = plugins.broken
+    prefix = 'plugin loghubd-bare 0.1.0: entry point bare = "loghubd_t_bare" '
+    assert str(broken).startswith(prefix + expected), str(broken)
+    assert "fine" in plugins.processors() and "bare" not in plugins.processors()
+
+
 def test_a_registration_hook_that_raises_is_set_aside(site: Path) -> None:
     write_plugin(
         site, "loghubd-raises", {"raises": "loghubd_t_raises"},
