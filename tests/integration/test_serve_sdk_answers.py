@@ -44,7 +44,7 @@ def names(response: object) -> list[str]:
     return [p["projectName"] for p in response.get_projects()]  # type: ignore[attr-defined]
 
 
-# -- problem 2: ListProject -------------------------------------------------------------------
+# -- ListProject -------------------------------------------------------------------
 
 
 def test_list_project_pages_and_filters(client: LogClient) -> None:
@@ -88,7 +88,7 @@ def test_a_negative_project_offset_is_refused(client: LogClient) -> None:
     assert "offset" in exc.get_error_message()
 
 
-# -- problem 6: split and merge refusals ------------------------------------------------------
+# -- split and merge refusals ------------------------------------------------------
 
 
 def test_split_and_merge_refusals_give_the_true_reason(client: LogClient) -> None:
@@ -126,7 +126,7 @@ def test_split_and_merge_refusals_give_the_true_reason(client: LogClient) -> Non
     assert merged.get_shards_info()[0]["status"] == "readwrite"
 
 
-# -- problem 7: SPL in the SLS search form ----------------------------------------------------
+# -- SPL in the SLS search form ----------------------------------------------------
 
 
 def test_the_sls_search_form_is_told_a_statement_starts_with_a_star(client: LogClient) -> None:
@@ -155,7 +155,7 @@ def test_the_sls_search_form_is_told_a_statement_starts_with_a_star(client: LogC
     ] == ["ERROR"]
 
 
-# -- problem 9: a checkpoint of another shard -------------------------------------------------
+# -- a checkpoint of another shard -------------------------------------------------
 
 
 def test_a_checkpoint_of_another_shard_is_refused(client: LogClient) -> None:

@@ -1,4 +1,4 @@
-"""The refusal log of `loghubd serve` (audit 4, problem 4): which lines the throttle lets
+"""The refusal log of `loghubd serve`: which lines the throttle lets
 through (one per window for each (status, code, key), a bounded number of keys, what was
 left out counted in the next line) and the access key id read from `Authorization`
 (never the signature)."""

@@ -1,4 +1,4 @@
-"""SPL refusals of the SLS search form (audit 4, problem 7): a statement whose first segment
+"""SPL refusals of the SLS search form: a statement whose first segment
 is not `*` gets "a statement starts with '*'" at that segment, however it would tokenize,
 and lexer errors after the `*` keep their positions."""
 

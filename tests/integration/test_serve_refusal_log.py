@@ -1,4 +1,4 @@
-"""Refused requests in the log of a real `loghubd serve` (audit 4, problem 4): the server
+"""Refused requests in the log of a real `loghubd serve`: the server
 used to log nothing for a 401/403/404/400/413, even at `--log-level debug`, and the
 `x-log-requestid` the client got appeared nowhere on the server.
 
