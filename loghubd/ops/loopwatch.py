@@ -3,10 +3,11 @@
 Everything the daemon does on time (heartbeats, commits, the ops port, WATCHDOG=1) runs on one
 event loop. A call that holds the loop (an `async def process` that calls `time.sleep` or a
 blocking client) stops all of it at once: the lease lapses, the shards are handed on and read
-twice, `/healthz` does not answer, and no line says why. This thread notices when the loop has
-not run for `BLOCKED_S` and logs `event_loop_blocked` with where the loop's thread is (the
-innermost frames of its stack, usually the plugin's own line), then `event_loop_unblocked`
-with how long it lasted. Only a log line: it cannot unblock anything.
+twice, `/healthz` does not answer, and no line says why. This thread notices when the loop
+has missed its beat (every `TICK_S`) by `BLOCKED_S`, 3 s in all, and logs
+`event_loop_blocked` with where the loop's thread is (the innermost frames of its stack,
+usually the plugin's own line), then `event_loop_unblocked` with how long it lasted. Only a
+log line: it cannot unblock anything.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import structlog
 
 log = structlog.get_logger("loghubd.loop")
 
-BLOCKED_S = 2.0  # the loop silent this long is reported (a GC pause or an import is shorter)
-TICK_S = 0.5  # a beat and a look per half second: an idle daemon pays ~4 wake-ups a second
+BLOCKED_S = 2.0  # silent this long past its beat is reported (a GC pause or an import is shorter)
+TICK_S = 1.0  # a beat and a look a second: ~0.04 % of a core (bench/README, idle)
 HINT = (
     "a coroutine is blocking the event loop: heartbeats, commits and the ops port wait for it. "
     "Make a blocking processor method a plain def (it then runs in a worker thread), or await "
