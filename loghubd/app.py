@@ -62,6 +62,7 @@ class Daemon:
         self.config_reloads = ConfigReloads(time.time())
         self.consumer = cfg.consumer.name or default_consumer_name()
         self.runners: list[SourceRunner] = []
+        self.loop_watch = LoopWatch()
         for warning in cfg.warnings:
             log.warning("config_key_deprecated", problem=warning)
         for spec in cfg.sources:
@@ -72,7 +73,7 @@ class Daemon:
         """The whole daemon as it is now, read-only (`loghubd.consumer.snapshot`): what every
         ops view is built from."""
         sources = tuple(r.snapshot() for r in self.runners)
-        verdict = views.readiness(sources)
+        verdict = self._with_loop(views.readiness(sources))
         return DaemonSnapshot(
             consumer=self.consumer,
             sources=sources,
@@ -82,7 +83,14 @@ class Daemon:
         )
 
     def verdict(self) -> health.Verdict:
-        return views.readiness([r.snapshot() for r in self.runners])
+        return self._with_loop(views.readiness([r.snapshot() for r in self.runners]))
+
+    def _with_loop(self, verdict: health.Verdict) -> health.Verdict:
+        """`verdict`, not ready while a recent block of the event loop is named first."""
+        blocked = self.loop_watch.recent_block(time.monotonic())
+        if blocked is None:
+            return verdict
+        return health.Verdict(False, (blocked, *verdict.reasons))
 
     def status(self) -> dict[str, Any]:
         return {**views.status(self.snapshot()), "config": views.config_status(self.config_reloads)}
@@ -128,7 +136,7 @@ class Daemon:
 
                 tg.start_soon(trigger)
                 tg.start_soon(self._exit_if_stuck)
-                tg.start_soon(LoopWatch().run)  # logs a coroutine that holds the loop
+                tg.start_soon(self.loop_watch.run)  # names a coroutine that holds the loop
                 waiting = len(self.runners)
                 settled = anyio.Event()
 

@@ -25,6 +25,7 @@ import structlog
 log = structlog.get_logger("loghubd.loop")
 
 BLOCKED_S = 2.0  # silent this long past its beat is reported (a GC pause or an import is shorter)
+RECENT_S = 60.0  # how long /readyz names a block that has ended
 TICK_S = 1.0  # a beat and a look a second: ~0.04 % of a core (bench/README, idle)
 HINT = (
     "a coroutine is blocking the event loop: heartbeats, commits and the ops port wait for it. "
@@ -54,6 +55,21 @@ class LoopWatch:
         self.tick_s = tick_s
         self._beat = time.monotonic()
         self._stop = threading.Event()
+        self._last: tuple[float, float, str] | None = None  # a block's end, length, where
+
+    def recent_block(self, now: float, within: float = RECENT_S) -> str | None:
+        """`/readyz`'s reason for a block that ended less than `within` seconds ago (`now`:
+        time.monotonic()), or None. While the loop is blocked, nothing answers at all; once it
+        runs again, the heartbeat and lease reasons it caused read like a service outage, so
+        the cause is named beside them."""
+        last = self._last
+        if last is None or now - last[0] > within:
+            return None
+        ended, lasted, spot = last
+        return (
+            f"the event loop was blocked for {lasted:.1f}s, {now - ended:.0f}s ago, at {spot} "
+            "(a coroutine that blocks it: see event_loop_blocked in the log)"
+        )
 
     async def run(self) -> None:
         loop_thread = threading.get_ident()
@@ -76,6 +92,7 @@ class LoopWatch:
             silent = time.monotonic() - beat
             if silent < self.blocked_s + self.tick_s:
                 if since is not None:
+                    self._last = (beat, beat - since, spot)
                     log.warning(
                         "event_loop_unblocked", blocked_s=round(beat - since, 1), where=spot
                     )

@@ -160,4 +160,9 @@ def test_a_coroutine_that_blocks_the_event_loop_is_named(daemon_pool: Pool) -> N
     assert "plain def" in blocked["hint"], blocked
     (unblocked,) = daemon.events("event_loop_unblocked")
     assert 4.5 <= unblocked["blocked_s"] <= 15.0, unblocked  # 5 s asleep, plus load
+    # /readyz names the cause beside the heartbeat trouble it caused, for a minute
+    status, body = daemon.readiness()
+    assert status == 503, body
+    assert body["reasons"][0].startswith("the event loop was blocked for "), body
+    assert "harness_processors.py" in body["reasons"][0], body
     assert daemon.stop() == 0, daemon.log_tail()
