@@ -4,9 +4,9 @@ Built-in processors register through the same hook as external ones; external pl
 from the `loghubd` entry-point group, loaded one at a time: an entry point that cannot be
 imported, implements a hook loghubd does not have (a misspelt name is an error, not
 silence), implements none (a hook function without `@hookimpl`) or whose registration hook
-fails is set aside as a `BrokenPlugin`, and the others still work. Each command decides what a broken one means to it (`loghubd plugins` lists it
-and fails; `run` and `check-config` warn, and fail only when the configured processor is
-missing).
+fails is set aside as a `BrokenPlugin`, and the others still work. Each command decides what
+a broken one means to it (`loghubd plugins` lists it and fails; `run` and `check-config`
+warn, and fail only when the configured processor is missing).
 """
 
 from __future__ import annotations
