@@ -291,9 +291,9 @@ def _plugin_commands(argv: Sequence[str], core: frozenset[str]) -> list[CliComma
     except PluginError as exc:  # a core command still works; a plugin's is then unknown
         print(f"loghubd: plugin commands unavailable: {exc}", file=sys.stderr)
         return []
+    if "--debug" in argv:
+        plugins.print_tracebacks()
     for broken in plugins.broken:  # the others' commands work; this one's may be missing
-        if "--debug" in argv:
-            print(broken.traceback, end="", file=sys.stderr)
         print(f"loghubd: warning: {broken}", file=sys.stderr)
     return commands
 

@@ -312,15 +312,13 @@ def _refuse_unknown_processors(cfg: Config, plugins: Plugins) -> None:
     except config_mod.ConfigError as exc:
         if not plugins.broken:
             raise
-        maybe = [f"maybe it is in a plugin that does not load: {b}" for b in plugins.broken]
-        raise config_mod.ConfigError([*exc.problems, *maybe]) from exc
+        raise config_mod.ConfigError([*exc.problems, *plugins.missing_hints()]) from exc
 
 
 def _plugin_tracebacks(plugins: Plugins, debug: bool) -> None:
     """With --debug, why each entry point that does not load failed, on stderr."""
     if debug:
-        for broken in plugins.broken:
-            print(broken.traceback or f"{broken}\n", end="", file=sys.stderr)
+        plugins.print_tracebacks()
 
 
 def _traceback_if(debug: bool, exc: BaseException) -> None:

@@ -11,6 +11,7 @@ warn, and fail only when the configured processor is missing).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -105,6 +106,16 @@ class Plugins:
     def broken(self) -> tuple[BrokenPlugin, ...]:
         """The entry points that did not load, in the order they were met."""
         return tuple(self._broken)
+
+    def missing_hints(self) -> list[str]:
+        """For an error about a processor that is not installed: each entry point that did not
+        load, as the likely reason."""
+        return [f"maybe it is in a plugin that does not load: {b}" for b in self._broken]
+
+    def print_tracebacks(self) -> None:
+        """Why each entry point that did not load failed (`--debug`), on stderr."""
+        for broken in self._broken:
+            print(broken.traceback or f"{broken}\n", end="", file=sys.stderr)
 
     def _load_entry_points(self) -> None:
         """Each entry point of the `loghubd` group on its own (pluggy's
@@ -220,9 +231,7 @@ class Plugins:
             return self._processors[name]
         except KeyError:
             known = ", ".join(sorted(self._processors)) or "none"
-            broken = "".join(
-                f"; maybe it is in a plugin that does not load: {b}" for b in self._broken
-            )
+            broken = "".join(f"; {hint}" for hint in self.missing_hints())
             raise PluginError(
                 f"processor.name: no processor named {name!r} (installed: {known}){broken}"
             ) from None
@@ -288,10 +297,15 @@ def _import_fix(ep: EntryPoint, exc: Exception) -> str:
     return "fix the plugin"
 
 
+def _hook_names() -> list[str]:
+    """The hooks loghubd specifies (`loghubd.plugins.hookspecs`)."""
+    return sorted(n for n in dir(hookspecs) if n.startswith(f"{PROJECT}_"))
+
+
 def _unknown_hook_problem(unknown: list[str]) -> str:
     import difflib
 
-    known = sorted(n for n in dir(hookspecs) if n.startswith(f"{PROJECT}_"))
+    known = _hook_names()
     parts = []
     for name in unknown:
         close = difflib.get_close_matches(name, known, n=1)
@@ -303,7 +317,7 @@ def _unknown_hook_problem(unknown: list[str]) -> str:
 def _no_hooks_problem(plugin: object) -> tuple[str, str]:
     """Why an entry point that implements no hook is set aside, and the fix: most often a
     hook function that lacks `@hookimpl` (pluggy ignores it without a word)."""
-    known = sorted(n for n in dir(hookspecs) if n.startswith(f"{PROJECT}_"))
+    known = _hook_names()
     bare = [n for n in known if callable(getattr(plugin, n, None))]
     if bare:
         return (

@@ -283,8 +283,27 @@ def _verify_v1(req: SignedRequest, cred: str, keys: Mapping[str, AccessKey], now
     return ak
 
 
+def _v4_fields(cred: str) -> dict[str, str]:
+    """`Credential=...,Signature=...` of an SLS4-HMAC-SHA256 Authorization, by name."""
+    return dict(part.strip().partition("=")[::2] for part in cred.split(","))
+
+
+def claimed_key_id(headers: Mapping[str, str]) -> str:
+    """The access key id the `Authorization` header names, verified or not ("" if none), for
+    the log of a refused request: never the signature, nor anything else of the header."""
+    auth = headers.get("authorization", "")
+    if auth.startswith("LOG "):
+        key_id = auth[4:].rpartition(":")[0]
+    elif auth.startswith(signing.V4_ALGORITHM + " "):
+        cred = _v4_fields(auth[len(signing.V4_ALGORITHM) + 1 :]).get("Credential", "")
+        key_id = cred.split("/", 1)[0]
+    else:
+        key_id = ""
+    return key_id[:64]
+
+
 def _verify_v4(req: SignedRequest, cred: str, keys: Mapping[str, AccessKey], now: float) -> str:
-    fields = dict(part.strip().partition("=")[::2] for part in cred.split(","))
+    fields = _v4_fields(cred)
     scope = fields.get("Credential", "").split("/")
     sig = fields.get("Signature", "")
     if len(scope) != 5 or scope[3:] != ["sls", "aliyun_v4_request"] or not sig:

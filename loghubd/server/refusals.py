@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
 
 from loghubd.protocol import errors as E
-from loghubd.protocol import signing
+from loghubd.server.auth import claimed_key_id
 
 log = structlog.get_logger("loghubd.server")
 
@@ -78,20 +78,6 @@ class RefusalThrottle:
             del self._logged[oldest]
             self._others += entry.suppressed
         return True
-
-
-def claimed_key_id(headers: Mapping[str, str]) -> str:
-    """The access key id the `Authorization` header names, verified or not ("" if none), for
-    the log: never the signature, nor anything else of the header."""
-    value = headers.get("authorization", "")
-    if value.startswith("LOG "):
-        key_id = value[4:].rpartition(":")[0]
-    elif value.startswith(signing.V4_ALGORITHM + " "):
-        fields = dict(p.strip().partition("=")[::2] for p in value.split(" ", 1)[1].split(","))
-        key_id = fields.get("Credential", "").split("/", 1)[0]
-    else:
-        key_id = ""
-    return key_id[:64]
 
 
 def log_refusal(

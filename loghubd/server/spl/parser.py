@@ -120,9 +120,8 @@ class _Parser:
     # -- statement
 
     def statement(self) -> tuple[Instruction, ...]:
-        first = self.next()
-        if not (first.kind == "op" and first.text == "*"):
-            self.fail(first, STARTS_WITH_STAR)
+        first = self.next()  # the '*' (`parse` refused a statement without it)
+        assert first.kind == "op" and first.text == "*", first
         out: list[Instruction] = []
         while self.at_op("|"):
             self.next()

@@ -5,7 +5,8 @@ left out counted in the next line) and the access key id read from `Authorizatio
 
 from __future__ import annotations
 
-from loghubd.server.refusals import RefusalThrottle, claimed_key_id
+from loghubd.server.auth import claimed_key_id
+from loghubd.server.refusals import RefusalThrottle
 
 SIG = "c2lnbmF0dXJlLXNlY3JldA=="
 
