@@ -26,7 +26,7 @@ log = structlog.get_logger("loghubd.loop")
 
 BLOCKED_S = 2.0  # silent this long past its beat is reported (a GC pause or an import is shorter)
 RECENT_S = 60.0  # how long /readyz names a block that has ended
-TICK_S = 1.0  # a beat and a look a second: ~0.04 % of a core (bench/README, idle)
+TICK_S = 1.0  # a beat and a look a second: 0.05-0.08 % of a core (bench/README)
 HINT = (
     "a coroutine is blocking the event loop: heartbeats, commits and the ops port wait for it. "
     "Make a blocking processor method a plain def (it then runs in a worker thread), or await "
