@@ -4,6 +4,10 @@ Heartbeats have their own deadline below the group timeout and never wait on pro
 `NotExistConsumerWithBody` (the server expired us) drops every shard and rejoins with [] at
 once: only the server can say that our shards are gone.
 
+The interval and the lease follow the group's timeout as the service holds it (`terms`): it is
+read again every TERMS_EVERY_S and after every rejoin, since another consumer (an SDK worker
+starting) may rewrite it; a change is logged (`consumer_group_timeout_changed`).
+
 The lease is counted from when the last answered heartbeat was *sent* (the server's count
 starts no earlier), so an answer that was in flight while the process was paused never
 renews it. When heartbeats fail for longer than the group timeout (a service outage, a
@@ -34,6 +38,7 @@ import structlog
 
 from loghubd.consumer.assignment import Assignment
 from loghubd.consumer.supervisor import Supervisor, Waker
+from loghubd.consumer.terms import GroupTerms, group_timeout
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import errors as E
 from loghubd.sls import SlsClient
@@ -41,6 +46,7 @@ from loghubd.sls import SlsClient
 log = structlog.get_logger("loghubd.heartbeat")
 
 MIN_GAP_S = 0.05  # two heartbeats are never closer than this, however often we are woken
+TERMS_EVERY_S = 30.0  # how often the group's timeout is read again (and after a rejoin)
 
 
 @dataclass
@@ -62,8 +68,7 @@ class HeartbeatSettings:
     logstore: str
     group: str
     consumer: str
-    interval: float
-    timeout: float
+    terms: GroupTerms  # the interval and the group's timeout, kept up to date by the loop
     allowed: tuple[int, ...] | None = None  # consumer.shards, sent as the `shards` extension
 
 
@@ -81,8 +86,8 @@ async def run_heartbeat(
     flight, if any, has been answered, so no heartbeat of ours reaches the server after that
     (a late one would re-join us after `leave` and be handed shards we never serve)."""
     bind = {"group": settings.group, "consumer": settings.consumer}
-    deadline = max(1.0, min(settings.interval, settings.timeout / 3))
-    scheduled = time.monotonic()
+    terms = settings.terms
+    scheduled = terms_read = time.monotonic()
     worst_delay = 0.0
     allowed = settings.allowed
     while stop is None or not stop.is_set():
@@ -93,6 +98,7 @@ async def run_heartbeat(
             worst_delay = delay
             metrics.heartbeat_delay_max.set(delay)
         held = assignment.report()
+        deadline = max(1.0, min(terms.interval, terms.timeout / 3))
         try:
             answer = await client.heartbeat(
                 settings.logstore,
@@ -103,10 +109,11 @@ async def run_heartbeat(
                 allowed=allowed,
             )
         except E.NotExistConsumerWithBody:
-            log.warning("heartbeat_rejoin", **bind, held=held)
+            log.warning("heartbeat_rejoin", **bind, held=held, timeout=terms.timeout)
             supervisor.drop(assignment.reset().to_stop)
             state.joined = state.expired = False
-            scheduled = time.monotonic()
+            await _read_terms(client, settings, deadline, bind)  # did the timeout shrink?
+            scheduled = terms_read = time.monotonic()
             continue  # rejoin with [] now
         except E.SlsError as exc:
             if isinstance(exc, E.ParameterInvalid) and allowed is not None:
@@ -116,7 +123,7 @@ async def run_heartbeat(
             metrics.heartbeat_failures.inc()
             state.last_error = str(exc)
             log.warning("heartbeat_failed", **bind, error=str(exc)[:300])
-            if state.joined and not state.expired and not state.lease_valid(settings.timeout):
+            if state.joined and not state.expired and not state.lease_valid(terms.timeout):
                 # Not dropped: the server may still hold them for us (see the docstring).
                 log.error("lease_expired", **bind, shards=held)
                 state.expired = True
@@ -141,8 +148,37 @@ async def run_heartbeat(
                     stop=sorted(diff.to_stop),
                 )
             supervisor.apply(diff)
-        scheduled = started + settings.interval
+            if time.monotonic() - terms_read >= TERMS_EVERY_S:
+                await _read_terms(client, settings, deadline, bind)
+                terms_read = time.monotonic()
+        scheduled = started + terms.interval
         await waker.sleep(max(MIN_GAP_S, scheduled - time.monotonic()))
+
+
+async def _read_terms(
+    client: SlsClient, settings: HeartbeatSettings, deadline: float, bind: dict[str, str]
+) -> None:
+    """Read the group's timeout again; a change is logged and heartbeats follow it. A call
+    that fails changes nothing: the next one (TERMS_EVERY_S later) tries again."""
+    terms = settings.terms
+    try:
+        with anyio.fail_after(deadline):
+            groups = await client.list_groups(settings.logstore)
+    except (E.SlsError, TimeoutError) as exc:
+        log.debug("consumer_group_unread", **bind, error=str(exc)[:300])
+        return
+    was = terms.update(group_timeout(groups, settings.group))
+    if was is not None:
+        log.warning(
+            "consumer_group_timeout_changed",
+            **bind,
+            timeout_was=was,
+            timeout=terms.timeout,
+            heartbeat_interval=terms.interval,
+            configured_heartbeat_interval=terms.configured_interval,
+            hint="another consumer rewrote the group's timeout (an SDK ConsumerWorker sets "
+            "it to 2 x its heartbeat_interval when it starts); heartbeats follow it",
+        )
 
 
 def _note_unwanted(

@@ -37,6 +37,7 @@ from loghubd.consumer.shard import ShardContext
 from loghubd.consumer.snapshot import HeartbeatSnapshot, SourceSnapshot
 from loghubd.consumer.startup import StartupError, ensure_group, retry_until_ok
 from loghubd.consumer.supervisor import Supervisor, Waker
+from loghubd.consumer.terms import GroupTerms
 from loghubd.errors import describe_error
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.api import ProcessorContext
@@ -64,8 +65,11 @@ class SourceRunner:
         self.metrics = Metrics()
         proc = spec.processor
         self.factory: LoadedFactory = plugins.create(proc.name, proc.selected_options)
-        shards = spec.consumer.shards
+        c = spec.consumer
+        shards = c.shards
         self.heartbeat = HeartbeatState()
+        # The group's timeout as the service holds it (read at start, then by the heartbeats).
+        self.terms = GroupTerms(configured_interval=c.heartbeat_interval, timeout=c.timeout)
         self.assignment = Assignment(None if shards is None else frozenset(shards))
         self.waker = Waker()
         self.window_waker = Waker()  # a shard finished its window: check the group sooner
@@ -80,7 +84,6 @@ class SourceRunner:
         self.provider: CredentialsProvider = provider_for(spec.source)
         # From HTTP(S)_PROXY / NO_PROXY; a proxy that cannot be used is refused here, at start.
         self.proxy = client_proxy(spec.source.endpoint, spec.source.project, os.environ)
-        c = spec.consumer
         self._bind = {"group": c.group, "consumer": consumer}
 
     def credentials(self) -> Credentials:
@@ -142,7 +145,7 @@ class SourceRunner:
             metrics=self.metrics,
             budget=ByteBudget(c.max_bytes_in_flight, self.metrics),
             catalog=ShardCatalog(client, s.logstore),
-            lease_valid=lambda: self.heartbeat.lease_valid(c.timeout),
+            lease_valid=lambda: self.heartbeat.lease_valid(self.terms.timeout),
             end=c.end,
             on_finished=self.window_waker.wake,
             checkpoint_interval=c.checkpoint_interval,
@@ -176,8 +179,8 @@ class SourceRunner:
             heartbeat=HeartbeatSnapshot(
                 joined=hb.joined,
                 seconds_since_ok=now - hb.last_ok,
-                interval=c.heartbeat_interval,
-                timeout=c.timeout,
+                interval=self.terms.interval,
+                timeout=self.terms.timeout,
                 last_error=hb.last_error or self.provider.problem,
             ),
             held=tuple(self.assignment.report()),
@@ -239,7 +242,7 @@ class SourceRunner:
                         )
                         await retry_until_ok(
                             self.step,
-                            lambda: ensure_group(client, spec.source.logstore, c),
+                            lambda: ensure_group(client, spec.source.logstore, c, self.terms),
                             self._starting_problem,
                         )
                         self.step = "starting the processor"
@@ -296,8 +299,7 @@ class SourceRunner:
                         logstore=spec.source.logstore,
                         group=c.group,
                         consumer=self.consumer,
-                        interval=c.heartbeat_interval,
-                        timeout=c.timeout,
+                        terms=self.terms,
                         allowed=c.shards,
                     ),
                     self.assignment,

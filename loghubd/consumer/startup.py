@@ -10,6 +10,7 @@ import structlog
 
 from loghubd.backoff import Backoff
 from loghubd.config import ConsumerConfig
+from loghubd.consumer.terms import GroupTerms, group_timeout
 from loghubd.protocol import errors as E
 from loghubd.sls import SlsClient, Unreachable
 
@@ -41,12 +42,17 @@ def exit_code_of(exc: E.SlsError) -> int:
     return 1
 
 
-async def ensure_group(client: SlsClient, logstore: str, c: ConsumerConfig) -> None:
+async def ensure_group(
+    client: SlsClient, logstore: str, c: ConsumerConfig, terms: GroupTerms
+) -> None:
     """Create the group if it is missing; if it exists with other settings, keep them (every
-    worker rewriting them would make the group's config flap between deployments)."""
+    worker rewriting them would make the group's config flap between deployments), and
+    heartbeat by the group's timeout (`terms`)."""
     want = {"timeout": int(c.timeout), "order": c.order}
-    for existing in await client.list_groups(logstore):
+    groups = await client.list_groups(logstore)
+    for existing in groups:
         if existing.get("name") == c.group:
+            terms.update(group_timeout(groups, c.group))
             have = {"timeout": existing.get("timeout"), "order": existing.get("order")}
             if have != want:
                 log.warning(
@@ -55,13 +61,15 @@ async def ensure_group(client: SlsClient, logstore: str, c: ConsumerConfig) -> N
                     server=have,
                     configured=want,
                     action="keeping the server's settings",
+                    heartbeat_interval=terms.interval,
                 )
             return
     try:
         await client.create_group(logstore, c.group, int(c.timeout), c.order)
         log.info("consumer_group_created", group=c.group, **want)
     except E.ConsumerGroupAlreadyExist:
-        pass  # another worker created it first
+        pass  # another worker created it first: the heartbeats re-read its timeout
+    terms.update(float(int(c.timeout)))
 
 
 async def retry_until_ok(

@@ -235,7 +235,10 @@ class Supervisor:
         self.metrics.held_shards.set(len(self.assignment.held))
 
     def drop(self, shards: frozenset[int]) -> None:
-        """Stop these shards without committing: the server gave them to someone else."""
+        """Stop these shards without committing: the server gave them to someone else (it
+        expired us). Counted as lost, as a rebalance's are, so gained - lost stays held."""
+        if shards:
+            self.metrics.rebalances.labels("lost").inc(len(shards))
         for shard in shards:
             if shard in self.tasks:
                 self.tasks[shard].drop()

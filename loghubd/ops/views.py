@@ -73,6 +73,12 @@ def source_status(source: SourceSnapshot) -> dict[str, Any]:
         "shard_filter": None if source.shard_filter is None else list(source.shard_filter),
         "end": source.end,
         "joined": source.heartbeat.joined,
+        # the group's timeout as the service holds it, and the interval that keeps us in it
+        "heartbeat": {
+            "interval": round(source.heartbeat.interval, 3),
+            "timeout": source.heartbeat.timeout,
+            "seconds_since_ok": round(source.heartbeat.seconds_since_ok, 1),
+        },
         "held": list(source.held),
         "assigned_outside_filter": list(source.assigned_outside_filter),
         # another process under this consumer name moved these checkpoints lately (`twins`)

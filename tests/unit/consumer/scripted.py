@@ -41,7 +41,8 @@ class ScriptedClient:
     one pull from a position; the shard is read-only when `readonly`). Heartbeats answer
     `heartbeats` in order (an Exception is raised); once it is empty, `on_exhausted` is
     called and the last list answer repeats. Commits raise the next of `commit_errors`,
-    checkpoint lookups the next of `checkpoint_errors`."""
+    checkpoint lookups the next of `checkpoint_errors`. ListConsumerGroup answers group `g`
+    with the next of `group_timeouts` (the last one repeats; none: 5 s)."""
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class ScriptedClient:
         heartbeats: Iterable[Answer] = (),
         commit_errors: Iterable[Exception | None] = (),
         checkpoint_errors: Iterable[Exception] = (),
+        group_timeouts: Iterable[float] = (),
         on_exhausted: Callable[[], None] = lambda: None,
     ) -> None:
         self.shard_data = dict(shard_data or {})
@@ -60,6 +62,8 @@ class ScriptedClient:
         self.heartbeats: deque[Answer] = deque(heartbeats)
         self.commit_errors: deque[Exception | None] = deque(commit_errors)
         self.checkpoint_errors: deque[Exception] = deque(checkpoint_errors)
+        self.group_timeouts: deque[float] = deque(group_timeouts)
+        self.group_timeout = 5.0
         self.on_exhausted = on_exhausted
         self.last_answer: list[int] = []
         self.calls: list[tuple[str, Any]] = []
@@ -122,6 +126,12 @@ class ScriptedClient:
             raise answer
         self.last_answer = answer
         return list(answer)
+
+    async def list_groups(self, logstore: str) -> list[dict[str, Any]]:
+        self.calls.append(("list_groups", None))
+        if self.group_timeouts:
+            self.group_timeout = self.group_timeouts.popleft()
+        return [{"name": "other", "timeout": 60}, {"name": "g", "timeout": self.group_timeout}]
 
     def sent(self) -> list[tuple[list[int], Any]]:
         return [args for name, args in self.calls if name == "heartbeat"]

@@ -7,11 +7,14 @@ from __future__ import annotations
 import time
 
 import anyio
+import pytest
 import structlog
 
+from loghubd.consumer import heartbeat
 from loghubd.consumer.assignment import Assignment, Diff
 from loghubd.consumer.heartbeat import HeartbeatSettings, HeartbeatState, run_heartbeat
 from loghubd.consumer.supervisor import Waker
+from loghubd.consumer.terms import GroupTerms
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import errors as E
 from tests.unit.consumer.scripted import Answer, ScriptedClient
@@ -46,11 +49,13 @@ def beat(
     timeout: float = 5.0,
     interval: float = 0.01,
     closing_after_first: bool = False,
+    group_timeouts: tuple[float, ...] = (),
+    terms: GroupTerms | None = None,
 ) -> tuple[ScriptedClient, FakeSupervisor, HeartbeatState, Assignment, Metrics]:
     """Run the loop until the script is answered, then stop it. `closing_after_first`: the
     supervisor starts shutting down once it has applied the first answer."""
     stop = anyio.Event()
-    client = ScriptedClient(heartbeats=script, on_exhausted=stop.set)
+    client = ScriptedClient(heartbeats=script, on_exhausted=stop.set, group_timeouts=group_timeouts)
     assignment = Assignment(None if shards is None else frozenset(shards))
     supervisor, state, metrics = FakeSupervisor(assignment), HeartbeatState(), Metrics()
     supervisor.close_after_apply = closing_after_first
@@ -58,8 +63,7 @@ def beat(
         logstore="ls",
         group="g",
         consumer="c",
-        interval=interval,
-        timeout=timeout,
+        terms=terms or GroupTerms(configured_interval=interval, timeout=timeout),
         allowed=shards,
     )
 
@@ -147,3 +151,34 @@ def test_while_closing_no_new_shard_is_taken() -> None:
     _client, sup, _state, assignment, _ = beat([[0], [0, 1]], closing_after_first=True)
     assert [sorted(d.to_start) for d in sup.applied] == [[0], [], []]
     assert assignment.report() == [0]
+
+
+def test_a_rejoin_reads_the_group_timeout_and_heartbeats_follow_it() -> None:
+    # An SDK worker rewrote the group's timeout to 1.5 s (2 x its heartbeat_interval): the
+    # daemon, beating every 0.8 s, was expired. The rejoin reads the timeout again, and
+    # from then on the daemon beats every 0.5 s and measures its lease by 1.5 s.
+    terms = GroupTerms(configured_interval=0.8, timeout=15.0)
+    with structlog.testing.capture_logs() as logs:
+        client, sup, _state, _assignment, _metrics = beat(
+            [[0, 1], E.NotExistConsumerWithBody("expired"), [0, 1]],
+            group_timeouts=(1.5,),
+            terms=terms,
+        )
+    assert terms.timeout == 1.5 and terms.interval == 0.5
+    changed = [e for e in logs if e["event"] == "consumer_group_timeout_changed"]
+    assert len(changed) == 1
+    assert changed[0]["timeout_was"] == 15.0 and changed[0]["heartbeat_interval"] == 0.5
+    names = [name for name, _ in client.calls]
+    assert names[:4] == ["heartbeat", "heartbeat", "list_groups", "heartbeat"]
+    assert sup.dropped == [frozenset({0, 1})]
+
+
+def test_the_group_timeout_is_read_again_every_so_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heartbeat, "TERMS_EVERY_S", 0.0)  # after every answered heartbeat
+    terms = GroupTerms(configured_interval=0.01, timeout=15.0)
+    with structlog.testing.capture_logs() as logs:
+        client, *_ = beat([[0], [0], [0]], group_timeouts=(15.0, 15.0, 4.0), terms=terms)
+    changed = [e for e in logs if e["event"] == "consumer_group_timeout_changed"]
+    assert [(e["timeout_was"], e["timeout"]) for e in changed] == [(15.0, 4.0)]
+    assert [name for name, _ in client.calls].count("list_groups") >= 3
+    assert terms.timeout == 4.0 and terms.interval == 0.01  # configured shorter: kept
