@@ -378,6 +378,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
     from loghubd.plugins.configured import naming_source
     from loghubd.plugins.manager import PluginError, Plugins
+    from loghubd.sls.endpoint import project_in_host
 
     if args.file and args.config_file and args.file != args.config_file:
         raise UserError(
@@ -422,6 +423,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     listen = cfg.ops.listen_warning()  # true here, maybe not where the file runs: exit 0
     if listen:
         print(f"{args.file}: warning: {listen}", file=sys.stderr)
+    for spec in cfg.sources:  # maybe right: a project may be named like the endpoint's host
+        named = project_in_host(spec.source.endpoint, spec.source.project)
+        if named:
+            print(f"{args.file}: warning: {spec.keys}.endpoint: {named}", file=sys.stderr)
     print(json.dumps(cfg.redacted(), indent=2, default=str))
     return 0
 

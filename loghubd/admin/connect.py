@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from loghubd.admin.errors import ENV_KEYS, USAGE, Context, UserError, check_endpoint
-from loghubd.config import Config
+from loghubd.admin.errors import ENV_KEYS, USAGE, Context, UserError, check_endpoint, refusal
+from loghubd.config import Config, SourceSpec
 from loghubd.config.layers import source_env_prefix
+from loghubd.protocol.errors import SlsError
 from loghubd.protocol.signing import Credentials
 from loghubd.sls.credentials import CredentialsProvider, StaticCredentials, provider_for
 
@@ -50,10 +51,13 @@ class Target:
     region: str = ""
     timeout: float = 10.0
     credentials: str = ""  # where the keys come from (`credentials_origin`)
+    keys: str = "source"  # how the fix names the keys (`SourceSpec.keys`)
 
     @property
     def context(self) -> Context:
-        return Context(self.endpoint, self.project, self.logstore, self.group, self.credentials)
+        return Context(
+            self.endpoint, self.project, self.logstore, self.group, self.credentials, self.keys
+        )
 
 
 def credentials_origin(cfg: Config | None, path: str | None) -> str:
@@ -61,8 +65,34 @@ def credentials_origin(cfg: Config | None, path: str | None) -> str:
     without -c; with -c, the source's section of that file (or what its provider reads)."""
     if cfg is None or not path:
         return ""  # Context's default: the LOGHUBD_SOURCE__* variables
-    spec = cfg.sources[0]
-    section = f"[[sources]] {spec.name!r}" if cfg.multi else "[source]"
+    return source_credentials(cfg.sources[0], path, multi=cfg.multi)
+
+
+def source_context(spec: SourceSpec) -> Context:
+    """What `loghubd run` names when the service refuses a start-up call of source `spec`:
+    the source's own keys and env variables, and its config file (no flags: `run` has none;
+    the endpoint is in the line already, as the step that failed)."""
+    return Context(
+        project=spec.source.project,
+        logstore=spec.source.logstore,
+        group=spec.consumer.group,
+        credentials=source_credentials(spec, spec.origin or "the configuration", spec.multi),
+        keys=spec.keys,
+        flags=False,
+    )
+
+
+def explain_refusal(spec: SourceSpec, exc: SlsError) -> str:
+    """`loghubd run`'s line for a start-up call of `spec` the service refused: what
+    `loghubd status -c` says of it (`errors.refusal`), with this source's keys."""
+    return refusal(exc, source_context(spec))
+
+
+def source_credentials(spec: SourceSpec, path: str, multi: bool) -> str:
+    """Where source `spec`'s keys come from (configured in `path`), for the fix of a refusal:
+    its section of the file and the env variables that override it, or what its provider
+    reads."""
+    section = f"[[sources]] {spec.name!r}" if multi else "[source]"
     kind = spec.source.credentials
     if kind == "env":
         return (
@@ -71,7 +101,7 @@ def credentials_origin(cfg: Config | None, path: str | None) -> str:
         )
     if kind in ("file", "command"):
         return f'what credentials = "{kind}" in the {section} of {path} gives'
-    if cfg.multi:
+    if multi:
         prefix = source_env_prefix(spec.name)
         env = f"{prefix}__ACCESS_KEY_ID and {prefix}__ACCESS_KEY_SECRET"
     else:
@@ -127,6 +157,7 @@ def target(
         region=src.region if src else "",
         timeout=timeout,
         credentials=credentials_origin(cfg, getattr(args, "config", None)),
+        keys=cfg.sources[0].keys if cfg else "source",
     )
 
 

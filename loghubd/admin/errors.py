@@ -55,6 +55,16 @@ class Context:
     # Where the command's keys come from, as the fix of a refusal says it
     # (`connect.credentials_origin`); "" is the environment, without -c.
     credentials: str = ""
+    # How the fix names the source's keys: `source.logstore`, or `sources.app.logstore` for
+    # a `[[sources]]` entry; `flags`: the command also takes --endpoint/--project/--logstore
+    # (`loghubd run` does not).
+    keys: str = "source"
+    flags: bool = True
+
+    def key(self, name: str, form: str = "{flag} ({key})") -> str:
+        """Key `name` as the fix names it: `--logstore (source.logstore)`, with `form`."""
+        key = f"{self.keys}.{name}"
+        return form.format(flag=f"--{name}", key=key) if self.flags else key
 
 
 ENV_KEYS = "LOGHUBD_SOURCE__ACCESS_KEY_ID and LOGHUBD_SOURCE__ACCESS_KEY_SECRET"
@@ -95,6 +105,19 @@ def check_endpoint(
     return text
 
 
+def refusal(exc: E.SlsError, ctx: Context) -> str:
+    """One line for a call the service refused with `exc`: what `explain` says (the thing and
+    the fix), then the service's own words and request id where that line lacks them (for a
+    log or a support case). `loghubd run` says it of a start-up call that was refused."""
+    found = _one(exc, ctx)
+    line = found[1] if found is not None else str(exc)
+    said = exc.message if exc.error_code in line else f"{exc.error_code}: {exc.message}"
+    extra = [said] if exc.message and exc.message not in line else []
+    if exc.request_id and exc.request_id not in line:
+        extra.append(f"request {exc.request_id}")
+    return f"{line} ({'; '.join(extra)})" if extra else line
+
+
 def explain(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
     """(exit code, one line) for a known failure, or None."""
     found = [r for r in (_one(e, ctx) for e in leaves(exc)) if r is not None]
@@ -114,12 +137,12 @@ def _one(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
         return exc.code, exc.message
     if isinstance(exc, E.ProjectNotExist):
         return NOT_FOUND, (
-            f"project {ctx.project!r} does not exist at {where}: check --project (source.project)"
+            f"project {ctx.project!r} does not exist at {where}: check {ctx.key('project')}"
         )
     if isinstance(exc, E.LogStoreNotExist):
         return NOT_FOUND, (
             f"logstore {ctx.logstore!r} does not exist in project {ctx.project!r}: check "
-            "--logstore (source.logstore)"
+            f"{ctx.key('logstore')}"
         )
     if isinstance(exc, E.ConsumerGroupNotExist):
         return NOT_FOUND, (
@@ -134,7 +157,7 @@ def _one(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
         why = f" ({exc.cause})" if exc.cause else ""
         return UNREACHABLE, (
             f"cannot reach {where}{why}: is the service running and the URL right? "
-            "(--endpoint, source.endpoint)"
+            f"({ctx.key('endpoint', '{flag}, {key}')})"
         )
     keys = ctx.credentials or NO_CONFIG_KEYS
     if isinstance(exc, E.Unauthorized):

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,8 @@ def _build(
         for name, cls in (("ops", OpsConfig), ("log", LogConfig))
     }
     specs = _build_multi(layers, environ) if layers.multi else _build_single(layers, environ)
+    path = "" if origin.startswith("<") else origin  # "<string>", "<none>": no file
+    specs = tuple(replace(spec, multi=layers.multi, origin=path) for spec in specs)
     ops = _construct(OpsConfig, top["ops"], problems, "ops")
     log = _construct(LogConfig, top["log"], problems, "log")
     _raise_if(problems)

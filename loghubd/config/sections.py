@@ -330,6 +330,16 @@ class SourceSpec:
     source: SourceConfig
     consumer: ConsumerConfig
     processor: ProcessorConfig = field(default_factory=ProcessorConfig)
+    # Where it was configured, for messages that name its keys: a `[[sources]]` entry or
+    # `[source]`, and the config file ("" when it came from no file). Set by the loader.
+    multi: bool = field(default=False, compare=False)
+    origin: str = field(default="", compare=False)
+
+    @property
+    def keys(self) -> str:
+        """Where messages say this source's keys are: `source` (`source.logstore`), or
+        `sources.app` (`sources.app.logstore`) for the `[[sources]]` entry named app."""
+        return f"sources.{self.name}" if self.multi else "source"
 
     @property
     def letter_origin(self) -> tuple[tuple[str, str], ...]:

@@ -25,6 +25,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from loghubd.admin.connect import explain_refusal
 from loghubd.backoff import Backoff
 from loghubd.config import SourceSpec
 from loghubd.consumer import window
@@ -39,10 +40,11 @@ from loghubd.consumer.startup import StartupError, ensure_group, retry_until_ok
 from loghubd.consumer.supervisor import Supervisor, Waker
 from loghubd.consumer.terms import GroupTerms
 from loghubd.errors import describe_error
+from loghubd.logging import traceback_of
 from loghubd.ops.metrics import Metrics
-from loghubd.plugins.api import ProcessorContext
+from loghubd.plugins.api import ProcessorContext, SinkUnreachable
 from loghubd.plugins.loaded import LoadedFactory
-from loghubd.plugins.manager import Plugins
+from loghubd.plugins.manager import Plugins, why
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
 from loghubd.sls import CredentialsProvider, SlsClient, provider_for
@@ -244,6 +246,7 @@ class SourceRunner:
                             self.step,
                             lambda: ensure_group(client, spec.source.logstore, c, self.terms),
                             self._starting_problem,
+                            explain=functools.partial(explain_refusal, spec),
                         )
                         self.step = "starting the processor"
                         if self.factory.bind is not None:
@@ -251,6 +254,9 @@ class SourceRunner:
                         if self.factory.start is not None:
                             try:
                                 await self.factory.start()
+                            except Exception as exc:
+                                factory_started = stop.is_set()
+                                raise start_refused(spec.processor.name, exc) from exc
                             except BaseException:
                                 # Cut short by the stop: what it opened yet is closed.
                                 factory_started = stop.is_set()
@@ -259,7 +265,13 @@ class SourceRunner:
                     except StartupError as exc:
                         self.state, self.error, self.clean = "failed", str(exc), False
                         self.exit_code = exc.exit_code
-                        log.error("source_cannot_start", **bind, error=self.error)
+                        cause = exc.__cause__
+                        log.error(
+                            "source_cannot_start",
+                            **bind,
+                            error=self.error,
+                            **(traceback_of(cause) if cause is not None else {}),
+                        )
                         tg.cancel_scope.cancel()
                         return
                 if stop.is_set():
@@ -362,6 +374,19 @@ class SourceRunner:
                 log.info("leave_not_supported", **bind, error=str(exc)[:200])
         self.clean = clean
         self.state = "done" if bounded_done else "stopped"
+
+
+def start_refused(processor: str, exc: Exception) -> StartupError:
+    """The processor's `start()` failed: one line naming it, and the exit code of the
+    commands' table. A ValueError refuses its configuration (2; its message names the key,
+    else the processor is named), SinkUnreachable a sink it cannot reach yet (4: a restart
+    may succeed), anything else 1. The traceback is logged under --debug only."""
+    where = f"processor.{processor}"
+    if isinstance(exc, ValueError | SinkUnreachable):
+        text = " ".join(str(exc).split())[:1000]
+        code = 2 if isinstance(exc, ValueError) else 4
+        return StartupError(text if text.startswith(where) else f"{where}: {text}", code)
+    return StartupError(f"{where}: start() failed: {why(exc)}"[:1000], 1)
 
 
 async def _wait_any(*events: anyio.Event) -> None:

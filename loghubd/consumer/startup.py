@@ -3,7 +3,7 @@ down, a permanent refusal turned into `StartupError` (the message says what to f
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 import structlog
@@ -25,8 +25,10 @@ class StartupError(Exception):
 
     `exit_code` follows the commands' table (README, "Exit codes"): 3 when the project,
     logstore or group does not exist, 2 when the service refuses a name or a parameter of
-    the configuration, 1 otherwise (credentials refused: keys can be fixed or rotated
-    without touching the configuration, so a supervisor may well try again)."""
+    the configuration (or the processor's `start()` refuses its options), 4 when the
+    processor's `start()` cannot reach its sink, 1 otherwise (credentials refused: keys can
+    be fixed or rotated without touching the configuration, so a supervisor may well try
+    again)."""
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
@@ -66,7 +68,10 @@ async def ensure_group(
             return
     try:
         await client.create_group(logstore, c.group, int(c.timeout), c.order)
-        log.info("consumer_group_created", group=c.group, **want)
+        others = sorted(str(g.get("name", "")) for g in groups)
+        level = creation_level(others)
+        extra = {"other_groups": others[:20], "start": c.start} if level == "warning" else {}
+        getattr(log, level)("consumer_group_created", group=c.group, **want, **extra)
     except E.ConsumerGroupAlreadyExist:
         pass  # another worker created it first: the heartbeats re-read its timeout
     terms.update(float(int(c.timeout)))
@@ -76,11 +81,14 @@ async def retry_until_ok(
     what: str,
     fn: Callable[[], Awaitable[None]],
     failing: Callable[[str], None] = lambda reason: None,
+    explain: Callable[[E.SlsError], str] = str,
 ) -> None:
     """Start-up calls: a daemon under systemd waits out a service that is down or busy instead
     of crash-looping, but a permanent refusal (4xx) stops it at once with the reason. `what`
     says in an operator's words what was being done; `failing` is told why each attempt
-    failed (the source's /status error and /readyz reason while it retries), "" at the end."""
+    failed (the source's /status error and /readyz reason while it retries), "" at the end;
+    `explain` words a refusal (`loghubd.admin.connect.explain_refusal`: the key to fix, as
+    `loghubd status` names it)."""
     attempt = 0
     while True:
         try:
@@ -89,7 +97,7 @@ async def retry_until_ok(
             return
         except E.SlsError as exc:
             if not exc.retryable:
-                raise StartupError(f"{what}: {exc}", exit_code_of(exc)) from exc
+                raise StartupError(f"{what}: {explain(exc)}", exit_code_of(exc)) from exc
             attempt += 1
             wait = STARTUP_BACKOFF.wait(attempt)
             reason = f"{what}: {exc} (retrying)"
@@ -98,3 +106,12 @@ async def retry_until_ok(
             failing(reason)
             log.warning("startup_call_failed", call=what, error=str(exc)[:1000], retry_in_s=wait)
             await anyio.sleep(wait)
+
+
+def creation_level(existing_group_names: Iterable[str]) -> str:
+    """The log level of `consumer_group_created`, given the names of the groups the logstore
+    had before: "warning" when it had any. A new group starts every shard at
+    `consumer.start` (`begin` by default), so next to existing groups it is most likely a
+    misspelt `consumer.group` of a migration, about to read the logstore again; "info" on a
+    logstore with no group yet (a first deployment)."""
+    return "warning" if any(name for name in existing_group_names) else "info"

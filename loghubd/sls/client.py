@@ -32,7 +32,7 @@ from loghubd.protocol import errors as E
 from loghubd.protocol import signing
 from loghubd.proxy import proxy_for
 from loghubd.sls import network
-from loghubd.sls.endpoint import base_url
+from loghubd.sls.endpoint import base_url, project_in_host
 from loghubd.sls.errors import Unreachable
 
 API_VERSION = "0.6.0"
@@ -79,6 +79,7 @@ class SlsClient:
         """`environ` (default: the process's) gives the proxy (`loghubd.proxy`): ValueError
         naming the variable when it cannot be used."""
         self._base, self._host_header = base_url(endpoint, project)
+        self._endpoint = endpoint
         self._session = session
         self.project = project
         self._credentials = credentials
@@ -132,6 +133,10 @@ class SlsClient:
         if isinstance(last_error, E.SlsError):
             raise last_error
         why = network.cause(last_error)
+        if isinstance(last_error, aiohttp.ClientConnectorDNSError):
+            # An SDK-era endpoint naming the project, doubled by `base_url`, does not resolve.
+            hint = project_in_host(self._endpoint, self.project)
+            why += f"; {hint}" if hint else ""
         raise Unreachable(
             f"{method} {path}: no answer within {deadline:.1f}s after {attempt} attempt(s): {why}",
             cause=why,

@@ -27,6 +27,29 @@ def base_url(endpoint: str, project: str) -> tuple[str, str]:
     return f"{scheme}://{project}.{host}{netloc_port}", f"{project}.{host}"
 
 
+def project_in_host(endpoint: str, project: str) -> str:
+    """A hint when `endpoint`'s host already begins with `<project>.` (an SDK-era "project
+    endpoint", `https://shop.cn-hangzhou.log.aliyuncs.com`), which `base_url` would double
+    (`shop.shop.cn-…`): the region endpoint to give instead, in one phrase; "" otherwise.
+    Only a hint: a project may share its name with the endpoint's first label (project
+    `cn-hangzhou` at `cn-hangzhou.log.aliyuncs.com`, left alone here), and a service may
+    answer at a doubled name."""
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    host = parts.hostname or ""
+    prefix = f"{project.lower()}."
+    if not project or not host.startswith(prefix) or _is_local(host):
+        return ""
+    rest = host[len(prefix) :]
+    if f".{rest}" == _ALIYUN_SUFFIX:  # `<region>.log.aliyuncs.com`, a project named as the region
+        return ""
+    port = f":{parts.port}" if parts.port else ""
+    region = f"{parts.scheme}://{rest}{port}{parts.path}".rstrip("/")
+    return (
+        f"the endpoint seems to name project {project!r} already (loghubd adds it to the "
+        f"host): give the region endpoint {region}"
+    )
+
+
 _ALIYUN_SUFFIX = ".log.aliyuncs.com"
 _ALIYUN_NETWORKS = ("-intranet", "-vpc", "-share")
 _DEFAULT_PORTS = {"http": 80, "https": 443}

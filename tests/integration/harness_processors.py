@@ -32,7 +32,7 @@ import anyio
 
 from loghubd import hookimpl
 from loghubd.models import Batch
-from loghubd.plugins.api import ProcessorSpec, Tracker
+from loghubd.plugins.api import ProcessorSpec, SinkUnreachable, Tracker
 from loghubd.processors.jsonl import JsonlProcessor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +135,8 @@ class RecordFactory:
     """Options besides `path`: `start_held` (a file `start()` creates before it waits for
     ever: the daemon never gets past its start), `closed` (a file `close()` creates), and
     `built` with `build_seconds` (a file the constructor creates, then how long it takes: a
-    slow start, before the daemon listens for signals)."""
+    slow start, before the daemon listens for signals), and `start_fails` (`start()` raises:
+    `value` a ValueError, `sink` SinkUnreachable, `bug` a RuntimeError)."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         if options.get("built"):
@@ -144,8 +145,15 @@ class RecordFactory:
         self.path = str(options["path"])
         self.start_held = options.get("start_held")
         self.closed = options.get("closed")
+        self.start_fails = options.get("start_fails")
 
     async def start(self) -> None:
+        if self.start_fails == "value":
+            raise ValueError("processor.record.start_fails: refused, as asked")
+        if self.start_fails == "sink":
+            raise SinkUnreachable("the sink at sink.test:9 refused the connection")
+        if self.start_fails == "bug":
+            raise RuntimeError("a bug in start()")
         if self.start_held:
             await anyio.Path(self.start_held).touch()
             await anyio.sleep_forever()

@@ -326,3 +326,39 @@ def test_refusals_name_where_the_keys_come_from_and_what_was_denied(
     done = cli("group", "reset", GROUP, *where(server), "--to", "begin", "--execute", env=ro)
     line = one_line(done, 1, "may not perform log:ConsumerGroupUpdateCheckPoint")
     assert "refused the credentials" not in line
+
+
+def test_an_endpoint_naming_the_project_is_a_warning_and_a_hint(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """An SDK-era project endpoint (`http://<project>.<host>`) gets the project put in front
+    again: check-config warns (exit 0: a project may be named like the host's first label),
+    and `status`, which cannot resolve the doubled host, gives the region endpoint."""
+    port = server.endpoint.rsplit(":", 1)[1]
+    endpoint = f"http://{PROJECT}.127.0.0.1:{port}"
+    config = tmp_path / "ep.toml"
+    source = {"endpoint": endpoint, "project": PROJECT, "logstore": LOGSTORE}
+    processor = {"name": "jsonl", "jsonl": {"path": str(tmp_path / "out")}}
+    config.write_text(
+        dump_toml({"source": source, "consumer": {"group": GROUP}, "processor": processor})
+    )
+    done = cli("check-config", "-c", str(config))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    (warning,) = [line for line in done.stderr.splitlines() if ": warning: " in line]
+    assert warning == (
+        f"{config}: warning: source.endpoint: the endpoint seems to name project {PROJECT!r} "
+        f"already (loghubd adds it to the host): give the region endpoint "
+        f"http://127.0.0.1:{port}"
+    )
+    status = cli("status", "-c", str(config), "--timeout", "1")
+    one_line(
+        status,
+        4,
+        f"the host name {PROJECT}.{PROJECT}.127.0.0.1 does not resolve",
+        f"give the region endpoint http://127.0.0.1:{port}",
+        "(--endpoint, source.endpoint)",
+    )
+    fixed = cli(
+        "check-config", "-c", str(config), env={"LOGHUBD_SOURCE__ENDPOINT": server.endpoint}
+    )
+    assert fixed.returncode == 0 and "warning" not in fixed.stderr, fixed.stderr

@@ -162,6 +162,35 @@ def test_an_unreachable_service_at_start_is_named(tmp_path: Path) -> None:
         daemon.wait(30)
 
 
+def test_an_endpoint_naming_the_project_is_explained_while_run_retries(
+    loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    """`run` keeps retrying an endpoint whose host it cannot resolve (it may come back), but
+    when the host is the project's name doubled, /readyz and /status say so."""
+    port = loghubd_server.endpoint.rsplit(":", 1)[1]
+    endpoint = f"http://{PROJECT}.127.0.0.1:{port}"
+    daemon = Daemon(
+        tmp_path / "d", endpoint, LOGSTORE, GROUP, "doubled", consumer={"request_timeout": 1.0}
+    ).start()
+    hint = f"give the region endpoint http://127.0.0.1:{port}"
+
+    def said() -> str:
+        try:
+            return " ".join(reasons(daemon))
+        except OSError:  # not listening yet
+            return ""
+
+    try:
+        wait_until(lambda: hint in said(), 30, daemon.log_tail)
+        error = daemon.source_status("default")["error"]
+        assert f"the host name {PROJECT}.{PROJECT}.127.0.0.1 does not resolve" in error, error
+        assert "cannot reach the service, retrying" in error and hint in error, error
+        assert daemon.alive()
+    finally:
+        daemon.signal(signal.SIGTERM)
+        daemon.wait(30)
+
+
 def test_a_jsonl_path_that_cannot_be_used_is_refused_at_start(tmp_path: Path) -> None:
     """`jsonl` proves its directory when the daemon (and `check-config`) reads the
     configuration: a path that cannot be used (its parent a file, a file itself) is a
