@@ -28,7 +28,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from loghubd.consumer.assignment import Assignment, Diff
 from loghubd.consumer.shard import ShardContext, ShardTask
 from loghubd.consumer.snapshot import ShardSnapshot
-from loghubd.consumer.twins import CheckpointAudit, Finding, ServerCheckpoint, audit_interval
+from loghubd.consumer.twins import CheckpointAudit, Finding, ServerCheckpoint, audit_every
 from loghubd.ops.metrics import Metrics
 
 log = structlog.get_logger("loghubd.supervisor")
@@ -42,6 +42,8 @@ COMMIT_CONCURRENCY = 16
 # A periodic commit still running after this long (or 3 checkpoint intervals, if longer) is
 # logged once as `checkpoint_commit_slow`: which shard, and since when.
 SLOW_COMMIT_S = 30.0
+# How long the checkpoint read of an audit may hold up the commit tick it runs before.
+AUDIT_READ_BOUND_S = 2.0
 # After the last checkpoint moved by another process under our name, how long readiness
 # keeps saying so: the pair may commit in turns only now and then.
 SAME_NAME_HOLD_S = 600.0
@@ -104,7 +106,6 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._commit_periodically)
-            tg.start_soon(self._audit_periodically)
             task_status.started()
             await anyio.sleep_forever()
 
@@ -128,9 +129,14 @@ class Supervisor:
                     warned.discard(task)
                     self.log.info("checkpoint_commit_slow_ended", shard=task.shard)
 
+        ticks_per_audit = audit_every(interval)
+        tick = 0
         async with anyio.create_task_group() as tg:
             while True:
                 await anyio.sleep(interval)
+                tick += 1
+                if tick % ticks_per_audit == 0:
+                    await self._audit_before_commits(interval)
                 now = anyio.current_time()
                 for task in self.all_tasks():
                     started = running.get(task)
@@ -147,11 +153,16 @@ class Supervisor:
                             "returned; this shard's checkpoint waits, the others go on",
                         )
 
-    async def _audit_periodically(self) -> None:
-        """Every `audit_interval`, one read of the group's checkpoints, judged shard by shard
-        (`twins`). A failed read is skipped: the next one judges."""
-        while True:
-            await anyio.sleep(audit_interval(self.ctx.checkpoint_interval))
+    async def _audit_before_commits(self, interval: float) -> None:
+        """One read of the group's checkpoints, judged shard by shard (`twins`), taken just
+        before a tick's periodic commits. A failed or slow read is skipped (the commits go on
+        after `AUDIT_READ_BOUND_S`, or one interval if shorter): the next one judges.
+
+        NOTE: on a timer of its own the read met our own periodic commit at every audit (3
+        intervals apart, started together), and a commit sent while it was out made it
+        worthless: a daemon could go on for ever without judging once (audit 6). Here our
+        last periodic commit was an interval ago, and a twin's since then is what it reads."""
+        with anyio.move_on_after(min(AUDIT_READ_BOUND_S, interval)):
             try:
                 await self.audit_once()
             except Exception as exc:

@@ -7,10 +7,10 @@ each one's commits pass the fence meant for the other. Nothing on the wire says 
 server cannot tell them apart. What does show is the shard's checkpoint: it moves, stamped
 with our name, while we sent nothing.
 
-The supervisor reads the group's checkpoints now and then (one `GetCheckPoint` for all
-shards) and asks `CheckpointAudit.observe` about every shard it holds whose commits are
-quiet: none in flight while the read was out, the last one answered. A checkpoint is
-*foreign* when
+The supervisor reads the group's checkpoints every `audit_every` periodic commit ticks (one
+`GetCheckPoint` for all shards), just before that tick's commits, and asks
+`CheckpointAudit.observe` about every shard it holds whose commits are quiet: none in flight
+while the read was out, the last one answered. A checkpoint is *foreign* when
 
 - its cursor is not the last one we sent (nor, before our first commit, the one we started
   from), or
@@ -20,11 +20,21 @@ quiet: none in flight while the read was out, the last one answered. A checkpoin
 Who wrote it is the checkpoint's `consumer` field: our own name means a twin; "" a reset
 (`loghubd group reset --force`, which commits with no consumer); another name, a consumer
 that owns the shard now (a rebalance our next fenced commit will hear of: not a problem).
+
+Why just before our own tick: a read sees only the checkpoint's last write. Our last periodic
+commit was one interval ago, and a twin commits once per interval too, so the last write is
+the twin's whenever it moved the cursor since ours (a shard with new logs): each of the pair
+reads the other's cursor at its first audit once both commit, behind ours or ahead alike. A
+read on a timer of its own met our own commit at every audit (both every 3 intervals) and was
+thrown away whenever the commit went out first: one of two twins never judged (audit 6).
+Twins that commit the same cursor (both at the end of a quiet shard) are told apart only
+when its update time moves while we send nothing.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 
@@ -111,6 +121,12 @@ class CheckpointAudit:
             del self._seen[shard]
 
 
+def audit_every(checkpoint_interval: float) -> int:
+    """Every how many periodic commit ticks the group's checkpoints are read (before that
+    tick's commits): the fewest lasting `max(5 s, 3 intervals)`, a request each per daemon."""
+    return max(1, math.ceil(max(5.0, 3.0 * checkpoint_interval) / checkpoint_interval - 1e-9))
+
+
 def audit_interval(checkpoint_interval: float) -> float:
-    """How often the group's checkpoints are read: a request per interval per daemon."""
-    return max(5.0, 3.0 * checkpoint_interval)
+    """How often the group's checkpoints are read, in seconds."""
+    return audit_every(checkpoint_interval) * checkpoint_interval

@@ -15,6 +15,7 @@ from loghubd.consumer.twins import (
     Finding,
     OurCommits,
     ServerCheckpoint,
+    audit_every,
     audit_interval,
 )
 
@@ -116,9 +117,20 @@ def test_shards_are_independent_and_forgotten_when_let_go() -> None:
     assert audit.observe(1, mine, cp("MjA=", 200)) is Finding.SAME_NAME
 
 
-@pytest.mark.parametrize(("interval", "want"), [(0.5, 5.0), (1.0, 5.0), (5.0, 15.0)])
-def test_audit_interval(interval: float, want: float) -> None:
-    assert audit_interval(interval) == want
+@pytest.mark.parametrize(
+    ("interval", "ticks", "want"),
+    [
+        (0.5, 10, 5.0),
+        (1.0, 5, 5.0),
+        (5.0, 3, 15.0),
+        (1.5, 4, 6.0),  # whole ticks: the fewest lasting 5 s
+        (0.3, 17, 5.1),
+        (10.0, 3, 30.0),
+    ],
+)
+def test_audits_come_every_few_commit_ticks(interval: float, ticks: int, want: float) -> None:
+    assert audit_every(interval) == ticks
+    assert audit_interval(interval) == pytest.approx(want)
 
 
 # -- the model ------------------------------------------------------------------------------
