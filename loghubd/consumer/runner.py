@@ -25,7 +25,6 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from loghubd.admin.connect import explain_refusal
 from loghubd.backoff import Backoff
 from loghubd.config import SourceSpec
 from loghubd.consumer import window
@@ -246,7 +245,7 @@ class SourceRunner:
                             self.step,
                             lambda: ensure_group(client, spec.source.logstore, c, self.terms),
                             self._starting_problem,
-                            explain=functools.partial(explain_refusal, spec),
+                            explain=functools.partial(_explain_refusal, spec),
                         )
                         self.step = "starting the processor"
                         if self.factory.bind is not None:
@@ -374,6 +373,14 @@ class SourceRunner:
                 log.info("leave_not_supported", **bind, error=str(exc)[:200])
         self.clean = clean
         self.state = "done" if bounded_done else "stopped"
+
+
+def _explain_refusal(spec: SourceSpec, exc: E.SlsError) -> str:
+    """`loghubd.admin.connect.explain_refusal`, imported only when a start-up call is refused
+    (the admin views are no part of a daemon's start-up)."""
+    from loghubd.admin.connect import explain_refusal
+
+    return explain_refusal(spec, exc)
 
 
 def start_refused(processor: str, exc: Exception) -> StartupError:
