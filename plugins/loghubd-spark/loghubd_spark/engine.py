@@ -40,6 +40,7 @@ themselves (`Item`, `PendingWrite`) live in `items`.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from pathlib import Path
@@ -179,8 +180,11 @@ class Engine:
         self.recover_all()
         self.collect_garbage()
         if timer:
+            # The timer's writes log with the daemon's context (`source`, which the runner binds
+            # as a structlog contextvar): a thread does not inherit contextvars by itself.
+            context = contextvars.copy_context()
             self._timer = threading.Thread(
-                target=self._run_timer, name="loghubd-spark-timer", daemon=True
+                target=context.run, args=(self._run_timer,), name="loghubd-spark-timer", daemon=True
             )
             self._timer.start()
 

@@ -219,3 +219,18 @@ class SparkOptions:
         if problems.lines:
             raise ConfigError(problems.lines)
         return parsed
+
+
+def endpoint_problem(endpoint: str) -> str | None:
+    """What the daemon says of `[source] endpoint` (`source.endpoint: expected an http:// or
+    https:// URL ...`), or None: the core's own check (`loghubd.config.SourceConfig`), so that
+    the streaming source and `spark-stream` refuse what `loghubd run` refuses (an endpoint
+    without a scheme would otherwise be used as plain http://)."""
+    from loghubd.config import ConfigError as CoreConfigError
+    from loghubd.config import SourceConfig
+
+    try:  # project and logstore only fill the fields: their own problems are not ours here
+        SourceConfig(endpoint=endpoint, project="loghubd", logstore="loghubd")
+    except CoreConfigError as exc:
+        return next((p for p in exc.problems if p.startswith("source.endpoint:")), None)
+    return None

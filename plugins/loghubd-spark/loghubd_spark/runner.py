@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
@@ -44,6 +46,31 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.maxConcurrentOutputFileWriters": "8",
 }
 OOM_MARKERS = ("OutOfMemoryError", "Java heap space", "GC overhead limit exceeded")
+# The driver JVM's quiet log4j2 configuration (`quiet_jvm_logging`): FATAL lines only.
+LOG4J2_QUIET = Path(__file__).with_name("log4j2-quiet.properties")
+LOG4J2_OPTION = "log4j2.configurationFile"
+
+
+def under_spark_submit() -> bool:
+    """Started by spark-submit (its JVM is already up and configured)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def quiet_jvm_logging(env: MutableMapping[str, str]) -> None:
+    """The driver JVM, started after this, logs through `LOG4J2_QUIET` (FATAL lines only):
+    Spark's plain-text console lines (its default profile's notice, the loopback-address and
+    native-hadoop warnings, "task of very large size") stay out of the output, which for the
+    daemon is JSON. An operator's own `-Dlog4j2.configurationFile` in `SPARK_SUBMIT_OPTS`
+    wins."""
+    opts = env.get("SPARK_SUBMIT_OPTS", "")
+    if LOG4J2_OPTION not in opts:
+        quiet = f"-D{LOG4J2_OPTION}={LOG4J2_QUIET.as_uri()}"
+        env["SPARK_SUBMIT_OPTS"] = f"{opts} {quiet}".strip()
+
+
+def own_log4j(conf: Mapping[str, str]) -> bool:
+    """The user's Spark conf configures the driver's log4j itself."""
+    return LOG4J2_OPTION in conf.get("spark.driver.extraJavaOptions", "")
 
 
 class SparkError(RuntimeError):
@@ -123,6 +150,8 @@ class SparkRunner:
         if self._session is None:
             from pyspark.sql import SparkSession
 
+            if not under_spark_submit() and not own_log4j(self.conf):
+                quiet_jvm_logging(os.environ)  # the JVM's console lines are not JSON
             builder = SparkSession.builder.master(self.master)
             for key, value in self.conf.items():
                 builder = builder.config(key, value)

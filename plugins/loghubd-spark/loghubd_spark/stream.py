@@ -55,6 +55,7 @@ not the group, is the source of truth for exactly-once.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -75,8 +76,10 @@ from loghubd.arrow import convert, position, split_log_groups, steps_per_group
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
 from loghubd.wal import Range
+from loghubd_spark.options import endpoint_problem
 from loghubd_spark.planning import Offsets, ShardInfo, _ordered, plan
 from loghubd_spark.source import SyncSls, retained_from
+from loghubd_spark.stream_config import DEFAULT_CONSUMER
 
 log = logging.getLogger("loghubd.spark.stream")
 
@@ -87,7 +90,6 @@ SCHEMA_DDL = (
     "`__tags__` MAP<STRING, STRING>, `contents` MAP<STRING, STRING>, `shard` INT, "
     "`cursor` STRING"
 )
-DEFAULT_CONSUMER = "loghubd-spark-stream"
 DEFAULT_MIN_POLL_INTERVAL_MS = 500
 GROUP_TIMEOUT_S = 60  # of a consumer group the source creates (nobody heartbeats in it)
 
@@ -133,6 +135,15 @@ def _fail(name: str, why: str) -> OptionError:
     return OptionError(f"loghub source option {name!r}: {why}")
 
 
+def _unknown(key: str) -> str:
+    """Why `key` is refused, with the documented spelling of the nearest option: Spark hands
+    the keys over lower-cased, so the user's own spelling cannot be echoed."""
+    near = difflib.get_close_matches(key.lower(), OPTIONS, n=1)
+    if near:
+        return f"unknown option (did you mean {OPTIONS[near[0]]}?)"
+    return f"unknown option (known: {', '.join(OPTIONS.values())})"
+
+
 @dataclass(frozen=True, slots=True)
 class StreamOptions:
     """The source's options, validated. Secrets are kept out of `repr`."""
@@ -159,7 +170,7 @@ class StreamOptions:
         for key, value in options.items():
             name = OPTIONS.get(str(key).lower())
             if name is None:
-                raise _fail(str(key), f"unknown option (known: {', '.join(OPTIONS.values())})")
+                raise _fail(str(key), _unknown(str(key)))
             given[name] = "" if value is None else str(value)
 
         def text(name: str, default: str | None = None) -> str:
@@ -197,8 +208,12 @@ class StreamOptions:
         poll_ms = DEFAULT_MIN_POLL_INTERVAL_MS
         if "minPollIntervalMs" in given:
             poll_ms = _positive_int("minPollIntervalMs", given["minPollIntervalMs"], zero=True)
+        endpoint = text("endpoint")
+        problem = endpoint_problem(endpoint)
+        if problem is not None:  # the daemon's words, without its `source.endpoint: `
+            raise _fail("endpoint", problem.split(": ", 1)[-1])
         return cls(
-            endpoint=text("endpoint"),
+            endpoint=endpoint,
             project=text("project"),
             logstore=text("logstore"),
             access_key_id=key_id,

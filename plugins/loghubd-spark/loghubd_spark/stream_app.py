@@ -23,9 +23,11 @@ are never logged (`--check` prints them masked).
 
 Exit codes: 0 done, 1 the query failed (one line names the cause: the exception of our
 `foreachBatch`, or the innermost Python exception in Spark's message), 2 bad configuration,
-including a `sql` pipeline that does not analyse over an empty batch (checked before the
-query starts). Without `--debug` Spark logs only FATAL lines and Python's tracebacks of a
-failing batch are not printed.
+including a pipeline that fails over an empty batch (a `sql` that does not analyse, a
+`function` that raises or returns no DataFrame: checked before the query starts). Without
+`--debug` Spark logs only FATAL lines (a JVM thread's uncaught exception included) and
+Python's tracebacks of a failing batch are not printed. A signal stops the query between
+micro-batches (the one in progress may finish for up to 25 s).
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, MutableMapping
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from loghubd_spark.options import resolve_function
+from loghubd_spark.runner import quiet_jvm_logging, under_spark_submit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,17 +64,26 @@ from loghubd_spark.stream_config import (
 # Python traces are ERROR lines) and no progress bar; the command prints the cause in one
 # line. `[spark_stream.conf]` wins (e.g. "spark.log.level" = "WARN").
 QUIET_CONF = {"spark.log.level": "FATAL", "spark.ui.showConsoleProgress": "false"}
-# The driver JVM's log4j2 configuration without --debug (`quiet_jvm_logging`).
-LOG4J2_QUIET = Path(__file__).with_name("log4j2-quiet.properties")
 # Python loggers that print tracebacks of a failing foreachBatch or SQL analysis.
 NOISY_LOGGERS = ("py4j", "SQLQueryContextLogger")
+# On a signal, the micro-batch in progress may finish for this long before the query is
+# stopped (the processor's default `shutdown_budget`; systemd's stop timeout is above it).
+STOP_WAIT_S = 25.0
+STOP_POLL_S = 0.1
+# What a write interrupted by `query.stop()` raises instead of py4j's error (`BatchWriter`).
+# Spark tells a stop's interruption from a failure by matching the foreachBatch error's text
+# with `StreamExecution.PROXY_ERROR`, `Py4JJavaError: An error occurred while
+# calling((.|\r\n|\r|\n)*)(InterruptedException|...)`: a regex that recurses once per
+# character, so py4j's text (the whole Java stack trace) overflows the stream thread's stack
+# (`java.lang.StackOverflowError` in java.util.regex, a thousand lines on stderr). This text
+# matches it in a few hundred characters: the stop stays a clean stop.
+INTERRUPTED = (
+    "the write was interrupted by the query's stop "
+    "(py4j.protocol.Py4JJavaError: An error occurred while calling write: "
+    "java.lang.InterruptedException)"
+)
 
 # -- Spark -------------------------------------------------------------------------------------
-
-
-def under_spark_submit() -> bool:
-    """Started by spark-submit (its JVM is already up and configured)."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def quiet_python_loggers() -> None:
@@ -78,16 +91,6 @@ def quiet_python_loggers() -> None:
 
     for name in NOISY_LOGGERS:  # pyspark's own logger class: it logs with extra keywords
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
-
-
-def quiet_jvm_logging(env: MutableMapping[str, str]) -> None:
-    """The driver JVM, started after this, logs through `LOG4J2_QUIET` (FATAL lines only):
-    Spark's start-up lines stay out of the command's output. An operator's own
-    `-Dlog4j2.configurationFile` in `SPARK_SUBMIT_OPTS` wins."""
-    opts = env.get("SPARK_SUBMIT_OPTS", "")
-    if "log4j2.configurationFile" not in opts:
-        quiet = f"-Dlog4j2.configurationFile={LOG4J2_QUIET.as_uri()}"
-        env["SPARK_SUBMIT_OPTS"] = f"{opts} {quiet}".strip()
 
 
 def session(cfg: StreamConfig, *, debug: bool = True) -> SparkSession:
@@ -111,7 +114,25 @@ def session(cfg: StreamConfig, *, debug: bool = True) -> SparkSession:
         quiet_jvm_logging(os.environ)
     for key, value in {**DEFAULT_CONF, "spark.app.name": APP_NAME, **quiet, **cfg.conf}.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    log_uncaught_jvm_exceptions(spark)
+    return spark
+
+
+def log_uncaught_jvm_exceptions(spark: SparkSession) -> None:
+    """A JVM thread's uncaught exception goes to Spark's log (an ERROR line: not printed by the
+    quiet profile, printed with --debug) rather than straight to stderr ("Exception in thread
+    ..." and its stack trace), and does not end the driver (`exitOnUncaughtException=false`;
+    an OutOfMemoryError still does). Spark's own handler, as its executors use."""
+    jvm = spark._jvm
+    if jvm is None:  # a Spark Connect session: no JVM in this process
+        return
+    handler = jvm.org.apache.spark.util.SparkUncaughtExceptionHandler(False)
+    jvm.java.lang.Thread.setDefaultUncaughtExceptionHandler(handler)
+
+
+class BatchInterrupted(RuntimeError):
+    """A micro-batch's write that `query.stop()` interrupted (text: `INTERRUPTED`)."""
 
 
 class BatchWriter:
@@ -126,6 +147,9 @@ class BatchWriter:
         self.sink, self.path = sink, path
         self.tag = ""
         self.error: BaseException | None = None  # the last micro-batch's failure
+        # Set just before `query.stop()`: a write failing after it was interrupted by it.
+        self.stopping = threading.Event()
+        self.interrupted = False
         self._bound = threading.Event()
 
     def bind(self, query_id: str) -> None:
@@ -147,17 +171,22 @@ class BatchWriter:
         return df.withColumn(BATCH_COLUMN, F.lit(name))
 
     def check(self, spark: SparkSession) -> None:
-        """Analyse the `sql` pipeline over an empty batch of the source's schema, before the
-        query starts: a typo fails at once, naming the key (`jobs.PipelineError`)."""
-        from loghubd_spark.jobs import with_partitions
+        """Run the pipeline (`sql` or `function`) over an empty batch of the source's schema,
+        before the query starts: a typo, a function that raises or returns no DataFrame fails
+        at once, naming the key (`jobs.PipelineError`)."""
+        from loghubd_spark.jobs import PipelineError, with_partitions
         from loghubd_spark.stream import SCHEMA_DDL
 
-        if self.pipeline.sql is None:
-            return  # a function may rightly refuse an empty batch: it runs with the first one
         empty = self.prepare(spark.createDataFrame([], SCHEMA_DDL), "check")
-        out, done = self.pipeline.apply(spark, empty)
         try:
-            with_partitions(out, "check")
+            out, done = self.pipeline.apply(spark, empty)
+        except PipelineError:
+            raise
+        except Exception as exc:  # the user's function raised (the sql's errors are named)
+            problem = _named(type(exc).__name__, _first_line(str(exc)))
+            raise PipelineError(f"{SECTION}.function: {problem}") from exc
+        try:
+            with_partitions(out, "check").schema  # noqa: B018 (analyses the plan)
         finally:
             done()
 
@@ -165,6 +194,11 @@ class BatchWriter:
         try:
             self._write(df, batch_id)
         except BaseException as exc:
+            if self.stopping.is_set():
+                # Not a failure: the stop interrupted it (Spark replays the micro-batch on
+                # restart). A short text Spark recognises, without py4j's (see INTERRUPTED).
+                self.interrupted = True
+                raise BatchInterrupted(INTERRUPTED) from None
             self.error = exc
             raise
 
@@ -258,6 +292,22 @@ def cause(error: BaseException, batch_error: BaseException | None = None) -> str
     return _STREAM_FAILED.sub("", _first_line(text)) or type(error).__name__
 
 
+def stop_between_batches(
+    query: StreamingQuery, writer: BatchWriter, *, wait_s: float = STOP_WAIT_S
+) -> None:
+    """Stop the query once the micro-batch in progress has finished (within `wait_s`), so
+    that the stop does not interrupt a write. A batch starting in between, or one still
+    running after `wait_s`, is interrupted: its write raises `BatchInterrupted` and Spark
+    replays it on restart."""
+    deadline = time.monotonic() + wait_s
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status["isTriggerActive"]:
+            break
+        time.sleep(STOP_POLL_S)
+    writer.stopping.set()
+    query.stop()
+
+
 def run(
     cfg: StreamConfig,
     *,
@@ -266,7 +316,7 @@ def run(
     debug: bool = False,
 ) -> int:
     """Run the pipeline until SIGTERM, SIGINT or SIGHUP (or, with available_now, until caught
-    up): 0, 1 the query failed (one line says why), 2 the `sql` pipeline does not analyse.
+    up): 0, 1 the query failed (one line says why), 2 the pipeline fails over an empty batch.
     Spark's console logging and Python's tracebacks are quiet unless `debug`."""
     from pyspark.errors import StreamingQueryException
 
@@ -291,8 +341,9 @@ def run(
             writer.check(spark)
         except PipelineError as exc:
             problem = _first_line(str(exc))
-            if not problem.startswith(f"{SECTION}."):
-                problem = f"{SECTION}.sql: {problem}"
+            if not problem.startswith(f"{SECTION}."):  # with_partitions': the output's columns
+                key = "sql" if writer.pipeline.sql is not None else "function"
+                problem = f"{SECTION}.{key}: {problem}"
             say(f"spark-stream: invalid configuration: {problem}")
             return 2
         query = start(spark, cfg, available_now=available_now, writer=writer)
@@ -305,9 +356,9 @@ def run(
                 break
         if stopping.is_set():
             say("spark-stream: stopping")
-            query.stop()
+            stop_between_batches(query, writer)
         error = query.exception()
-        if error is not None:
+        if error is not None and not writer.interrupted:
             say(f"spark-stream: the query failed: {cause(error, writer.error)}")
             code = 1
         else:
@@ -323,8 +374,8 @@ def run(
 def run_cli(
     config: str, *, check: bool = False, available_now: bool = False, debug: bool = False
 ) -> int:
-    """`loghubd spark-stream`: 0 done, 1 the query failed, 2 bad configuration (a `sql`
-    pipeline that does not analyse included)."""
+    """`loghubd spark-stream`: 0 done, 1 the query failed, 2 bad configuration (a pipeline
+    that fails over an empty batch included)."""
     import json
 
     try:

@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loghubd import redact_value
-from loghubd_spark.options import LOGS_PLACEHOLDER, SINKS, resolve_function
+from loghubd_spark.options import LOGS_PLACEHOLDER, SINKS, endpoint_problem, resolve_function
 
 if TYPE_CHECKING:
     pass
 
 SECTION = "spark_stream"
 APP_NAME = "loghubd-spark-stream"
+# The consumer name of the source's commits when `[consumer] name` is not given.
+DEFAULT_CONSUMER = "loghubd-spark-stream"
 SOURCE_KEYS = (
     "endpoint",
     "project",
@@ -131,6 +133,11 @@ class StreamConfig:
                 out[name] = {k: redact_value(k, v) for k, v in value.items()}
             else:  # URL passwords in `path`, secret name=value pairs in a string
                 out[name] = redact_value(name, value)
+        # The effective values of keys left out. `order` unset follows the consumer group's
+        # flag, which only the service knows (read when the query starts).
+        out["consumer_name"] = self.consumer_name or DEFAULT_CONSUMER
+        if self.order is None:
+            out["order"] = "the consumer group's order flag, else false" if self.group else False
         return out
 
 
@@ -334,6 +341,8 @@ def parse(data: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> 
         min_poll_interval=spark.number("min_poll_interval", 0.5),
         fail_on_data_loss=spark.boolean("fail_on_data_loss", True) is not False,
     )
+    if cfg.endpoint and (problem := endpoint_problem(cfg.endpoint)) is not None:
+        problems.append(problem)
     if cfg.auth_version == "v4" and not cfg.region:
         problems.append("source.region: required with auth_version v4")
     if bool(cfg.access_key_id) != bool(cfg.access_key_secret):

@@ -275,6 +275,20 @@ class SparkDaemon:
                 if name is None or event.get("event") == name:
                     yield event
 
+    def foreign_lines(self) -> list[str]:
+        """Output lines that are not the daemon's JSON (nor this harness's run markers, the
+        fault injection's notice, the JVM's own line about the vector module): Spark's console
+        must stay out of it."""
+        if not self.log_path.exists():
+            return []
+        return [
+            line
+            for line in self.log_path.read_text(errors="replace").splitlines()
+            if line.strip()
+            and not line.startswith(("{", "--- run ", "loghubd-spark: fault injection:"))
+            and not line.startswith("WARNING: Using incubator modules")
+        ]
+
     def count(self, name: str) -> int:
         return sum(1 for _ in self.events(name))
 

@@ -33,6 +33,15 @@ def not_a_dataframe(df: Any) -> Any:
     return 42
 
 
+def raises(df: Any) -> Any:
+    raise ValueError("boom from user code")
+
+
+def not_a_dataframe_once_there_are_rows(df: Any) -> Any:
+    """Passes the empty batch `spark-stream` checks before it starts, fails a real one."""
+    return df if df.isEmpty() else 42
+
+
 SLOW_FLAG = "LOGHUBD_SPARK_TEST_SLOW_FILE"
 SLOW_ID = "777"
 

@@ -269,6 +269,11 @@ def test_function_pipeline_into_json_lines_survives_a_crash(
     finally:
         daemon.kill()
     assert daemon.count("spark_batch_recovered") == 1
+    # Spark's log4j console lines stay out of the JSON output (the quiet profile), and the
+    # timer thread's writes carry the daemon's `source` like every other event
+    assert not daemon.foreign_lines(), daemon.foreign_lines()[:20]
+    written = list(daemon.events("spark_batch_written"))
+    assert written and all(e.get("source") == "default" for e in written), written[:3]
     files = list(out.glob("dt=*/batch=*/part-*.json"))
     assert files, "no JSON-lines files"
     df = spark.read.json(str(out))

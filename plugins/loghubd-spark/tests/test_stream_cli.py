@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from spark_harness import Source, lake_ids, produce, spark_stream, wait_until
+from spark_harness import lake_ids, produce, spark_stream, wait_until
 
 from loghubd.testing import ServerProcess
 
@@ -40,12 +40,24 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
         ),
         (
             "app",
-            'function = "spark_pipelines:not_a_dataframe"',
+            'function = "spark_pipelines:raises"',
+            2,
+            "spark-stream: invalid configuration: spark_stream.function: ValueError: boom from "
+            "user code",
+        ),
+        (
+            "app",
+            'function = "spark_pipelines:not_a_dataframe_once_there_are_rows"',
             1,
             "spark-stream: the query failed: spark_stream.function must return a DataFrame",
         ),
     ],
-    ids=["missing-logstore", "bad-column", "function-fails-in-a-batch"],
+    ids=[
+        "missing-logstore",
+        "bad-column",
+        "function-raises",
+        "function-fails-in-a-batch",
+    ],
 )
 def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
     loghubd_server: ServerProcess,
@@ -57,7 +69,8 @@ def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
 ) -> None:
     """A failed query is the user's problem, not loghubd's: one line naming the cause, no
     Java or Python traceback, no Spark start-up lines, exit 1 (the query failed) or 2 (the
-    pipeline does not analyse: found before the query starts)."""
+    pipeline fails over an empty batch, `sql` or `function`: found before the query
+    starts)."""
     server = loghubd_server
     produce(server.endpoint, "streamerr", "app", 200, shards=1)
     config = tmp_path / "stream.toml"
@@ -101,23 +114,28 @@ def spark_lines(stderr: str) -> list[str]:
     ]
 
 
-@pytest.mark.timeout(240)
-def test_loghubd_spark_stream_stops_cleanly_on_sighup(
+@pytest.mark.timeout(300)
+def test_loghubd_spark_stream_stops_cleanly_on_a_signal_mid_stream(
     loghubd_server: ServerProcess, tmp_path: Path
 ) -> None:
-    """A running stream and `kill -HUP` (a closed terminal, an operator's habit): the query
-    stops between micro-batches and the command exits 0, as on SIGTERM or SIGINT (the same
-    handler). SIGHUP's default action ended the driver at once, mid-batch."""
-    server, total = loghubd_server, 600
-    produce(server.endpoint, "streamstop", "app", total, shards=1)
+    """A signal while micro-batches follow each other (a backlog read one log group at a
+    time): the query stops between micro-batches and the command exits 0, with its own three
+    lines only. `query.stop()` during a batch's write printed a thousand lines of
+    `Exception in thread ... java.lang.StackOverflowError` (Spark's regex over py4j's error
+    text). SIGHUP's default action ended the driver at once, mid-batch. SIGHUP here: SIGTERM
+    and SIGINT share its handler (stream_app.run), and it alone had a default action that
+    killed. A restart with --available-now then reads the rest: every log exactly once."""
+    server, total, signum = loghubd_server, 3000, signal.SIGHUP
+    project = f"streamstop{signum.name.lower()}"
+    produce(server.endpoint, project, "app", total, shards=1, group_size=10)
     lake, config = tmp_path / "lake", tmp_path / "stream.toml"
     config.write_text(
-        f'[source]\nendpoint = "{server.endpoint}"\nproject = "streamstop"\nlogstore = "app"\n'
+        f'[source]\nendpoint = "{server.endpoint}"\nproject = "{project}"\nlogstore = "app"\n'
         '[consumer]\ngroup = "stop"\n'
         "[spark_stream]\n"
         f'path = "{lake}"\ncheckpoint_location = "{tmp_path / "chk"}"\n'
         "sql = \"SELECT *, CAST(contents['id'] AS BIGINT) AS id FROM {logs}\"\n"
-        'master = "local[1]"\n'
+        'master = "local[1]"\ntrigger_interval = 0\nmax_log_groups_per_trigger = 1\n'
         '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
         '"spark.sql.shuffle.partitions" = 1\n'
         '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
@@ -131,18 +149,37 @@ def test_loghubd_spark_stream_stops_cleanly_on_sighup(
             cwd=tmp_path,
         )
     try:
-        source = Source(server.endpoint, "streamstop", "app")
-        wait_until(lambda: source.caught_up("stop"), 180, lambda: stderr.read_text()[-3000:])
-        proc.send_signal(signal.SIGHUP)
+        commits = tmp_path / "chk" / "commits"
+        wait_until(
+            lambda: commits.is_dir() and len(list(commits.glob("[0-9]*"))) >= 1,
+            180,
+            lambda: stderr.read_text()[-3000:],
+        )
+        proc.send_signal(signum)
         assert proc.wait(60) == 0, stderr.read_text()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    said = [line for line in stderr.read_text().splitlines() if "spark-stream: " in line]
+    output = stderr.read_text()
+    for noise in ("Exception in thread", "StackOverflowError", "\tat ", "Traceback"):
+        assert noise not in output, output[-3000:]
+    said = [line for line in output.splitlines() if "spark-stream: " in line]
     assert len(said) == 3 and "started, writing to" in said[0], said
     assert said[1:] == ["spark-stream: stopping", said[2]], said
     assert said[2].startswith("spark-stream: stopped after batch "), said
-    assert not spark_lines(stderr.read_text()), stderr.read_text()[-3000:]
+    assert not spark_lines(output), output[-3000:]
+    stopped = lake_ids(lake)
+    assert 0 < len(stopped) < total and max(stopped.values()) == 1  # mid-stream, no duplicate
+    done = spark_stream(
+        config,
+        {
+            **os.environ,
+            "LOGHUBD_SPARK_STREAM__AVAILABLE_NOW": "true",
+            "LOGHUBD_SPARK_STREAM__MAX_LOG_GROUPS_PER_TRIGGER": "0",
+        },
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     ids = lake_ids(lake)
     assert sorted(ids) == list(range(total)) and max(ids.values()) == 1

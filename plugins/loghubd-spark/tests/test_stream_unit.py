@@ -80,6 +80,18 @@ def test_options_parse_case_insensitively_and_keep_secrets_out_of_repr() -> None
         ({**BASE, "accessKeyId": "x"}, "'accessKeySecret': give both or neither"),
         ({**BASE, "authVersion": "v4"}, "'region': required with authVersion v4"),
         ({**BASE, "maxLogGroups": "5"}, "'maxLogGroups': unknown option"),
+        # Spark hands the keys over lower-cased: the nearest option in its documented spelling
+        (
+            {**BASE, "maxlogspertrigger": "5"},
+            r"'maxlogspertrigger': unknown option \(did you mean maxLogGroupsPerTrigger\?\)",
+        ),
+        ({**BASE, "zzz": "5"}, r"'zzz': unknown option \(known: endpoint, project"),
+        # as `loghubd run` refuses it: without a scheme it would be used as plain http://
+        (
+            {**BASE, "endpoint": "cn-hangzhou.log.aliyuncs.com"},
+            r"'endpoint': expected an http:// or https:// URL such as "
+            r"https://cn-hangzhou.log.aliyuncs.com, got 'cn-hangzhou.log.aliyuncs.com'$",
+        ),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(options: dict[str, str], message: str) -> None:
@@ -353,9 +365,25 @@ def test_cli_check_prints_the_config_masked(
     out = capsys.readouterr().out
     assert json.loads(out)["access_key_secret"] == "***"
     assert "very-secret" not in out
+    # the effective values of what was left out
+    assert json.loads(out)["consumer_name"] == "loghubd-spark-stream"
+    assert json.loads(out)["order"] == "the consumer group's order flag, else false"
+    path.write_text(path.read_text().replace("group = 'g'", "name = 'n'\norder = true"))
+    assert main(["spark-stream", "-c", str(path), "--check"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["consumer_name"], shown["order"]) == ("n", True)
+    path.write_text(path.read_text().replace("order = true\n", ""))
+    assert main(["spark-stream", "-c", str(path), "--check"]) == 0
+    assert json.loads(capsys.readouterr().out)["order"] is False  # no group: not ordered
     path.write_text("[source]\nendpoint = 'x'\n")
     assert main(["spark-stream", "-c", str(path), "--check"]) == 2
-    assert "source.project: required" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "source.project: required" in err
+    # the daemon's own words for an endpoint without a scheme (`loghubd check-config`)
+    assert (
+        "source.endpoint: expected an http:// or https:// URL such as "
+        "https://cn-hangzhou.log.aliyuncs.com, got 'x'"
+    ) in err
 
 
 def test_spark_refuses_bad_options_at_load_and_redacts_credentials(spark: Any) -> None:
@@ -417,3 +445,54 @@ def test_a_failed_querys_cause_is_the_innermost_python_exception() -> None:
     batch = PipelineError("spark_stream.sql: [UNRESOLVED_COLUMN] no `x`; line 1\n'Project [x]")
     assert cause(error, batch) == "spark_stream.sql: [UNRESOLVED_COLUMN] no `x`; line 1"
     assert cause(error, OSError("disk full\nmore")) == "OSError: disk full"
+
+
+@pytest.mark.parametrize(
+    ("function", "says"),
+    [
+        ("spark_pipelines:raises", "spark_stream.function: ValueError: boom from user code"),
+        ("spark_pipelines:not_a_dataframe", "spark_stream.function must return a DataFrame"),
+    ],
+)
+def test_a_function_pipeline_is_checked_over_an_empty_batch(
+    spark: Any, function: str, says: str
+) -> None:
+    """`spark-stream` runs a `function` over an empty batch before the query starts, as it
+    analyses a `sql`: a broken one is a configuration error naming the key (exit 2)."""
+    from loghubd_spark.jobs import PipelineError
+    from loghubd_spark.stream_app import BatchWriter
+
+    BatchWriter(None, "spark_pipelines:tag_levels", "parquet", "/nowhere").check(spark)
+    with pytest.raises(PipelineError) as info:
+        BatchWriter(None, function, "parquet", "/nowhere").check(spark)
+    assert str(info.value).startswith(says)
+
+
+def test_a_write_interrupted_by_the_stop_raises_what_spark_takes_for_an_interruption(
+    spark: Any,
+) -> None:
+    """After `query.stop()`, a failing write raises `BatchInterrupted`, whose traceback (what
+    py4j hands to the JVM) is short and matches Spark's own test for an interruption: the
+    stop stays clean, and Spark's regex does not overflow the stream thread's stack on the
+    long py4j text (a thousand lines of `StackOverflowError`). Before the stop, a failure
+    is the batch's own."""
+    import traceback
+
+    from loghubd_spark.stream_app import BatchInterrupted, BatchWriter
+
+    class Failing(BatchWriter):
+        def _write(self, df: Any, batch_id: int) -> None:
+            raise RuntimeError("An error occurred while calling o1.parquet.\n" + "\tat x\n" * 5000)
+
+    writer = Failing(None, None, "parquet", "/nowhere")
+    with pytest.raises(RuntimeError, match=r"o1\.parquet"):
+        writer(None, 0)
+    assert writer.error is not None and not writer.interrupted
+    writer.stopping.set()
+    with pytest.raises(BatchInterrupted) as info:
+        writer(None, 1)
+    assert writer.interrupted
+    text = "".join(traceback.format_exception(info.value))
+    assert len(text) < 2000 and "\tat x" not in text
+    spark_rule = spark._jvm.org.apache.spark.sql.execution.streaming.runtime.StreamExecution
+    assert spark_rule.PROXY_ERROR().findFirstIn(text).isDefined()
