@@ -145,7 +145,7 @@ async def run_fetcher(
     catalog: ShardCatalog,
     metrics: Metrics,
     status: FetchStatus,
-    start_position: Callable[[], Awaitable[str]],
+    start_position: Callable[[], Awaitable[str | None]],  # None: the shard stops
     bind: dict[str, object],
     window_end: Callable[[], Awaitable[str | None]] | None = None,
     on_error: Callable[[str], None] = lambda message: None,
@@ -180,6 +180,8 @@ async def run_fetcher(
             except E.InvalidCursor as exc:
                 try:
                     fresh = await start_position()
+                    if fresh is None:
+                        return
                 except E.SlsError as lookup:
                     failures += 1
                     await _back_off(

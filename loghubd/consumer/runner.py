@@ -35,7 +35,13 @@ from loghubd.consumer.heartbeat import HeartbeatSettings, HeartbeatState, run_he
 from loghubd.consumer.processing import RetryPolicy
 from loghubd.consumer.shard import ShardContext
 from loghubd.consumer.snapshot import HeartbeatSnapshot, SourceSnapshot
-from loghubd.consumer.startup import StartupError, ensure_group, retry_until_ok
+from loghubd.consumer.startup import (
+    StartupError,
+    check_query,
+    check_shard_filter,
+    ensure_group,
+    retry_until_ok,
+)
 from loghubd.consumer.supervisor import Supervisor, Waker
 from loghubd.consumer.terms import GroupTerms
 from loghubd.errors import describe_error
@@ -192,6 +198,28 @@ class SourceRunner:
             seconds_since_same_name=None if same is None else now - same.at,
         )
 
+    async def _check_against_the_logstore(self, client: SlsClient) -> None:
+        """What only the service can tell of the configuration, before any shard is read:
+        `consumer.shards` ids the logstore has, and a `consumer.query` it compiles."""
+        spec, c = self.spec, self.spec.consumer
+        logstore, keys = spec.source.logstore, f"{spec.keys}.consumer" if spec.multi else "consumer"
+        if c.shards is not None:
+            shards, bounded = c.shards, c.end is not None
+            self.step = f"checking {keys}.shards against the logstore"
+            await retry_until_ok(
+                self.step,
+                lambda: check_shard_filter(client, logstore, shards, bounded, f"{keys}.shards"),
+                self._starting_problem,
+            )
+        if c.query:
+            query = c.query
+            self.step = f"checking {keys}.query with the service"
+            await retry_until_ok(
+                self.step,
+                lambda: check_query(client, logstore, query, f"{keys}.query"),
+                self._starting_problem,
+            )
+
     def _starting_problem(self, reason: str) -> None:
         """Why start-up is not through yet ("" once it is): shown as the source's `error`."""
         if self.state == "starting":
@@ -247,6 +275,7 @@ class SourceRunner:
                             self._starting_problem,
                             explain=functools.partial(_explain_refusal, spec),
                         )
+                        await self._check_against_the_logstore(client)
                         self.step = "starting the processor"
                         if self.factory.bind is not None:
                             self.factory.bind(self.processor_context())
@@ -325,6 +354,7 @@ class SourceRunner:
 
         tg.start_soon(heartbeat)
         window_done = anyio.Event()
+        window_failed: list[int] = []  # shards that failed for good: the window cannot end
         if c.end is not None:
             tg.start_soon(
                 functools.partial(
@@ -338,6 +368,9 @@ class SourceRunner:
                     sleep=self.window_waker.sleep,
                     done=window_done,
                     bind=bind,
+                    blocked=supervisor.window_blocked,
+                    give_up=window_failed.extend,
+                    tally=self.metrics.window_tally,
                 )
             )
         log.info(
@@ -351,7 +384,7 @@ class SourceRunner:
         )
         started()
         await _wait_any(stop, window_done)
-        bounded_done = window_done.is_set() and not stop.is_set()
+        bounded_done = window_done.is_set() and not stop.is_set() and not window_failed
         log.info("shutdown_started", **bind, grace_s=c.shutdown_grace, window_done=bounded_done)
         self.state = "stopping"
         clean = await supervisor.stop_all(c.shutdown_grace)

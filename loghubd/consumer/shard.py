@@ -291,11 +291,21 @@ class ShardTask:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def _start_position(self) -> str:
+    async def _start_position(self) -> str | None:
+        """Where a shard without a checkpoint starts: the cursor of `consumer.start`. A start
+        time still ahead is waited for (None if the shard is asked to stop meanwhile): the
+        service answers a time with nothing at or after it with the shard's end, now, and
+        everything written from now until the start would be read."""
         c = self.ctx
+        if c.start not in ("begin", "end"):
+            wait = float(c.start) + window.WINDOW_SETTLE_S - time.time()
+            if wait > 0:
+                log.info("shard_waiting_for_start", **self._bind, start=c.start, wait_s=wait)
+                if await stopped_within(wait, self.stop_requested):
+                    return None
         return await c.client.get_cursor(c.settings.logstore, self.shard, c.start)
 
-    async def _initial(self) -> tuple[str, str | None]:
+    async def _initial(self) -> tuple[str, str | None] | None:
         c = self.ctx
         cps = await c.client.checkpoints(c.settings.logstore, c.group, self.shard)
         saved = next(
@@ -303,7 +313,8 @@ class ShardTask:
         )
         if saved:
             return saved, saved
-        return await self._start_position(), None
+        start = await self._start_position()
+        return None if start is None else (start, None)
 
     async def _initial_with_retry(self) -> tuple[str, str | None] | None:
         """The start position, retried while the service fails; None if the shard is asked
@@ -420,18 +431,7 @@ class ShardTask:
             self._ended = True
             return
         await self.commit()
-        self._shutting_down = True
-        try:
-            with anyio.fail_after(ABANDONED_CALL_S if self.abandoned else 30):
-                await self.processor.shutdown(self.tracker)
-        except Exception as exc:
-            self.shutdown_failed = True
-            log.error(
-                "processor_shutdown_failed",
-                **self._bind,
-                error=repr(exc)[:300],
-                **traceback_of(exc),
-            )
+        await self._shut_down_processor()
         saved = await self._commit_until(
             self.no_more_retries, resend=False, patience=HANDOVER_PATIENCE_S, while_leased=True
         )
@@ -445,6 +445,23 @@ class ShardTask:
             )
         self._ended = True
         log.info("shard_stopped", **self._bind, checkpoint=self.tracker.committed, lost=self.lost)
+
+    async def _shut_down_processor(self) -> None:
+        """`processor.shutdown`, once (at the shard's stop, or at its window's end)."""
+        if self._shutting_down or self.processor is None or self.tracker is None:
+            return
+        self._shutting_down = True
+        try:
+            with anyio.fail_after(ABANDONED_CALL_S if self.abandoned else 30):
+                await self.processor.shutdown(self.tracker)
+        except Exception as exc:
+            self.shutdown_failed = True
+            log.error(
+                "processor_shutdown_failed",
+                **self._bind,
+                error=repr(exc)[:300],
+                **traceback_of(exc),
+            )
 
     async def _commit_until(
         self,
@@ -705,11 +722,19 @@ class ShardTask:
 
     async def _end_of_window(self, cursor: str) -> None:
         """A bounded run read the shard up to its window's end: commit it (fenced) and hold
-        the shard, idle, until the daemon stops (the whole group may not be done yet)."""
+        the shard, idle, until the daemon stops (the whole group may not be done yet). A
+        processor still holding batches is shut down first, so that it writes them."""
         assert self.tracker is not None
         log.info("shard_window_end_reached", **self._bind, cursor=cursor)
         self.status.state = "finished"
         self.status.fetch.caught_up = True
+        await self.commit()
+        committed = self.tracker.committed
+        if committed is None or not window.reached(committed, cursor):
+            # Batches the processor still holds (deferred: `parquet` buffers rows until a
+            # file rolls). No batch follows the window's end: it shuts down now and writes
+            # them, instead of at its own `max_age_s` while the whole run waits.
+            await self._shut_down_processor()
         if await self._commit_until(self.stop_requested, resend=False):
             self.ctx.on_finished()
 

@@ -74,7 +74,59 @@ async def ensure_group(
         getattr(log, level)("consumer_group_created", group=c.group, **want, **extra)
     except E.ConsumerGroupAlreadyExist:
         pass  # another worker created it first: the heartbeats re-read its timeout
+    except E.ConsumerGroupQuotaExceed as exc:
+        # Bounded runs with a fresh group each (backfills from cron) leave their groups.
+        raise StartupError(
+            f"cannot create consumer group {c.group}: the logstore has as many groups as "
+            f"the service allows ({exc.message}); delete the ones no longer used (`loghubd "
+            "group list`, then `loghubd group delete GROUP --yes`)",
+            2,
+        ) from exc
     terms.update(float(int(c.timeout)))
+
+
+async def check_shard_filter(
+    client: SlsClient, logstore: str, wanted: tuple[int, ...], bounded: bool, key: str
+) -> None:
+    """`consumer.shards` (`key`) against the logstore's shards: ids it does not have yet are
+    logged (a split or merge makes new ids, so they may come); a bounded run none of whose
+    shards exists is StartupError (exit 3): it would end at once, 0, having read nothing."""
+    have = sorted(int(s["shardID"]) for s in await client.list_shards(logstore))
+    missing = sorted(set(wanted) - set(have))
+    if not missing:
+        return
+    existing = ", ".join(map(str, have)) or "none"
+    if bounded and len(missing) == len(set(wanted)):
+        raise StartupError(
+            f"{key}: no shard {', '.join(map(str, missing))} in logstore {logstore} (it has "
+            f"{existing}): this bounded run would read nothing",
+            3,
+        )
+    log.warning(
+        "shards_not_in_logstore",
+        key=key,
+        shards=missing,
+        logstore_shards=have,
+        hint="not consumed unless a split or merge makes them; check the shard ids",
+    )
+
+
+async def check_query(client: SlsClient, logstore: str, query: str, key: str) -> None:
+    """Ask the service to compile `consumer.query` (`key`) once, at start: one pull of no
+    logs with it, at the end of the first shard. A query it refuses is StartupError (exit 2)
+    naming the key, where otherwise every shard would stop on its first pull, and a bounded
+    run over an empty window would end 0 having checked nothing."""
+    shards = await client.list_shards(logstore)
+    if not shards:
+        return
+    shard = int(shards[0]["shardID"])
+    cursor = await client.get_cursor(logstore, shard, "end")
+    try:
+        await client.pull(logstore, shard, cursor, 1, query=query)
+    except (E.ParameterInvalid, E.NotSupported) as exc:
+        raise StartupError(
+            f"{key}: the service refuses the query: {exc.message} (docs/spl.md)", 2
+        ) from exc
 
 
 async def retry_until_ok(

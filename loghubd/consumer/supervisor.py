@@ -297,6 +297,14 @@ class Supervisor:
     def all_tasks(self) -> list[ShardTask]:
         return list(self.tasks.values())
 
+    def window_blocked(self) -> list[int]:
+        """For a bounded run: the parked shards, when every other shard held has reached its
+        window's end (a shard that failed for good never will, and the run would wait for
+        ever); [] otherwise."""
+        if not self.parked or any(t.status.state != "finished" for t in self.tasks.values()):
+            return []
+        return sorted(self.parked)
+
     def shard_snapshots(self, now: float, started_at: float) -> tuple[ShardSnapshot, ...]:
         """Every held shard, consumed or parked, by shard number (`ShardTask.snapshot`)."""
         tasks = sorted([*self.tasks.values(), *self.parked.values()], key=lambda t: t.shard)

@@ -72,13 +72,32 @@ async def watch_group(
     sleep: Callable[[float], Awaitable[None]],
     done: anyio.Event,
     bind: Mapping[str, object],
+    blocked: Callable[[], list[int]] = lambda: [],
+    give_up: Callable[[list[int]], None] = lambda shards: None,
+    tally: Callable[[], dict[str, int]] = dict,
 ) -> None:
     """Set `done` once every shard of the group (within `shards`) has a checkpoint at or past
     the cursor of `end`, whoever consumed it. Checks every `every` seconds, sooner when
-    `sleep` (a shard finished its window) returns early."""
+    `sleep` (a shard finished its window) returns early. Also once every shard this daemon
+    holds has either reached its end or failed for good (`blocked`: the failed ones): the
+    window cannot complete, and a job run from cron must not wait for ever; `give_up` is told
+    which shards, then `done` is set."""
     ends: dict[int, str] = {}  # shard → the window's end cursor (stable once resolved)
     while True:
         await sleep(every)
+        failed = blocked()
+        if failed:
+            log.error(
+                "window_cannot_complete",
+                **bind,
+                end=end,
+                failed_shards=failed,
+                hint="these shards' processor failed for good (shard_parked says why): fix "
+                "it and run again with the same group, which starts where this run ended",
+            )
+            give_up(failed)
+            done.set()
+            return
         if time.time() < end + WINDOW_SETTLE_S:
             continue
         try:
@@ -87,7 +106,18 @@ async def watch_group(
             log.warning("window_check_failed", **bind, error=str(exc)[:300])
             continue
         if not pending:
-            log.info("window_complete", **bind, end=end, shards=sorted(ends))
+            counts = tally()
+            log.info("window_complete", **bind, end=end, shards=sorted(ends), **counts)
+            if counts.get("logs", 1) == 0:
+                log.warning(
+                    "window_delivered_nothing",
+                    **bind,
+                    end=end,
+                    **counts,
+                    hint="this daemon delivered no log of the window: it holds none, or the "
+                    "query matched none, or the group's checkpoints were at its end already "
+                    "(a group used before: use a fresh one, or `loghubd group reset`)",
+                )
             done.set()
             return
 

@@ -178,6 +178,14 @@ class Metrics:
         for by in ("same_name", "reset", "other_consumer"):
             self.checkpoints_moved.labels(by)
 
+    def window_tally(self) -> dict[str, int]:
+        """Logs delivered to the processor and filtered out by the query, over the shards
+        held now (a bounded run's summary: they are held until it ends)."""
+        return {
+            "logs": _total(self.consumed_logs),
+            "filtered_logs": _total(self.filtered_logs),
+        }
+
     def start_shard(self, shard: int, checkpoint_age: Callable[[], float]) -> None:
         """A shard was taken: its counters exist from now on (at 0 until something happens,
         so `increase()` catches the first error), and its checkpoint age is read from
@@ -306,3 +314,15 @@ def labelled_by_source(
     if config is not None:
         registry.register(config)
     return registry
+
+
+def _total(counter: Counter) -> int:
+    """The sum of a labelled counter's series."""
+    return int(
+        sum(
+            sample.value
+            for metric in counter.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_total")
+        )
+    )

@@ -69,13 +69,17 @@ def test_a_bounded_run_delivers_exactly_its_window_and_exits_0(daemon_pool: Pool
     assert_delivered_exactly([daemon], expected_ids("b", N))
     assert_checkpoints_at(pool, "window", "replay", t2)
     assert {e["shard"] for e in daemon.events("shard_window_end_reached")} == set(range(SHARDS))
-    assert daemon.events("window_complete") and daemon.events("left_group")
+    (complete,) = daemon.events("window_complete")
+    assert (complete["logs"], complete["filtered_logs"]) == (N, 0), complete
+    assert daemon.events("left_group") and not daemon.events("window_delivered_nothing")
     assert took < 30, took
 
     # Once more with the same group: every checkpoint is already at the end: nothing to do.
     again = pool.daemon("window", "replay", "bounded-again", consumer={"start": t1, "end": t2})
     assert again.wait(60) == 0, again.log_tail()
     assert read_ids([again.output]) == []
+    (nothing,) = again.events("window_delivered_nothing")  # a cron job's green, empty run
+    assert nothing["logs"] == 0 and "group reset" in nothing["hint"], nothing
 
 
 def test_two_bounded_daemons_share_the_window_and_both_exit_0(daemon_pool: Pool) -> None:
@@ -120,6 +124,112 @@ def test_a_window_ending_in_the_future_is_consumed_until_then(daemon_pool: Pool)
     pool.produce("live", count=N, group_size=50, prefix="c").wait()
     assert daemon.wait(60) == 0, daemon.log_tail()
     assert_delivered_exactly([daemon], expected_ids("a", N) + expected_ids("b", N))
+
+
+def test_a_window_starting_in_the_future_reads_nothing_written_before_it(
+    daemon_pool: Pool,
+) -> None:
+    """`start` still ahead when the daemon starts: the shards wait for it. The service
+    answers the cursor of a time with nothing after it with the shard's end, so a shard that
+    looked it up at once started from the daemon's start, and exported what was written
+    between then and `start` (found by the backfill audit)."""
+    pool = daemon_pool
+    pool.admin.create_logstore("later", SHARDS)
+    start = int(time.time()) + 10  # room for the daemon's start and the "a" writes
+    end = start + 8
+    daemon = pool.daemon("later", "ahead", "ahead", consumer={"start": start, "end": end})
+    pool.produce("later", count=500, group_size=50, prefix="a").wait()
+    assert time.time() < start, "the a logs were written too late: not before the window"
+    time.sleep(max(0.0, start - time.time()) + 1.2)
+    pool.produce("later", count=500, group_size=50, prefix="b").wait()
+    assert time.time() < end - 1, "the b logs were written too close to the window's end"
+    assert daemon.wait(60) == 0, daemon.log_tail()
+    assert_delivered_exactly([daemon], expected_ids("b", 500))
+    assert_checkpoints_at(pool, "later", "ahead", end)
+    assert {e["shard"] for e in daemon.events("shard_waiting_for_start")} == set(range(SHARDS))
+
+
+def test_a_bounded_run_whose_shard_fails_for_good_exits_1_instead_of_waiting(
+    daemon_pool: Pool,
+) -> None:
+    """A shard whose processor gave up (`on_failure = "stop"`) never reaches the window's
+    end: once every other shard has, the run says so and exits 1 (found by the backfill
+    audit: a cron job waited for ever)."""
+    pool = daemon_pool
+    t1, t2 = write_phases(pool, "stuck-window")
+    daemon = pool.daemon(
+        "stuck-window",
+        "stuck",
+        "stuck",
+        processor="flaky",
+        processor_options={
+            "path": str(pool.dir / "flaky-out"),
+            "fail_id": "b100",
+            "fail_times": 1_000,
+            "attempts": str(pool.dir / "attempts.jsonl"),
+        },
+        consumer={
+            "start": t1,
+            "end": t2,
+            "max_attempts": 2,
+            "on_failure": "stop",
+            "retry_initial_backoff": 0.05,
+        },
+    )
+    assert daemon.wait(60) == 1, daemon.log_tail()
+    (event,) = daemon.events("window_cannot_complete")
+    parked = {e["shard"] for e in daemon.events("shard_parked")}
+    assert event["failed_shards"] == sorted(parked) and len(parked) == 1, event
+    delivered = read_ids([pool.dir / "flaky-out"])
+    assert "b100" not in delivered and set(delivered) <= set(expected_ids("b", N))
+
+
+def test_a_shard_filter_naming_shards_the_logstore_lacks_is_said(daemon_pool: Pool) -> None:
+    """`consumer.shards = [9]` on a 3-shard logstore: a bounded run would read nothing and
+    end 0 (backfill audit), so it is refused, exit 3; with one shard that exists, the
+    others are a warning and the run goes on."""
+    pool = daemon_pool
+    pool.admin.create_logstore("filtered", SHARDS)
+    end = next_second()
+    nothing = pool.daemon("filtered", "f1", "f1", consumer={"end": end, "shards": [9]})
+    assert nothing.wait(60) == 3, nothing.log_tail()
+    assert (
+        "loghubd run: cannot start: consumer.shards: no shard 9 in logstore filtered (it has "
+        "0, 1, 2): this bounded run would read nothing"
+    ) in nothing.log_path.read_text(), nothing.log_tail()
+    some = pool.daemon("filtered", "f2", "f2", consumer={"end": end, "shards": [0, 9]})
+    assert some.wait(60) == 0, some.log_tail()
+    (warned,) = some.events("shards_not_in_logstore")
+    assert warned["shards"] == [9] and warned["logstore_shards"] == [0, 1, 2], warned
+
+
+def test_a_bounded_parquet_run_writes_at_its_window_end_not_at_max_age(
+    daemon_pool: Pool,
+) -> None:
+    """`parquet` buffers rows until a file rolls (`max_age_s`, 60 s by default). A shard at
+    its window's end gets no more batches: its processor is shut down there and writes them,
+    and the run exits without waiting out the age (found by the backfill audit: 65 s for a
+    window read in half a second). DuckDB reads exactly phase b."""
+    from tests.integration.test_parquet_sink import duck
+
+    pool = daemon_pool
+    t1, t2 = write_phases(pool, "lake-window")
+    out = pool.dir / "lake"
+    daemon = pool.daemon(
+        "lake-window",
+        "lake",
+        "lake",
+        processor="parquet",
+        processor_options={"path": str(out), "max_age_s": 600},
+        consumer={"start": t1, "end": t2},
+    )
+    assert daemon.wait(60) == 0, daemon.log_tail()
+    assert {e["reason"] for e in daemon.events("parquet_written")} == {"shutdown"}
+    ids = duck(out, "SELECT count(*), count(DISTINCT id) FROM logs")[0]
+    assert ids == (N, N), ids
+    assert sorted(r[0] for r in duck(out, "SELECT DISTINCT id FROM logs")) == sorted(
+        expected_ids("b", N)
+    )
 
 
 def test_a_bounded_run_under_workers_ends_when_every_worker_has(daemon_pool: Pool) -> None:
