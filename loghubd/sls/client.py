@@ -119,6 +119,8 @@ class SlsClient:
                     )
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                     last_error = exc
+                    if network.hopeless(exc):  # another attempt would fail the same way
+                        raise self._unreachable(method, path, exc, f"at attempt {attempt}") from exc
                 else:
                     if status < 500:
                         if status >= 300:
@@ -132,15 +134,19 @@ class SlsClient:
         assert scope.cancel_called
         if isinstance(last_error, E.SlsError):
             raise last_error
-        why = network.cause(last_error)
-        if isinstance(last_error, aiohttp.ClientConnectorDNSError):
+        raise self._unreachable(
+            method, path, last_error, f"no answer within {deadline:.1f}s after {attempt} attempt(s)"
+        )
+
+    def _unreachable(
+        self, method: str, path: str, error: BaseException | None, when: str
+    ) -> Unreachable:
+        why = network.cause(error)
+        if isinstance(error, aiohttp.ClientConnectorDNSError):
             # An SDK-era endpoint naming the project, doubled by `base_url`, does not resolve.
             hint = project_in_host(self._endpoint, self.project)
             why += f"; {hint}" if hint else ""
-        raise Unreachable(
-            f"{method} {path}: no answer within {deadline:.1f}s after {attempt} attempt(s): {why}",
-            cause=why,
-        )
+        return Unreachable(f"{method} {path}: {when}: {why}", cause=why)
 
     async def _send(
         self,

@@ -42,6 +42,15 @@ def cause(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def hopeless(exc: BaseException) -> bool:
+    """Whether another attempt within the same call would surely fail the same way: a TLS
+    certificate refused, or a plain-HTTP service behind an https:// URL. The call then fails
+    at once instead of retrying until its deadline (the caller's own retries still apply)."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return True
+    return "WRONG_VERSION_NUMBER" in _tls_problem(exc)
+
+
 def _tls_problem(exc: BaseException) -> str:
     """A TLS handshake that failed; the plain-http server behind an https:// URL named."""
     inner = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc

@@ -108,3 +108,41 @@ def test_the_cause_of_a_real_failure_is_named(
 )
 def test_the_other_causes(exc: BaseException | None, said: str) -> None:
     assert network.cause(exc) == said
+
+
+@pytest.mark.parametrize(
+    ("failure", "hopeless"),
+    [(https_to_plain_http, True), (refused, False), (closed_at_once, False)],
+)
+def test_only_a_failure_that_cannot_change_ends_a_call_at_once(
+    failure: Callable[[], AsyncIterator[BaseException]], hopeless: bool
+) -> None:
+    exc = anyio.run(failure)  # type: ignore[arg-type]
+    assert network.hopeless(exc) is hopeless, repr(exc)
+
+
+def test_an_https_url_to_a_plain_http_service_fails_at_the_first_attempt() -> None:
+    """SlsClient retries a failed attempt until its deadline; a plain-HTTP service behind an
+    https:// endpoint fails the same way every time, so the call ends at once (the Spark
+    streaming source waited out 30 s of attempts first: Spark user audit)."""
+    from loghubd.protocol.signing import Credentials
+    from loghubd.sls import SlsClient, Unreachable
+
+    async def call(port: int) -> BaseException:
+        async with aiohttp.ClientSession() as session:
+            client = SlsClient(
+                session,
+                f"https://127.0.0.1:{port}",
+                "proj",
+                lambda: Credentials("id", "secret"),
+                request_timeout=30.0,
+                environ={},
+            )
+            started = anyio.current_time()
+            with pytest.raises(Unreachable) as failed:
+                await client.list_groups("store")
+            assert anyio.current_time() - started < 10, "it retried until the deadline"
+            return failed.value
+
+    exc = anyio.run(lambda: _with_http_server(call))  # type: ignore[arg-type]
+    assert "at attempt 1" in str(exc) and "use an http:// endpoint" in str(exc), exc
