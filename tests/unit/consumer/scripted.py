@@ -42,7 +42,8 @@ class ScriptedClient:
     `heartbeats` in order (an Exception is raised); once it is empty, `on_exhausted` is
     called and the last list answer repeats. Commits raise the next of `commit_errors`,
     checkpoint lookups the next of `checkpoint_errors`. ListConsumerGroup answers group `g`
-    with the next of `group_timeouts` (the last one repeats; none: 5 s)."""
+    with the next of `group_timeouts` (the last one repeats; none: 5 s). Pulls raise the next
+    of `pull_errors` first."""
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class ScriptedClient:
         commit_errors: Iterable[Exception | None] = (),
         checkpoint_errors: Iterable[Exception] = (),
         group_timeouts: Iterable[float] = (),
+        pull_errors: Iterable[Exception] = (),
         on_exhausted: Callable[[], None] = lambda: None,
     ) -> None:
         self.shard_data = dict(shard_data or {})
@@ -63,6 +65,7 @@ class ScriptedClient:
         self.commit_errors: deque[Exception | None] = deque(commit_errors)
         self.checkpoint_errors: deque[Exception] = deque(checkpoint_errors)
         self.group_timeouts: deque[float] = deque(group_timeouts)
+        self.pull_errors: deque[Exception] = deque(pull_errors)
         self.group_timeout = 5.0
         self.on_exhausted = on_exhausted
         self.last_answer: list[int] = []
@@ -89,6 +92,8 @@ class ScriptedClient:
 
     async def pull(self, logstore: str, shard: int, cursor: str, count: int, **_: Any) -> Pulled:
         self.calls.append(("pull", (shard, cursor)))
+        if self.pull_errors:
+            raise self.pull_errors.popleft()
         start, end = cursors.decode(cursor), self.shard_data.get(shard, 0)
         n = max(0, min(count, end - start))
         data = log_groups(n) if n else b""

@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog
 
 from loghubd import Batch, Tracker
 from loghubd.backoff import Backoff
@@ -134,6 +135,26 @@ def test_consumes_commits_and_stops() -> None:
     assert processor.events == ["initialize 0", "shutdown"]
     assert client.commits(0) == [at(3)]  # nothing new to commit at the stop
     assert exited == [task]
+
+
+def test_a_pull_the_service_refuses_fails_the_shard_once_not_in_a_loop() -> None:
+    """A pull refused as such (ParameterInvalid: a query the service accepted at start but
+    refuses here) is not retried: the shard fails with the reason, and nothing is
+    processed or committed past where it started."""
+    refusal = E.ParameterInvalid("invalid SPL query: position 4: not supported")
+    client, processor = ScriptedClient(shard_data={0: 3}, pull_errors=[refusal]), Recorder()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: t.status.state == "failed", "the shard to fail")
+
+    with structlog.testing.capture_logs() as logs:
+        states, exited = anyio.run(run, task, body)
+    assert states[-1] == "failed" and exited == [task]
+    assert [name for name, _ in client.calls].count("pull") == 1
+    assert [e["event"] for e in logs].count("pull_refused") == 1
+    assert "invalid SPL query" in task.status.reason, task.status.reason
+    assert processor.batches == [] and client.commits(0) in ([], [at(0)])
 
 
 def test_starts_from_the_saved_checkpoint() -> None:
