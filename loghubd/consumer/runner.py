@@ -37,19 +37,19 @@ from loghubd.consumer.shard import ShardContext
 from loghubd.consumer.snapshot import HeartbeatSnapshot, SourceSnapshot
 from loghubd.consumer.startup import (
     StartupError,
-    check_query,
-    check_shard_filter,
+    check_against_the_logstore,
     ensure_group,
     retry_until_ok,
+    start_refused,
 )
 from loghubd.consumer.supervisor import Supervisor, Waker
 from loghubd.consumer.terms import GroupTerms
 from loghubd.errors import describe_error
 from loghubd.logging import traceback_of
 from loghubd.ops.metrics import Metrics
-from loghubd.plugins.api import ProcessorContext, SinkUnreachable
+from loghubd.plugins.api import ProcessorContext
 from loghubd.plugins.loaded import LoadedFactory
-from loghubd.plugins.manager import Plugins, why
+from loghubd.plugins.manager import Plugins
 from loghubd.protocol import errors as E
 from loghubd.protocol.signing import Credentials
 from loghubd.sls import CredentialsProvider, SlsClient, provider_for
@@ -198,28 +198,6 @@ class SourceRunner:
             seconds_since_same_name=None if same is None else now - same.at,
         )
 
-    async def _check_against_the_logstore(self, client: SlsClient) -> None:
-        """What only the service can tell of the configuration, before any shard is read:
-        `consumer.shards` ids the logstore has, and a `consumer.query` it compiles."""
-        spec, c = self.spec, self.spec.consumer
-        logstore, keys = spec.source.logstore, f"{spec.keys}.consumer" if spec.multi else "consumer"
-        if c.shards is not None:
-            shards, bounded = c.shards, c.end is not None
-            self.step = f"checking {keys}.shards against the logstore"
-            await retry_until_ok(
-                self.step,
-                lambda: check_shard_filter(client, logstore, shards, bounded, f"{keys}.shards"),
-                self._starting_problem,
-            )
-        if c.query:
-            query = c.query
-            self.step = f"checking {keys}.query with the service"
-            await retry_until_ok(
-                self.step,
-                lambda: check_query(client, logstore, query, f"{keys}.query"),
-                self._starting_problem,
-            )
-
     def _starting_problem(self, reason: str) -> None:
         """Why start-up is not through yet ("" once it is): shown as the source's `error`."""
         if self.state == "starting":
@@ -275,7 +253,15 @@ class SourceRunner:
                             self._starting_problem,
                             explain=functools.partial(_explain_refusal, spec),
                         )
-                        await self._check_against_the_logstore(client)
+                        keys = f"{spec.keys}.consumer" if spec.multi else "consumer"
+                        self.step = "checking the configuration against the logstore"
+                        await retry_until_ok(
+                            self.step,
+                            lambda: check_against_the_logstore(
+                                client, spec.source.logstore, c, keys
+                            ),
+                            self._starting_problem,
+                        )
                         self.step = "starting the processor"
                         if self.factory.bind is not None:
                             self.factory.bind(self.processor_context())
@@ -414,19 +400,6 @@ def _explain_refusal(spec: SourceSpec, exc: E.SlsError) -> str:
     from loghubd.admin.connect import explain_refusal
 
     return explain_refusal(spec, exc)
-
-
-def start_refused(processor: str, exc: Exception) -> StartupError:
-    """The processor's `start()` failed: one line naming it, and the exit code of the
-    commands' table. A ValueError refuses its configuration (2; its message names the key,
-    else the processor is named), SinkUnreachable a sink it cannot reach yet (4: a restart
-    may succeed), anything else 1. The traceback is logged under --debug only."""
-    where = f"processor.{processor}"
-    if isinstance(exc, ValueError | SinkUnreachable):
-        text = " ".join(str(exc).split())[:1000]
-        code = 2 if isinstance(exc, ValueError) else 4
-        return StartupError(text if text.startswith(where) else f"{where}: {text}", code)
-    return StartupError(f"{where}: start() failed: {why(exc)}"[:1000], 1)
 
 
 async def _wait_any(*events: anyio.Event) -> None:

@@ -11,6 +11,8 @@ import structlog
 from loghubd.backoff import Backoff
 from loghubd.config import ConsumerConfig
 from loghubd.consumer.terms import GroupTerms, group_timeout
+from loghubd.plugins.api import SinkUnreachable
+from loghubd.plugins.manager import why
 from loghubd.protocol import errors as E
 from loghubd.sls import SlsClient, Unreachable
 
@@ -85,48 +87,67 @@ async def ensure_group(
     terms.update(float(int(c.timeout)))
 
 
-async def check_shard_filter(
-    client: SlsClient, logstore: str, wanted: tuple[int, ...], bounded: bool, key: str
+async def check_against_the_logstore(
+    client: SlsClient, logstore: str, c: ConsumerConfig, keys: str
 ) -> None:
-    """`consumer.shards` (`key`) against the logstore's shards: ids it does not have yet are
-    logged (a split or merge makes new ids, so they may come); a bounded run none of whose
-    shards exists is StartupError (exit 3): it would end at once, 0, having read nothing."""
-    have = sorted(int(s["shardID"]) for s in await client.list_shards(logstore))
+    """What only the service can tell of the configuration (`keys`: `consumer`, or
+    `sources.<name>.consumer`), before any shard is read: one ListShards for both checks.
+
+    - `consumer.shards` ids the logstore does not have yet are logged (a split or merge
+      makes new ids, so they may come); a bounded run none of whose shards exists is
+      StartupError (exit 3): it would end at once, 0, having read nothing.
+    - `consumer.query` is compiled by the service: one pull of no logs with it, at the end of
+      the first shard. A query it refuses is StartupError (exit 2) naming the key, where
+      otherwise every shard would stop on its first pull, and a bounded run over an empty
+      window would end 0 having checked nothing."""
+    if c.shards is None and not c.query:
+        return
+    shards = [int(s["shardID"]) for s in await client.list_shards(logstore)]
+    if c.shards is not None:
+        _check_shard_filter(logstore, sorted(shards), c.shards, c.end is not None, keys)
+    if c.query and shards:
+        cursor = await client.get_cursor(logstore, shards[0], "end")
+        try:
+            await client.pull(logstore, shards[0], cursor, 1, query=c.query)
+        except (E.ParameterInvalid, E.NotSupported) as exc:
+            raise StartupError(
+                f"{keys}.query: the service refuses the query: {exc.message} (docs/spl.md)", 2
+            ) from exc
+
+
+def _check_shard_filter(
+    logstore: str, have: list[int], wanted: tuple[int, ...], bounded: bool, keys: str
+) -> None:
     missing = sorted(set(wanted) - set(have))
     if not missing:
         return
-    existing = ", ".join(map(str, have)) or "none"
     if bounded and len(missing) == len(set(wanted)):
         raise StartupError(
-            f"{key}: no shard {', '.join(map(str, missing))} in logstore {logstore} (it has "
-            f"{existing}): this bounded run would read nothing",
+            f"{keys}.shards: no shard {', '.join(map(str, missing))} in logstore {logstore} "
+            f"(it has {', '.join(map(str, have)) or 'none'}): this bounded run would read "
+            "nothing",
             3,
         )
     log.warning(
         "shards_not_in_logstore",
-        key=key,
+        key=f"{keys}.shards",
         shards=missing,
         logstore_shards=have,
         hint="not consumed unless a split or merge makes them; check the shard ids",
     )
 
 
-async def check_query(client: SlsClient, logstore: str, query: str, key: str) -> None:
-    """Ask the service to compile `consumer.query` (`key`) once, at start: one pull of no
-    logs with it, at the end of the first shard. A query it refuses is StartupError (exit 2)
-    naming the key, where otherwise every shard would stop on its first pull, and a bounded
-    run over an empty window would end 0 having checked nothing."""
-    shards = await client.list_shards(logstore)
-    if not shards:
-        return
-    shard = int(shards[0]["shardID"])
-    cursor = await client.get_cursor(logstore, shard, "end")
-    try:
-        await client.pull(logstore, shard, cursor, 1, query=query)
-    except (E.ParameterInvalid, E.NotSupported) as exc:
-        raise StartupError(
-            f"{key}: the service refuses the query: {exc.message} (docs/spl.md)", 2
-        ) from exc
+def start_refused(processor: str, exc: Exception) -> StartupError:
+    """The processor's `start()` failed: one line naming it, and the exit code of the
+    commands' table. A ValueError refuses its configuration (2; its message names the key,
+    else the processor is named), SinkUnreachable a sink it cannot reach yet (4: a restart
+    may succeed), anything else 1. The traceback is logged under --debug only."""
+    where = f"processor.{processor}"
+    if isinstance(exc, ValueError | SinkUnreachable):
+        text = " ".join(str(exc).split())[:1000]
+        code = 2 if isinstance(exc, ValueError) else 4
+        return StartupError(text if text.startswith(where) else f"{where}: {text}", code)
+    return StartupError(f"{where}: start() failed: {why(exc)}"[:1000], 1)
 
 
 async def retry_until_ok(

@@ -155,13 +155,9 @@ class Supervisor:
 
     async def _audit_before_commits(self, interval: float) -> None:
         """One read of the group's checkpoints, judged shard by shard (`twins`), taken just
-        before a tick's periodic commits. A failed or slow read is skipped (the commits go on
-        after `AUDIT_READ_BOUND_S`, or one interval if shorter): the next one judges.
-
-        NOTE: on a timer of its own the read met our own periodic commit at every audit (3
-        intervals apart, started together), and a commit sent while it was out made it
-        worthless: a daemon could go on for ever without judging once (audit 6). Here our
-        last periodic commit was an interval ago, and a twin's since then is what it reads."""
+        before a tick's periodic commits, when our own last one is an interval old (why:
+        `loghubd.consumer.twins`). A failed or slow read is skipped (the commits go on after
+        `AUDIT_READ_BOUND_S`, or one interval if shorter): the next one judges."""
         with anyio.move_on_after(min(AUDIT_READ_BOUND_S, interval)):
             try:
                 await self.audit_once()

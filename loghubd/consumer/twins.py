@@ -26,7 +26,7 @@ commit was one interval ago, and a twin commits once per interval too, so the la
 the twin's whenever it moved the cursor since ours (a shard with new logs): each of the pair
 reads the other's cursor at its first audit once both commit, behind ours or ahead alike. A
 read on a timer of its own met our own commit at every audit (both every 3 intervals) and was
-thrown away whenever the commit went out first: one of two twins never judged (audit 6).
+thrown away whenever the commit went out first: one of two twins never judged.
 Twins that commit the same cursor (both at the end of a quiet shard) are told apart only
 when its update time moves while we send nothing.
 """

@@ -108,7 +108,7 @@ async def watch_group(
         if not pending:
             counts = tally()
             log.info("window_complete", **bind, end=end, shards=sorted(ends), **counts)
-            if counts.get("logs", 1) == 0:
+            if counts and counts["logs"] == 0:
                 log.warning(
                     "window_delivered_nothing",
                     **bind,

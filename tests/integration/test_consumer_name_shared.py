@@ -7,8 +7,8 @@ The daemons reach the server through a proxy that answers the checkpoint read (G
 `READ_DELAY_S` late, as a distant endpoint does. The audit used to run on a timer of its own,
 `3 x checkpoint_interval` (5 s here, 5 x 1 s), so every read met the daemon's own periodic
 commit: a commit sent while the read was out made the read worthless, and a daemon whose
-commit loop woke a moment before its audit never judged a checkpoint at all (audit 6, problem
-2: one of two daemons never noticed). Now the read is taken just before the commit tick's
+commit loop woke a moment before its audit never judged a checkpoint at all (one of two
+daemons never noticed). Now the read is taken just before the commit tick's
 commits, so each daemon must say so within a few audits of both holding the shards.
 
 The other side, no false alarm under rebalances and crashes, is checked where daemons come and
