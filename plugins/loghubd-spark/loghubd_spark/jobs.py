@@ -61,7 +61,8 @@ class Pipeline:
                 out = spark.sql(self.sql.replace(LOGS_PLACEHOLDER, view))
             except Exception as exc:
                 spark.catalog.dropTempView(view)
-                raise PipelineError(f"{self.section}.sql: {exc}") from exc
+                # Spark's parse errors begin with a newline: the first line must be the reason.
+                raise PipelineError(f"{self.section}.sql: {str(exc).strip()}") from exc
             return out, lambda: _drop_view(spark, view)
         if self.function is not None:
             out = self.function(df)

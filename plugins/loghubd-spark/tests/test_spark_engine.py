@@ -337,6 +337,8 @@ def test_function_pipeline_and_jsonl_sink(
     ("options", "message"),
     [
         ({"sql": "SELECT nope FROM {logs}"}, r"processor\.spark\.sql: .*nope"),
+        # a syntax error: the reason is on the message's first line, not after a newline
+        ({"sql": "SELECT * FORM {logs}"}, r"\Aprocessor\.spark\.sql: \[PARSE_SYNTAX_ERROR\]"),
         ({"sql": "SELECT contents FROM {logs}"}, r"needs 'dt' or __time__"),
         ({"sql": "SELECT __time__, 'x' AS batch FROM {logs}"}, r"changes the 'batch' column"),
         ({"function": "spark_pipelines:not_a_dataframe"}, r"must return a DataFrame, got int"),
