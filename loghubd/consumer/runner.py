@@ -252,6 +252,7 @@ class SourceRunner:
                             lambda: ensure_group(client, spec.source.logstore, c, self.terms),
                             self._starting_problem,
                             explain=functools.partial(_explain_refusal, spec),
+                            endpoint_key=f"{spec.keys}.endpoint",
                         )
                         keys = f"{spec.keys}.consumer" if spec.multi else "consumer"
                         self.step = "checking the configuration against the logstore"

@@ -155,13 +155,15 @@ async def retry_until_ok(
     fn: Callable[[], Awaitable[None]],
     failing: Callable[[str], None] = lambda reason: None,
     explain: Callable[[E.SlsError], str] = str,
+    endpoint_key: str = "source.endpoint",
 ) -> None:
     """Start-up calls: a daemon under systemd waits out a service that is down or busy instead
     of crash-looping, but a permanent refusal (4xx) stops it at once with the reason. `what`
     says in an operator's words what was being done; `failing` is told why each attempt
     failed (the source's /status error and /readyz reason while it retries), "" at the end;
     `explain` words a refusal (`loghubd.admin.connect.explain_refusal`: the key to fix, as
-    `loghubd status` names it)."""
+    `loghubd status` names it). An https:// endpoint in front of a plain-HTTP service is
+    refused at once too (exit 2, naming `endpoint_key`): no wait would mend the scheme."""
     attempt = 0
     while True:
         try:
@@ -169,6 +171,8 @@ async def retry_until_ok(
             failing("")
             return
         except E.SlsError as exc:
+            if isinstance(exc, Unreachable) and exc.wrong_scheme:
+                raise StartupError(f"{what}: {endpoint_key}: {exc.cause}", 2) from exc
             if not exc.retryable:
                 raise StartupError(f"{what}: {explain(exc)}", exit_code_of(exc)) from exc
             attempt += 1

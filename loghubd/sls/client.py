@@ -146,7 +146,9 @@ class SlsClient:
             # An SDK-era endpoint naming the project, doubled by `base_url`, does not resolve.
             hint = project_in_host(self._endpoint, self.project)
             why += f"; {hint}" if hint else ""
-        return Unreachable(f"{method} {path}: {when}: {why}", cause=why)
+        return Unreachable(
+            f"{method} {path}: {when}: {why}", cause=why, wrong_scheme=network.wrong_scheme(error)
+        )
 
     async def _send(
         self,

@@ -18,9 +18,14 @@ class Unreachable(E.SlsError):
     code = "Unreachable"
     status = 599
 
-    def __init__(self, message: str = "", *, cause: str = "", **answer: Any) -> None:
+    def __init__(
+        self, message: str = "", *, cause: str = "", wrong_scheme: bool = False, **answer: Any
+    ) -> None:
         super().__init__(message, **answer)
         self.cause = cause  # the last attempt's network error, in words (`network.cause`)
+        # https:// to a plain-HTTP service: the endpoint's configuration is wrong, not the
+        # network (`network.wrong_scheme`); start-up refuses it instead of waiting for ever.
+        self.wrong_scheme = wrong_scheme
 
 
 class CredentialsUnavailable(E.SlsError):

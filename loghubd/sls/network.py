@@ -48,7 +48,13 @@ def hopeless(exc: BaseException) -> bool:
     at once instead of retrying until its deadline (the caller's own retries still apply)."""
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return True
-    return "WRONG_VERSION_NUMBER" in _tls_problem(exc)
+    return wrong_scheme(exc)
+
+
+def wrong_scheme(exc: BaseException | None) -> bool:
+    """A plain-HTTP service behind an https:// URL: the endpoint's scheme is wrong, which no
+    retry and no change on the service's side will mend."""
+    return exc is not None and "WRONG_VERSION_NUMBER" in _tls_problem(exc)
 
 
 def _tls_problem(exc: BaseException) -> str:

@@ -122,3 +122,22 @@ def test_with_several_sources_a_missing_logstore_names_the_entrys_key(
     line = cannot_start(daemon, 3)
     assert "logstore 'nope-x' does not exist in project" in line, line
     assert "check sources.x.logstore (LogStoreNotExist: " in line, line
+
+
+def test_an_https_endpoint_to_a_plain_http_service_is_refused_at_once(
+    acl_server: ServerProcess, daemon_pools: Callable[[ServerProcess], Pool]
+) -> None:
+    """No back-off would mend the scheme: `run` used to retry it for ever while /readyz said
+    "cannot reach the service". It exits 2 (configuration: systemd does not restart it),
+    naming the key and what to write instead."""
+    https = acl_server.endpoint.replace("http://", "https://")
+    daemon = daemon_pools(acl_server).daemon(LOGSTORE, GROUP, "https", start=False)
+    daemon.config["source"].update({**RIGHT, "endpoint": https})
+    line = cannot_start(daemon.start(), 2)
+    assert line.startswith(
+        f"loghubd run: cannot start: finding or creating consumer group {GROUP} "
+    ), line
+    assert line.endswith(
+        "source.endpoint: the TLS handshake failed (WRONG_VERSION_NUMBER): the service speaks "
+        "plain HTTP here; use an http:// endpoint"
+    ), line
