@@ -9,34 +9,33 @@ in what a plugin prints of its options (`loghubd.config.redact`).
 
 from typing import TYPE_CHECKING
 
-import pluggy
-
 from loghubd._lazy import lazy_names
-from loghubd.backoff import Backoff
-from loghubd.config.redact import redact_text, redact_value
-from loghubd.models import Batch, Record
-from loghubd.plugins.api import (
-    Ack,
-    BatchInterrupted,
-    BatchRejected,
-    Bindable,
-    CliCommand,
-    Closable,
-    Committed,
-    Flushable,
-    Processor,
-    ProcessorContext,
-    ProcessorFactory,
-    ProcessorSpec,
-    Redeliverable,
-    SinkUnreachable,
-    Startable,
-    StopSignal,
-    Tracker,
-)
 
 if TYPE_CHECKING:
+    from loghubd.backoff import Backoff
+    from loghubd.config.redact import redact_text, redact_value
     from loghubd.consumer.tracking import until_stopping
+    from loghubd.models import Batch, Record
+    from loghubd.plugins.api import (
+        Ack,
+        BatchInterrupted,
+        BatchRejected,
+        Bindable,
+        CliCommand,
+        Closable,
+        Committed,
+        Flushable,
+        Processor,
+        ProcessorContext,
+        ProcessorFactory,
+        ProcessorSpec,
+        Redeliverable,
+        SinkUnreachable,
+        Startable,
+        StopSignal,
+        Tracker,
+    )
+    from loghubd.plugins.hookspecs import hookimpl
     from loghubd.sls import (
         CommandCredentials,
         Credentials,
@@ -55,7 +54,6 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-hookimpl = pluggy.HookimplMarker("loghubd")
 
 __all__ = [
     "Ack",
@@ -98,27 +96,55 @@ __all__ = [
     "until_stopping",
 ]
 
-# The SLS client's names are imported on first use: `import loghubd` (every plugin, the
-# server, `loghubd check-config`) does not pay for aiohttp unless it talks to SLS.
+# Every name is imported on first use: `import loghubd` costs ~1 ms, so the console script
+# (`loghubd._entry`) can hold SIGHUPs before the command line's imports, and a plugin or the
+# server does not pay for aiohttp unless it talks to SLS.
 _LAZY = {
-    name: "loghubd.sls"
-    for name in (
-        "CommandCredentials",
-        "Credentials",
-        "CredentialsError",
-        "CredentialsProvider",
-        "CredentialsSource",
-        "CredentialsUnavailable",
-        "FileCredentials",
-        "Pulled",
-        "SlsClient",
-        "SlsError",
-        "StaticCredentials",
-        "Unreachable",
-        "provider_for",
-    )
+    name: module
+    for module, names in {
+        "loghubd.backoff": ("Backoff",),
+        "loghubd.config.redact": ("redact_text", "redact_value"),
+        "loghubd.consumer.tracking": ("until_stopping",),
+        "loghubd.models": ("Batch", "Record"),
+        "loghubd.plugins.api": (
+            "Ack",
+            "BatchInterrupted",
+            "BatchRejected",
+            "Bindable",
+            "CliCommand",
+            "Closable",
+            "Committed",
+            "Flushable",
+            "Processor",
+            "ProcessorContext",
+            "ProcessorFactory",
+            "ProcessorSpec",
+            "Redeliverable",
+            "SinkUnreachable",
+            "Startable",
+            "StopSignal",
+            "Tracker",
+        ),
+        "loghubd.plugins.hookspecs": ("hookimpl",),
+        "loghubd.sls": (
+            "CommandCredentials",
+            "Credentials",
+            "CredentialsError",
+            "CredentialsProvider",
+            "CredentialsSource",
+            "CredentialsUnavailable",
+            "FileCredentials",
+            "Pulled",
+            "SlsClient",
+            "SlsError",
+            "StaticCredentials",
+            "Unreachable",
+            "provider_for",
+        ),
+    }.items()
+    for name in names
 }
-_LAZY["until_stopping"] = "loghubd.consumer.tracking"
+assert set(_LAZY) == set(__all__) - {"__version__"}, "every public name has its module"
 
 
 __getattr__ = lazy_names(__name__, _LAZY)

@@ -1,3 +1,3 @@
-from loghubd.cli import main
+from loghubd._entry import main
 
 raise SystemExit(main())

@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 import anyio
 import structlog
 
-from loghubd import rollback
+from loghubd import _reload_hold, rollback
 from loghubd.logging import from_signal_handler
 from loghubd.rollback import ReloadState
 
@@ -84,7 +84,7 @@ def _reload_during_shutdown(_signum: int, _frame: FrameType | None) -> None:
     from_signal_handler("warning", "reload_ignored", reason="the daemon is already shutting down")
 
 
-RELOAD = signal.SIGHUP
+RELOAD = _reload_hold.RELOAD
 CHECK_TIMEOUT_S = 120.0  # a processor's check may connect to its sink
 
 
@@ -227,24 +227,13 @@ def reexec(state: ReloadState) -> NoReturn:
     os.execv(sys.executable, argv)
 
 
-_reload_pending = False
-
-
-def _remember_reload(_signum: int, _frame: FrameType | None) -> None:
-    global _reload_pending
-    _reload_pending = True
-
-
 def hold_reloads() -> None:
     """Until `Trigger` listens for SIGHUP (while the daemon starts), remember one instead of
-    acting on it: its default action would end the process at once, committing nothing, and
-    ignoring it would drop a reload asked for while the file may already have been read. The
-    Trigger reloads as soon as it listens. One sent before this process could handle it
-    (across a reload's exec, or to a `--workers` child just started: `reloads_blocked`) was
-    held pending by the blocked signal, and arrives here."""
-    global _reload_pending
-    _reload_pending = False
-    signal.signal(RELOAD, _remember_reload)
+    acting on it (`loghubd._reload_hold`, which the console script set already, before its
+    imports). The Trigger reloads as soon as it listens. One sent before this process could
+    handle it (across a reload's exec, or to a `--workers` child just started:
+    `reloads_blocked`) was held pending by the blocked signal, and arrives here."""
+    _reload_hold.hold()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {RELOAD})
 
 
@@ -263,6 +252,4 @@ def reloads_blocked() -> Iterator[None]:
 
 def _take_pending_reload() -> bool:
     """Whether a SIGHUP arrived since `hold_reloads` (once)."""
-    global _reload_pending
-    pending, _reload_pending = _reload_pending, False
-    return pending
+    return _reload_hold.take()

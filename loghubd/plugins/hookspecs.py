@@ -12,6 +12,7 @@ import pluggy
 from loghubd.plugins.api import CliCommand, ProcessorSpec
 
 hookspec = pluggy.HookspecMarker("loghubd")
+hookimpl = pluggy.HookimplMarker("loghubd")  # re-exported as `loghubd.hookimpl`
 
 
 @hookspec
