@@ -131,7 +131,9 @@ def _shards(sources: Sequence[SourceSnapshot], history: History, pages: Pages) -
                     H.sparkline(lag, f"lag of shard {shard.shard} {window}, now {lag_now:.1f} s")
                     + (" caught up" if shard.caught_up else f" {H.ago(lag_now)}")
                 ),
-                "not measured yet"
+                f"unknown: pulls failing for {shard.pull_failing_for:.0f}s"
+                if shard.pull_failing_for is not None
+                else "not measured yet"
                 if shard.lag_log_groups is None
                 else H.count(shard.lag_log_groups),
                 problem or "—",

@@ -20,6 +20,7 @@ each failure is logged and told to `on_error` (the shard's last error, in its sn
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.inflight import Grant
 from loghubd.consumer.pacing import pause_before_next_pull
 from loghubd.consumer.window import reached
+from loghubd.faults import Episode
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import cursor as cursors
@@ -120,6 +122,10 @@ class FetchStatus:
     cursor_time: float | None = None
     last_pull: float = 0.0  # monotonic
     logs_per_group: float = 1.0  # recent average, kept by the shard task
+    # Monotonic time of the first of the failed pulls since the last answered one (None:
+    # the last pull was answered), and why the last failed: the lag is not known meanwhile.
+    pull_failing_since: float | None = None
+    pull_error: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +158,7 @@ async def run_fetcher(
 ) -> None:
     cursor = start
     failures = 0
+    pulls_failing = Episode()  # `pull_recovered` at the first pull after failed ones
     next_lag_probe = 0.0
     label = str(shard)
     stop_at: str | None = None  # the end of a bounded run's window, once resolved
@@ -207,10 +214,16 @@ async def run_fetcher(
                 raise
             except E.SlsError as exc:
                 failures += 1
+                pulls_failing.failed(time.monotonic())
+                _lag_unknown(status, str(exc), metrics, label)
                 await _back_off("pull_failed", exc, failures, settings, bind, on_error)
                 continue
             failures = 0
             now = time.monotonic()
+            if ended := pulls_failing.recovered(now):
+                log.info("pull_recovered", **bind, **ended)
+                next_lag_probe = now  # the lag was unknown: measure it with this answer
+            status.pull_failing_since, status.pull_error = None, ""
             metrics.fetch_seconds.labels(label).observe(time.perf_counter() - started)
             status.last_pull = now
             if pulled.raw_lines is not None and pulled.result_lines is not None:
@@ -330,6 +343,20 @@ async def _at_end_of_readonly_shard(
     except E.SlsError as exc:
         log.warning("end_of_shard_check_failed", **bind, error=str(exc))
         return False
+
+
+def _lag_unknown(status: FetchStatus, error: str, metrics: Metrics, label: str) -> None:
+    """A pull failed: until one is answered the lag is not known. The last measured lag
+    would be a lie (a partition froze it at "caught up", 0, while logs piled up: on-call
+    audit), so the status says "not caught up, lag unknown" and the lag gauges are NaN: a
+    graph shows a gap, and a comparison with them is false for as long."""
+    if status.pull_failing_since is None:
+        status.pull_failing_since = time.monotonic()
+    status.pull_error = error[:300]
+    status.caught_up = False
+    status.lag_log_groups = status.lag_seconds = status.cursor_time = None
+    for gauge in (metrics.lag_log_groups, metrics.lag_logs, metrics.lag_seconds):
+        gauge.labels(label).set(math.nan)
 
 
 async def probe_lag(

@@ -39,6 +39,7 @@ import structlog
 from loghubd.consumer.assignment import Assignment
 from loghubd.consumer.supervisor import Supervisor, Waker
 from loghubd.consumer.terms import GroupTerms, group_timeout
+from loghubd.faults import Episode
 from loghubd.ops.metrics import Metrics
 from loghubd.protocol import errors as E
 from loghubd.sls import SlsClient
@@ -89,6 +90,7 @@ async def run_heartbeat(
     terms = settings.terms
     scheduled = terms_read = time.monotonic()
     worst_delay = 0.0
+    failing = Episode()  # `heartbeat_recovered` at the first answer after failed heartbeats
     allowed = settings.allowed
     while stop is None or not stop.is_set():
         started = time.monotonic()
@@ -123,12 +125,15 @@ async def run_heartbeat(
             metrics.heartbeat_failures.inc()
             state.last_error = str(exc)
             log.warning("heartbeat_failed", **bind, error=str(exc)[:300])
+            failing.failed(time.monotonic())
             if state.joined and not state.expired and not state.lease_valid(terms.timeout):
                 # Not dropped: the server may still hold them for us (see the docstring).
                 log.error("lease_expired", **bind, shards=held)
                 state.expired = True
         else:
             metrics.heartbeat_seconds.observe(time.monotonic() - started)
+            if ended := failing.recovered(time.monotonic()):
+                log.info("heartbeat_recovered", **bind, **ended)
             if state.expired:
                 log.warning("lease_renewed", **bind, shards=sorted(answer))
             state.joined, state.last_ok, state.last_error = True, started, ""

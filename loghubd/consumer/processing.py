@@ -28,6 +28,7 @@ import structlog
 from loghubd.backoff import Backoff
 from loghubd.consumer.tracking import until_stopping
 from loghubd.errors import describe_error, leaves
+from loghubd.faults import Episode
 from loghubd.files import atomic_write, fsync_dir
 from loghubd.logging import traceback_of
 from loghubd.models import Batch
@@ -93,12 +94,14 @@ async def process_with_retry(
     """Process `batch` until it succeeds or the policy gives up. `failing` is told why each
     failed attempt failed, and "" once the batch is through (the shard's status shows it)."""
     attempt = 0
+    failures = Episode()  # `process_recovered` when an attempt succeeds after failed ones
     while True:
         attempt += 1
         started = time.perf_counter()
         try:
             result = await processor.process(batch, tracker)
         except Exception as exc:
+            failures.failed(time.monotonic())
             error = describe_error(exc)
             if tracker.stopping.is_set() and any(
                 isinstance(e, BatchInterrupted) for e in leaves(exc)
@@ -140,6 +143,8 @@ async def process_with_retry(
                 return _interrupted(batch, attempt, error, bind)
             continue
         failing("")  # also what the processor noted while it retried (`note_problem`)
+        if ended := failures.recovered(time.monotonic()):
+            log.info("process_recovered", **bind, cursor=batch.cursor, **ended)
         metrics.process_seconds.labels(str(batch.shard)).observe(time.perf_counter() - started)
         return Processed(result if isinstance(result, str) and result else None)
 

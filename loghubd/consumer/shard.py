@@ -52,6 +52,7 @@ from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot
 from loghubd.consumer.tracking import ShardTracker, StopFlag
 from loghubd.consumer.twins import OurCommits
 from loghubd.errors import describe_error
+from loghubd.faults import Episode
 from loghubd.logging import traceback_of
 from loghubd.models import Batch
 from loghubd.ops.metrics import Metrics
@@ -165,6 +166,7 @@ class ShardTask:
         self._started_from = ""
         self._last_commit_failure = -COMMIT_FAILURE_QUIET_S
         self._in_hand_since: float | None = None  # monotonic: a batch is in the processor
+        self._commits_failing = Episode()  # `checkpoint_commit_recovered` when one gets through
         self._commit_scope: anyio.CancelScope | None = None  # the commit request in flight
         self._starting: LoadedProcessor | None = None  # made; its `initialize` not through
         self._waiting: anyio.CancelScope | None = None
@@ -240,9 +242,12 @@ class ShardTask:
             self.commit_failed = True
             self.ctx.metrics.commits.labels("failed").inc()
             log.warning("checkpoint_commit_failed", **self._bind, error=repr(exc)[:300])
+            self._commits_failing.failed(time.monotonic())
             return False, None
         tracker.set_committed(cursor)
         self.commit_failed = False
+        if ended := self._commits_failing.recovered(time.monotonic()):
+            log.info("checkpoint_commit_recovered", **self._bind, cursor=cursor, **ended)
         self.status.last_commit = time.monotonic()
         self.ctx.metrics.commits.labels("ok").inc()
         return True, cursor
@@ -764,6 +769,10 @@ class ShardTask:
             cursor_time=None if status.caught_up else fetch.cursor_time,
             seconds_since_progress=now - status.last_progress,
             seconds_since_pull=now - (fetch.last_pull or started_at),
+            pull_failing_for=None
+            if fetch.pull_failing_since is None
+            else max(0.0, now - fetch.pull_failing_since),
+            pull_error=fetch.pull_error,
             checkpoint_age=self.checkpoint_age(),
             batches=status.batches,
             logs=status.logs,

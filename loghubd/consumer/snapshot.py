@@ -50,6 +50,9 @@ class ShardSnapshot:
     # up, or not measured yet)
     seconds_since_progress: float  # since the last batch was finished
     seconds_since_pull: float  # since the last answered pull (or since the source started)
+    # Seconds pulls have been failing (None: the last was answered); the lag is unknown then.
+    pull_failing_for: float | None = None
+    pull_error: str = ""  # why the last pull failed, while they fail
     # Seconds the committed position has been holding back fetched data (0: all committed).
     checkpoint_age: float
     batches: int  # counters since the shard was taken

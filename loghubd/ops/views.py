@@ -78,6 +78,10 @@ def source_status(source: SourceSnapshot) -> dict[str, Any]:
             "interval": round(source.heartbeat.interval, 3),
             "timeout": source.heartbeat.timeout,
             "seconds_since_ok": round(source.heartbeat.seconds_since_ok, 1),
+            # No heartbeat answered within the timeout: the service may have given the shards
+            # to others, so each holds its batch unprocessed until one is answered.
+            "lease_expired": source.heartbeat.joined
+            and source.heartbeat.seconds_since_ok > source.heartbeat.timeout,
         },
         "held": list(source.held),
         "assigned_outside_filter": list(source.assigned_outside_filter),
@@ -99,12 +103,21 @@ def source_status(source: SourceSnapshot) -> dict[str, Any]:
                 "lag_seconds": s.lag_seconds,
                 "caught_up": s.caught_up,
                 "processor_error": s.processor_error,
+                # pulls failing for this long (null: the last was answered): lag unknown
+                "pull_failing_for_s": None
+                if s.pull_failing_for is None
+                else round(s.pull_failing_for, 1),
                 # readable forms (issue #18): positions as log-group numbers, the lag in words
                 "position": readable_position(s.shard, s.cursor),
                 "position_written_at": None if s.cursor_time is None else _iso(s.cursor_time),
                 "checkpoint_position": readable_position(s.shard, s.checkpoint),
                 "behind": behind(
-                    s.lag_log_groups, s.lag_seconds, s.caught_up, failing=bool(s.processor_error)
+                    s.lag_log_groups,
+                    s.lag_seconds,
+                    s.caught_up,
+                    failing=bool(s.processor_error),
+                    pull_failing_for=s.pull_failing_for,
+                    pull_error=s.pull_error,
                 ),
                 "last_error": None
                 if s.last_error is None
@@ -137,14 +150,21 @@ def behind(
     caught_up: bool,
     *,
     failing: bool = False,
+    pull_failing_for: float | None = None,
+    pull_error: str = "",
 ) -> str:
     """The lag in words: `caught up`, `12 log groups, oldest unread written 4s ago`.
 
     `caught up` only when the `caught_up` field next to it says so: read to the end and no
     batch failing. The lag is measured from the fetch position, so a lag of 0 alone says
     only that everything has been fetched: batches may still be in the processor, or failing
-    over and over (`failing`: the shard's `processor_error` is set).
+    over and over (`failing`: the shard's `processor_error` is set). While pulls fail
+    (`pull_failing_for` seconds) the lag is unknown, and said so: the last measured one
+    would read "caught up" through a partition while logs pile up.
     """
+    if pull_failing_for is not None:
+        text = f"unknown: pulls failing for {pull_failing_for:.0f}s"
+        return text + (f": {pull_error}" if pull_error else "")
     if caught_up and not failing:
         return "caught up"
     if lag_log_groups is None:

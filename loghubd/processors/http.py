@@ -42,6 +42,7 @@ from loghubd.backoff import Backoff
 from loghubd.config.redact import described, redact_text
 from loghubd.consumer.tracking import until_stopping
 from loghubd.errors import leaves
+from loghubd.faults import Episode
 from loghubd.models import Batch
 from loghubd.plugins.api import (
     BatchInterrupted,
@@ -375,8 +376,10 @@ class HttpProcessor:
             headers.update(proxy.request_headers)
         where = f"shard {batch.shard}, cursor {batch.cursor}, part {index}/{count}"
         attempt = 1
+        failing = Episode()  # `http_recovered` when the endpoint takes the part after failures
         failed = await self._attempt(body, headers, where)
         while failed is not None:
+            failing.failed(time.monotonic())
             reason, asked = failed
             if o.max_retries and attempt > o.max_retries:
                 raise GaveUp(
@@ -413,6 +416,8 @@ class HttpProcessor:
                     f"{redact_text(o.url)}: the shard is stopping; {attempt - 1} failures in "
                     f"a row, the last: {reason} ({where})"
                 )
+        if ended := failing.recovered(time.monotonic()):
+            self.factory.log.info("http_recovered", shard=batch.shard, part=index, **ended)
 
     async def _attempt(
         self, body: bytes, headers: Mapping[str, str], where: str

@@ -134,6 +134,11 @@ def test_failing_batch_is_retried_with_growing_waits_and_checkpoint_holds(
     failed = daemon.events("process_failed")
     assert len(failed) == 3
     assert not any("exception" in e for e in failed), "a traceback at log level info"
+    # The fault's end is said once, with the attempts it took (on-call audit: the last
+    # line of a journal was a failure long over).
+    [recovered] = daemon.events("process_recovered")
+    assert (recovered["shard"], recovered["cursor"], recovered["failures"]) == (shard, cursor, 3)
+    assert recovered["failing_for_s"] >= waits[0], recovered
 
 
 def test_with_debug_logging_a_failure_line_carries_the_plugins_traceback(

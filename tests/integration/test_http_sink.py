@@ -495,6 +495,10 @@ def test_an_outage_shows_in_status_and_lag_while_it_lasts(daemon_pool: Pool) -> 
             lambda: f"{shard()}\n{daemon.log_tail()}",
         )
         wait_until(lambda: daemon.metric("loghubd_lag_logs", shard="0") == 0, 30, daemon.log_tail)
+        # the outage's end is said once per part that was retried, after its last http_retry
+        recovered = daemon.events("http_recovered")
+        assert len(recovered) == 1 and recovered[0]["failures"] >= 1, daemon.log_tail()
+        assert recovered[0]["failures"] == len(daemon.events("http_retry")), daemon.log_tail()
         assert daemon.stop() == 0, daemon.log_tail()
     finally:
         receiver.stop()

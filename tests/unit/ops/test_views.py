@@ -37,9 +37,32 @@ def test_a_shard_behind_shows_when_the_data_at_its_position_was_written() -> Non
             "fetched to the end, processing failing",
         ),
         ({"caught_up": False, "lag_log_groups": 0}, "fetched to the end, not all processed yet"),
+        # pulls failing: unknown, whatever was measured last (a partition froze it at 0)
+        (
+            {
+                "caught_up": False,
+                "lag_log_groups": None,
+                "pull_failing_for": 45.4,
+                "pull_error": "cannot reach it",
+            },
+            "unknown: pulls failing for 45s: cannot reach it",
+        ),
+        ({"pull_failing_for": 3.0}, "unknown: pulls failing for 3s"),
     ],
 )
 def test_no_time_at_the_end_or_when_not_measured(changes: dict[str, object], behind: str) -> None:
     row = shard_status(cursor_time=None, **changes)
     assert row["position_written_at"] is None
     assert row["behind"] == behind
+
+
+def test_pulls_failing_show_how_long_and_a_lease_run_out() -> None:
+    assert shard_status(pull_failing_for=12.345)["pull_failing_for_s"] == 12.3
+    assert shard_status()["pull_failing_for_s"] is None
+    source = snap(0.0).sources[0]
+    hb = source.heartbeat
+    for seconds, expired in ((hb.timeout - 1, False), (hb.timeout + 1, True)):
+        late = dataclasses.replace(
+            source, heartbeat=dataclasses.replace(hb, seconds_since_ok=seconds)
+        )
+        assert views.source_status(late)["heartbeat"]["lease_expired"] is expired
