@@ -62,6 +62,8 @@ def test_lag_is_unknown_while_pulls_fail_and_each_fault_says_when_it_ended(
 
     [pulled] = d.events("pull_recovered")
     assert pulled["shard"] == 0 and pulled["failures"] >= 1 and pulled["failing_for_s"] > 0
+    # the heartbeat's next beat may come after the pulls' (its interval, after back-off)
+    wait_until(lambda: d.events("heartbeat_recovered"), 30, d.log_tail)
     [beat] = d.events("heartbeat_recovered")
     assert beat["failures"] >= 1, beat
     assert d.stop() == 0, d.log_tail()
