@@ -302,6 +302,23 @@ def _supervise(
                 forward(signal.SIGTERM, None)
                 worst = max(worst, code)
                 continue
+            if bounded and code > 0:
+                # A bounded run's worker that ran and exited with an error (a shard failed
+                # for good: `window_cannot_complete`) would not read its window by starting
+                # again: restarted, it fails the same way, for ever, and the cron job that
+                # started the run never ends (backfill audit). Its code is the run's; the
+                # others read on (its shards go to them) and end as they end. A worker
+                # killed by a signal (< 0) is still restarted: it picks up where it was.
+                log.error(
+                    "worker_failed",
+                    name=name,
+                    pid=child.pid,
+                    exit_code=code,
+                    action="not restarting it (a bounded run); the others go on",
+                )
+                del children[name]
+                worst = max(worst, code)
+                continue
             # The back-off is waited out by this loop, not in a sleep: the others' watchdog
             # pings, readiness and deaths are still seen meanwhile, and a stop in between
             # cancels the restart (a worker started after it would not get the signal).

@@ -194,7 +194,9 @@ class ShardTask:
             if tracker.committed == tracker.fetch_cursor:  # nothing waits behind it
                 self.status.last_commit = time.monotonic()
             return True, None
-        flush = None if self.processor is None else self.processor.flush
+        # Not after `processor.shutdown` (a finished window's shard recommitting its end
+        # over a forced reset): its output is durable by then, and it takes no more calls.
+        flush = None if self.processor is None or self._shutting_down else self.processor.flush
         try:
             if flush is not None and self.processor is not None:
                 # Make the processor's output durable first. An abandoned shard's
@@ -271,8 +273,11 @@ class ShardTask:
 
     def our_commits(self) -> OurCommits | None:
         """This shard's commits as the checkpoint audit sees them; None while the shard is
-        not consuming (starting, stopping, lost, ended: its checkpoint is not ours to judge)."""
-        if self.status.state != "consuming" or self.lost or self._ended or self.abandoned:
+        not consuming (starting, stopping, lost, ended: its checkpoint is not ours to judge).
+        A shard that read its window or its end (`finished`) and holds it still is judged: a
+        forced reset of it is undone as of any held shard (`Supervisor._report`)."""
+        consuming = self.status.state in ("consuming", "finished")
+        if not consuming or self.lost or self._ended or self.abandoned:
             return None
         quiet = time.monotonic() - self._last_commit_failure > COMMIT_FAILURE_QUIET_S
         return OurCommits(

@@ -101,6 +101,9 @@ class Supervisor:
         # Its lines name the group and consumer, as the shard tasks' do.
         self.log = log.bind(group=ctx.group, consumer=ctx.consumer)
         self.same_name: SameName | None = None
+        # Shards whose checkpoint a forced reset moved while we hold them: their next
+        # periodic commit is sent even if our position did not move since (see `_report`).
+        self.recommit: set[int] = set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -122,7 +125,9 @@ class Supervisor:
         async def commit(task: ShardTask) -> None:
             try:
                 async with limiter:
-                    await task.commit()
+                    resend = task.shard in self.recommit
+                    self.recommit.discard(task.shard)
+                    await task.commit(resend=resend)
             finally:
                 del running[task]
                 if task in warned:
@@ -220,9 +225,13 @@ class Supervisor:
                 "checkpoint_reset_while_held",
                 shards=shards,
                 hint="the checkpoints were committed with no consumer (a forced `loghubd group "
-                "reset`) while this daemon holds the shards: its next commits overwrite them; "
+                "reset`) while this daemon holds the shards: its next commit overwrites them; "
                 "stop the group's consumers before a reset",
             )
+            # Undone at the next tick, even on a shard with nothing new to commit: an idle or
+            # finished one would otherwise never commit again, and a bounded run waiting for
+            # the group to reach its window's end waited for ever (backfill audit).
+            self.recommit.update(shards)
         else:
             self.log.info("checkpoint_moved_by_new_owner", shards=shards)
 

@@ -9,6 +9,7 @@ window with nothing in it.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from tests.integration.daemon_harness import (
     assert_delivered_exactly,
     dump_toml,
     expected_ids,
+    plugin_env,
     read_ids,
     wait_until,
 )
@@ -147,6 +149,104 @@ def test_a_window_starting_in_the_future_reads_nothing_written_before_it(
     assert_delivered_exactly([daemon], expected_ids("b", 500))
     assert_checkpoints_at(pool, "later", "ahead", end)
     assert {e["shard"] for e in daemon.events("shard_waiting_for_start")} == set(range(SHARDS))
+
+
+def test_a_bounded_run_under_workers_whose_shard_fails_for_good_exits_1(
+    daemon_pool: Pool,
+) -> None:
+    """The same under `--workers 2`: the supervisor restarted the worker that exited 1 every
+    few seconds, for ever (backfill audit: 10 restarts before `timeout 150` ended it). A
+    bounded run's worker that exits with an error is not restarted; the run ends with its
+    code once the other has ended too."""
+    pool = daemon_pool
+    t1, t2 = write_phases(pool, "workers-stuck")
+    pool.dir.mkdir(parents=True, exist_ok=True)
+    config = pool.dir / "workers-stuck.toml"
+    config.write_text(
+        dump_toml(
+            {
+                "source": {"endpoint": pool.endpoint, "project": PROJECT,
+                           "logstore": "workers-stuck"},
+                "consumer": {"group": "wstuck", "name": "ws", "start": t1, "end": t2,
+                             "max_attempts": 2, "on_failure": "stop",
+                             "retry_initial_backoff": 0.05, "heartbeat_interval": 1.0,
+                             "timeout": 4.0, "checkpoint_interval": 1.0},
+                "processor": {"name": "flaky", "flaky": {
+                    "path": str(pool.dir / "wstuck-out"), "fail_id": "b100",
+                    "fail_times": 1_000, "attempts": str(pool.dir / "wstuck-attempts.jsonl")}},
+                "ops": {"listen": f"127.0.0.1:{free_ports(2)}"},
+                "log": {"format": "json"},
+            }
+        )
+    )  # fmt: skip
+    log_path = pool.dir / "workers-stuck.log"
+    with open(log_path, "wb") as log:
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "loghubd", "run", "-c", str(config), "--workers", "2"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **plugin_env(pool.site)},
+        )
+    try:
+        code = parent.wait(90)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    text = log_path.read_text()
+    assert code == 1, text[-3000:]
+    assert "worker_restarted" not in text and '"worker_failed"' in text, text[-3000:]
+    assert '"window_cannot_complete"' in text, text[-3000:]
+
+
+def test_a_forced_reset_of_a_finished_shard_does_not_keep_a_bounded_run_waiting(
+    daemon_pool: Pool,
+) -> None:
+    """`group reset --force` moved a shard that had reached its window's end back to the
+    beginning while another shard still retried: the finished shard never committed again and
+    the run waited for ever (backfill audit). A reset of a held shard is undone at the next
+    commit tick, as README says of a live daemon, finished shards included: the run ends,
+    exit 0, exactly its window."""
+    pool = daemon_pool
+    t1, t2 = write_phases(pool, "reset-window")
+    daemon = pool.daemon(
+        "reset-window",
+        "rwin",
+        "rwin",
+        processor="flaky",
+        processor_options={
+            "path": str(pool.dir / "rwin-out"),
+            "fail_id": "b100",
+            "fail_times": 10,
+            "attempts": str(pool.dir / "rwin-attempts.jsonl"),
+        },
+        consumer={
+            "start": t1,
+            "end": t2,
+            "checkpoint_interval": 1.0,
+            "retry_initial_backoff": 1.0,
+            "processor_retry_max_backoff": 2.0,
+        },
+    )
+    failing = wait_until(lambda: daemon.events("process_failed"), 30, daemon.log_tail)[0]["shard"]
+    done = wait_until(
+        lambda: [e["shard"] for e in daemon.events("shard_window_end_reached")
+                 if e["shard"] != failing],
+        30,
+        daemon.log_tail,
+    )[0]  # fmt: skip
+    reset = subprocess.run(
+        [sys.executable, "-m", "loghubd", "group", "reset", "rwin", "--endpoint", pool.endpoint,
+         "--project", PROJECT, "--logstore", "reset-window", "--shards", str(done),
+         "--to", "begin", "--execute", "--force"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert reset.returncode == 0, reset.stdout + reset.stderr
+    assert not daemon.events("window_complete"), "the reset came too late to test anything"
+    assert daemon.wait(90) == 0, daemon.log_tail()
+    assert daemon.events("checkpoint_reset_while_held"), daemon.log_tail()
+    delivered = read_ids([pool.dir / "rwin-out"])
+    assert sorted(delivered) == sorted(expected_ids("b", N)), "not exactly the window, once"
+    assert_checkpoints_at(pool, "reset-window", "rwin", t2)
 
 
 def test_a_bounded_run_whose_shard_fails_for_good_exits_1_instead_of_waiting(
