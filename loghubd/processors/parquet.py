@@ -448,7 +448,9 @@ class ParquetProcessor:
         )
         batch_id = new_batch_id()
         plan = []
+        hidden = layout.shadowed(o.template)
         for i, (directory, rows) in enumerate(groups):
+            rows = layout.unshadow(rows, hidden)
             base = f"{target.root}/{directory}".rstrip("/")
             name = f"part-{self.shard}-{batch_id}-{i}.parquet"
             plan.append((f"{base}/.{name}.tmp", f"{base}/{name}", rows))

@@ -11,7 +11,14 @@ Pure: no I/O. A template is a relative path with placeholders, e.g. the default
 | any other name | that field of the log (`__HIVE_DEFAULT_PARTITION__` when a log lacks it) |
 
 Values from logs are made safe as one path segment: characters other than letters, digits,
-`_`, `-`, `.`, `=` become `_`, and a leading `.` does too (no `..`, no hidden directory). A
+`_`, `-`, `.` become `_`, and a leading `.` does too (no `..`, no hidden directory). `=`
+too: a directory `x=y` made by a value would read as a hive partition `x`, and every
+`hive_partitioning` query of the lake would fail on it (file sinks audit).
+
+A log field named as a hive key of the template (`hour` under `.../hour={hour}/`) is written
+as `__field__:hour` (`shadowed`, `unshadow`): a hive-partitioned reader (DuckDB, Spark)
+would show the partition's value under its name instead, silently. Not when the key's
+placeholder is that very field (`level={level}/`): both say the same. A
 value longer than `MAX_VALUE_BYTES` is cut to its first `KEEP_BYTES` characters plus `-` and
 the first 16 hex digits of the SHA-256 of the whole (original) value: a file name is at most
 255 bytes, and a longer one would fail every write of the shard (ENAMETOOLONG) for ever.
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loghubd.arrow_view import column_name
+from loghubd.arrow_view import RENAMED, column_name
 
 DEFAULT_TEMPLATE = "{logstore}/dt={date}/hour={hour}/"
 NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"
@@ -40,7 +47,7 @@ TIME_FORMATS = {
     "minute": "%M",
 }
 GROUP_COLUMNS = {"topic": "__topic__", "source": "__source__"}
-_UNSAFE = r"[^A-Za-z0-9_\-.=]"
+_UNSAFE = r"[^A-Za-z0-9_\-.]"
 # A value's longest form in a path segment; longer ones keep KEEP_BYTES and a hash. Leaves
 # room in the 255 bytes of a name for the template's literal text around the placeholder.
 MAX_VALUE_BYTES = 120
@@ -58,6 +65,27 @@ class Template:
         """The log fields the template reads (placeholders that are not built in)."""
         builtin = {*SOURCE_KEYS, *TIME_FORMATS, *GROUP_COLUMNS}
         return [name for _, name in self.pieces if name is not None and name not in builtin]
+
+
+def shadowed(template: Template) -> frozenset[str]:
+    """The hive keys of `template` (`key` of a `key={placeholder}` path segment) whose value
+    is not the log field of that name: a column of that name would be hidden by it."""
+    builtin = {*SOURCE_KEYS, *TIME_FORMATS, *GROUP_COLUMNS}
+    keys = set()
+    for literal, name in template.pieces:
+        if name is None or not literal.endswith("="):
+            continue
+        key = literal[:-1].rsplit("/", 1)[-1]
+        if key and (key != name or name in builtin):
+            keys.add(key)
+    return frozenset(keys)
+
+
+def unshadow(table: pa.Table, keys: frozenset[str]) -> pa.Table:
+    """`table` with its columns named as one of `keys` renamed `__field__:<name>`."""
+    if not keys or keys.isdisjoint(table.column_names):
+        return table
+    return table.rename_columns([RENAMED + c if c in keys else c for c in table.column_names])
 
 
 def parse_template(text: str) -> Template:

@@ -101,7 +101,8 @@ CASES: list[tuple[Callable[[Path, Immutable], None], str, type[Exception], int |
     ),
     (
         write_after_the_directory_became_a_file,
-        r"cannot write {out}/shard-0\.jsonl: Not a directory \(ENOTDIR\)",
+        # found when the shard's lock file is checked, before the write (`_keep_shard`)
+        r"cannot write {out}/shard-0\.jsonl: {out}/\.shard-0\.lock: Not a directory \(ENOTDIR\)",
         NotADirectoryError,
         errno.ENOTDIR,
     ),

@@ -67,3 +67,35 @@ def test_another_daemon_holds_the_shard_until_it_is_killed(tmp_path: Path) -> No
     p = JsonlFactory({"path": str(tmp_path)})(0)
     p.initialize(0)  # a killed daemon leaves a lock file, but no lock
     p.shutdown(RecordingTracker())
+
+
+def test_a_directory_removed_and_made_again_is_still_one_writers(tmp_path: Path) -> None:
+    """The flock is on the lock file's inode: with the directory deleted (and made again) a
+    second processor took a fresh lock file and appended to the same file as the first
+    (file sinks audit: 29,010 lines for 16,010 ids). The first takes the lock again at its
+    next batch, making the directory if it is gone, so the second is refused; and if the
+    second got there first, the first's batch fails instead of writing beside it."""
+    import shutil
+
+    out = tmp_path / "out"
+    first = JsonlFactory({"path": str(out)})(0)
+    first.initialize(0)
+    first.process(make_batch([{"i": "1"}]), RecordingTracker())
+    shutil.rmtree(out)
+    first.process(make_batch([{"i": "2"}]), RecordingTracker())  # directory and lock again
+    second = JsonlFactory({"path": str(out)})(0)
+    with pytest.raises(RuntimeError, match="another processor"):
+        second.initialize(0)
+    second.shutdown(RecordingTracker())
+
+    shutil.rmtree(out)
+    out.mkdir()
+    third = JsonlFactory({"path": str(out)})(0)
+    third.initialize(0)  # the lock file is new: it is free, and third has it
+    with pytest.raises(RuntimeError, match="another processor"):
+        first.process(make_batch([{"i": "3"}]), RecordingTracker())
+    third.process(make_batch([{"i": "4"}]), RecordingTracker())
+    third.shutdown(RecordingTracker())
+    first.shutdown(RecordingTracker())
+    lines = (out / "shard-0.jsonl").read_bytes().splitlines()
+    assert len(lines) == 1 and b'"i": "4"' in lines[0], lines

@@ -250,6 +250,59 @@ def test_template_values_are_safe_path_segments() -> None:
             parse_template(bad)
 
 
+def test_a_value_with_an_equals_sign_makes_no_hive_directory(tmp_path: Path) -> None:
+    """A bare `{level}/` segment whose value is `x=y` made a directory `x=y`, which every
+    hive-partitioned reader takes for a partition `x`: DuckDB then refused every query of the
+    lake (file sinks audit)."""
+    out = tmp_path / "out"
+    p = processor(factory(out, max_rows=1, partition="{kind}/"))
+    t = RecordingTracker()
+    p.process(batch(0, 1, extra={"kind": "x=y"}), t)
+    p.process(batch(1, 1, extra={"kind": "plain"}), t)
+    p.shutdown(t)
+    dirs = sorted(str(f.parent.relative_to(out)) for f in out.rglob("*.parquet"))
+    assert dirs == ["plain", "x_y"], dirs
+    rows = duckdb.sql(
+        f"SELECT count(*) FROM read_parquet('{out}/**/*.parquet', hive_partitioning = true)"
+    ).fetchall()
+    assert rows == [(6,)]
+
+
+@pytest.mark.parametrize(
+    ("template", "hidden"),
+    [
+        ("{logstore}/dt={date}/hour={hour}/", {"dt", "hour"}),
+        ("level={level}/", set()),  # the key is the field itself: both say the same
+        ("lvl={level}/day={date}/", {"lvl", "day"}),
+        ("{level}/{hour}/", set()),  # no hive keys
+    ],
+)
+def test_a_field_named_as_a_hive_key_is_kept_under_its_own_name(
+    tmp_path: Path, template: str, hidden: set[str]
+) -> None:
+    """A log's own `hour` under `hour={hour}/`: DuckDB's documented query showed the
+    partition's hour instead, silently (file sinks audit). It is written as `__field__:hour`."""
+    out = tmp_path / "out"
+    fields = {"hour": "23", "dt": "yesterday", "lvl": "own", "day": "mine"}
+    p = processor(factory(out, max_rows=1, partition=template))
+    t = RecordingTracker()
+    p.process(batch(0, 1, extra=fields), t)
+    p.shutdown(t)
+    file = next(out.rglob("*.parquet"))
+    row = pq.read_table(file).slice(0, 1).to_pylist()[0]
+    for name, value in fields.items():
+        column = f"__field__:{name}" if name in hidden else name
+        assert row.get(column) == value, (template, sorted(row))
+    # and the documented (hive-partitioned) query shows the log's own value under that name
+    if hidden:
+        name = sorted(hidden)[0]
+        got = duckdb.sql(
+            f"""SELECT "__field__:{name}" FROM read_parquet('{out}/**/*.parquet',"""
+            " hive_partitioning = true) LIMIT 1"
+        ).fetchall()
+        assert got == [(fields[name],)], got
+
+
 @pytest.mark.parametrize(
     "template", ["{date}/{hour}", "{year}/{month}/{day}", "{hour}-{minute}", "{date}/{minute}"]
 )
@@ -876,3 +929,11 @@ def test_whatever_started_the_write_its_failure_names_the_file(
     expected = rf"cannot write {TEMPORARY}: {{out}}/{PARTITION}: Not a directory \(ENOTDIR\)"
     text = write(out)
     assert re.fullmatch(expected.replace("{out}", re.escape(str(out))), text), text
+
+
+@pytest.mark.parametrize("path", ["s3://bucket/lake", "gs://bucket/lake", "hdfs://nn:8020/lake"])
+def test_a_remote_path_without_wal_dir_says_so_before_asking_the_network(path: str) -> None:
+    """`s3://` without `wal_dir` was reported as the DNS failure of resolving the bucket's
+    region (file sinks audit): the missing key is said first, with no network at all."""
+    with pytest.raises(ValueError, match=r"^processor\.parquet\.wal_dir: required when path"):
+        parquet_files.open_target(path, None)
