@@ -63,6 +63,9 @@ PENDING, COMMITTED = "pending", "committed"
 # `gc` keeps them this long, so that a replay run again after an interruption finds its
 # earlier writes and writes nothing twice.
 REPLAY_KEEP_S = 30 * 86400.0
+# What a writer killed inside `begin` leaves is removed by `gc` this often, once this old.
+ORPHAN_SWEEP_S = 600.0
+ORPHAN_TMP_AGE_S = 60.0
 # The start of the interval a shard's floor covers (positions are never below it).
 FLOOR_START = -(2**63)
 
@@ -231,6 +234,7 @@ class Wal:
         self._coverage: dict[int, list[tuple[int, int]]] = {}
         self._pending: dict[str, Entry] = {}  # pending entries seen at the last refresh
         self._mtime_ns = -1
+        self._swept_at = -ORPHAN_SWEEP_S  # monotonic: the last `sweep_orphans`
 
     def ensure(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -474,7 +478,48 @@ class Wal:
             self._replayed.pop(batch, None)
         if gone:
             fsync_dir(self.dir)
+        if time.monotonic() - self._swept_at >= ORPHAN_SWEEP_S:
+            self.sweep_orphans()
         return len(gone)
+
+    def sweep_orphans(self, *, tmp_age_s: float = ORPHAN_TMP_AGE_S) -> int:
+        """Remove what a writer killed inside `begin` left (file sinks audit: one pair per
+        unlucky kill -9, never removed): the temporary file of an entry it was writing, once
+        older than `tmp_age_s` (a live `atomic_write` holds one for milliseconds), and a
+        `<batch>.lock` as old with no entry beside it that nobody holds (`begin` locks before
+        it writes the entry, so a held lock may be one being begun: it stays; and a lock file
+        is made per batch, so an old one is never about to be taken). Any project's:
+        the directory is shared, and a dead writer's leftovers are nobody's. How many went."""
+        self._swept_at = time.monotonic()
+        removed = 0
+        now = time.time()
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return 0
+        for name in names:
+            path = self.dir / name
+            if name.startswith(".") and name.endswith(".tmp") and ".json." in name:
+                with contextlib.suppress(FileNotFoundError):
+                    if now - path.stat().st_mtime >= tmp_age_s:
+                        path.unlink()
+                        removed += 1
+            elif name.endswith(".lock") and not (self.dir / f"{name[:-5]}.json").exists():
+                with contextlib.suppress(FileNotFoundError):
+                    if now - path.stat().st_mtime < tmp_age_s:
+                        continue  # `begin` opens it a moment before it locks it: not ours
+                fd = lock_exclusive(path)
+                if fd is None:
+                    continue  # held: being begun, or by a live writer
+                try:
+                    if not (self.dir / f"{name[:-5]}.json").exists():
+                        path.unlink(missing_ok=True)
+                        removed += 1
+                finally:
+                    os.close(fd)
+        if removed:
+            log.info("wal_orphans_removed", dir=str(self.dir), files=removed)
+        return removed
 
 
 def _release(lease: Lease) -> None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,29 @@ def test_abandon_raises_holding_the_lease_and_abandon_quietly_releases_it(
     kept = wal.read("b1")
     assert kept is not None and kept.state == PENDING
     assert wal.try_lock(kept) is not None  # free: a later recovery can take it
+
+
+def test_what_a_writer_killed_in_begin_left_is_swept_and_nothing_else(tmp_path: Path) -> None:
+    """A kill -9 inside `begin` left `.<batch>.json.<pid>-<hex>.tmp` and `<batch>.lock`
+    with no entry, never removed (file sinks audit). Old ones go; a held lock, a lock beside
+    its entry and young files stay."""
+    import fcntl
+
+    w = Wal(tmp_path, "p", "ls")
+    w.ensure()
+    d = w.dir
+    old = time.time() - 3600
+    orphans = [d / ".b1.json.123-abcd.tmp", d / "b2.lock"]
+    young = [d / ".b3.json.124-abcd.tmp", d / "b4.lock"]
+    kept = [d / "b5.lock", d / "b5.json", d / "held.lock", d / "shard-ls-0.flock"]
+    for path in orphans + young + kept:
+        path.write_bytes(b"")
+    for path in orphans + kept:
+        os.utime(path, (old, old))
+    holder = os.open(d / "held.lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        assert w.sweep_orphans() == 2
+    finally:
+        os.close(holder)
+    assert sorted(p.name for p in d.iterdir()) == sorted(p.name for p in young + kept)
