@@ -93,6 +93,17 @@ def parse(options: Mapping[str, Any]) -> ParquetOptions:
         template = layout.parse_template(str(options.get("partition", layout.DEFAULT_TEMPLATE)))
     except ValueError as exc:
         raise ValueError(f"processor.parquet.partition: {exc}") from None
+    for name, close in layout.likely_typos(template):
+        # Legal (any other name is a log field), but a misspelt {date} sent every row to
+        # __HIVE_DEFAULT_PARTITION__ without a word (file sinks audit).
+        log.warning(
+            "parquet_partition_placeholder_is_a_field",
+            key="processor.parquet.partition",
+            placeholder=name,
+            did_you_mean=close,
+            hint="a placeholder that is not built in reads the log field of that name; logs "
+            "without it go to __HIVE_DEFAULT_PARTITION__",
+        )
     fields = options.get("fields")
     if fields is not None and not all(isinstance(f, str) and f for f in fields):
         raise ValueError(

@@ -26,6 +26,7 @@ the first 16 hex digits of the SHA-256 of the whole (original) value: a file nam
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import string
 from dataclasses import dataclass
@@ -65,6 +66,22 @@ class Template:
         """The log fields the template reads (placeholders that are not built in)."""
         builtin = {*SOURCE_KEYS, *TIME_FORMATS, *GROUP_COLUMNS}
         return [name for _, name in self.pieces if name is not None and name not in builtin]
+
+
+def likely_typos(template: Template) -> list[tuple[str, str]]:
+    """Field placeholders that look like a misspelt built-in one (`{datee}`, `{Hour}`,
+    `{__time__}`), each with the built-in it resembles."""
+    builtin = [*SOURCE_KEYS, *TIME_FORMATS, *GROUP_COLUMNS]
+    out = []
+    for name in dict.fromkeys(template.fields):
+        plain = name.strip("_").lower()
+        if plain == "time":
+            out.append((name, "date"))
+            continue
+        close = difflib.get_close_matches(plain, builtin, n=1, cutoff=0.8)
+        if close and close[0] != name:
+            out.append((name, close[0]))
+    return out
 
 
 def shadowed(template: Template) -> frozenset[str]:

@@ -937,3 +937,20 @@ def test_a_remote_path_without_wal_dir_says_so_before_asking_the_network(path: s
     region (file sinks audit): the missing key is said first, with no network at all."""
     with pytest.raises(ValueError, match=r"^processor\.parquet\.wal_dir: required when path"):
         parquet_files.open_target(path, None)
+
+
+@pytest.mark.parametrize(
+    ("template", "typos"),
+    [
+        ("{logstore}/dt={datee}/", [("datee", "date")]),
+        ("{Hour}/{__time__}/", [("Hour", "hour"), ("__time__", "date")]),
+        ("{level}/{host}/{hour}/", []),  # fields and built-ins, as meant
+        ("{shards}/", [("shards", "shard")]),
+    ],
+)
+def test_a_placeholder_that_looks_misspelt_is_named(template: str, typos: list[Any]) -> None:
+    """Any name not built in is a log field, so `{datee}` is legal, and sent every row to
+    __HIVE_DEFAULT_PARTITION__ without a word (file sinks audit): it is warned of at start."""
+    from loghubd.processors.parquet_layout import likely_typos
+
+    assert likely_typos(parse_template(template)) == typos
