@@ -108,6 +108,7 @@ def _build(
     ops = _construct(OpsConfig, top["ops"], problems, "ops")
     log = _construct(LogConfig, top["log"], problems, "log")
     _raise_if(problems)
+    layers.warnings.extend(_unselected_tables(specs))
     warnings = tuple(dict.fromkeys(layers.warnings))  # a shared key warns once
     refs = layers.processor_refs()
     return Config(specs, ops, log, multi=layers.multi, warnings=warnings, processor_refs=refs)
@@ -147,3 +148,16 @@ def read_text(path: str | Path) -> str:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read the config file: {exc.strerror}"]) from None
+
+
+def _unselected_tables(specs: tuple[SourceSpec, ...]) -> list[str]:
+    """A `[processor.<name>]` table no source selects: its keys are never read, not even
+    checked, so a misspelt `processor.name` or a table left behind goes unnoticed (file sinks
+    audit: a typo in an unused table passed `check-config`)."""
+    selected = {spec.processor.name for spec in specs}
+    tables = {name for spec in specs for name in spec.processor.options}
+    return [
+        f"processor.{name}: not the selected processor ({', '.join(sorted(selected))}): "
+        "this table is not read"
+        for name in sorted(tables - selected)
+    ]
