@@ -17,8 +17,9 @@ too: a directory `x=y` made by a value would read as a hive partition `x`, and e
 
 A log field named as a hive key of the template (`hour` under `.../hour={hour}/`) is written
 as `__field__:hour` (`shadowed`, `unshadow`): a hive-partitioned reader (DuckDB, Spark)
-would show the partition's value under its name instead, silently. Not when the key's
-placeholder is that very field (`level={level}/`): both say the same. A
+would show the partition's value under its name instead, silently. Also when the key's
+placeholder is that very field (`region={region}/`): the directory holds the value made safe
+(`us/east 1` as `us_east_1`, cut and hashed when long), so the column keeps the log's own. A
 value longer than `MAX_VALUE_BYTES` is cut to its first `KEEP_BYTES` characters plus `-` and
 the first 16 hex digits of the SHA-256 of the whole (original) value: a file name is at most
 255 bytes, and a longer one would fail every write of the shard (ENAMETOOLONG) for ever.
@@ -85,15 +86,15 @@ def likely_typos(template: Template) -> list[tuple[str, str]]:
 
 
 def shadowed(template: Template) -> frozenset[str]:
-    """The hive keys of `template` (`key` of a `key={placeholder}` path segment) whose value
-    is not the log field of that name: a column of that name would be hidden by it."""
-    builtin = {*SOURCE_KEYS, *TIME_FORMATS, *GROUP_COLUMNS}
+    """The hive keys of `template` (`key` of a `key={placeholder}` path segment): a column
+    of that name would be hidden by the directory's value, which is another value (`hour`
+    of `__time__` for a log's own `hour`) or the same made safe for a path."""
     keys = set()
     for literal, name in template.pieces:
         if name is None or not literal.endswith("="):
             continue
         key = literal[:-1].rsplit("/", 1)[-1]
-        if key and (key != name or name in builtin):
+        if key:
             keys.add(key)
     return frozenset(keys)
 
