@@ -46,7 +46,7 @@ from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
 from loghubd.processors.file_errors import doing
 from loghubd.processors.jsonl_compress import Compressor
-from loghubd.processors.options import check_options
+from loghubd.processors.options import ConfigError, typed_options
 from loghubd.protocol import cursor as cursors
 
 log = structlog.get_logger("loghubd.processors.jsonl")
@@ -70,7 +70,10 @@ class JsonlOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> tuple[Path, JsonlOptions]:
-        check_options(
+        """Every problem of the table at once, a line each (`ConfigError`): a run of
+        check-config per bad key was the audit's complaint."""
+        problems: list[str] = []
+        given = typed_options(
             "jsonl",
             options,
             {
@@ -80,30 +83,33 @@ class JsonlOptions:
                 "rotate_seconds": (int, float),
                 "compress": str,
             },
+            problems,
         )
         if not options.get("path"):
-            raise ValueError("processor.jsonl.path: required (a directory for the output)")
-        fsync = options.get("fsync", "interval")
+            problems.append("processor.jsonl.path: required (a directory for the output)")
+        fsync = given.get("fsync", "interval")
         if fsync not in FSYNC_MODES:
-            raise ValueError(
+            problems.append(
                 f"processor.jsonl.fsync: one of {', '.join(FSYNC_MODES)}, not {fsync!r}"
             )
-        compress = options.get("compress", "none")
+        compress = given.get("compress", "none")
         if compress not in COMPRESSIONS:
-            raise ValueError(
+            problems.append(
                 f"processor.jsonl.compress: one of {', '.join(COMPRESSIONS)}, not {compress!r}"
             )
-        rotate_bytes = options.get("rotate_bytes", 0)
-        rotate_seconds = float(options.get("rotate_seconds", 0))
-        if rotate_bytes < 0:  # check_options refused a bool
-            raise ValueError(
+        rotate_bytes = given.get("rotate_bytes", 0)
+        rotate_seconds = float(given.get("rotate_seconds", 0))
+        if rotate_bytes < 0:  # typed_options refused a bool
+            problems.append(
                 "processor.jsonl.rotate_bytes: a number of bytes >= 0 (0: never), "
                 f"got {rotate_bytes}"
             )
         if rotate_seconds < 0:
-            raise ValueError(
+            problems.append(
                 f"processor.jsonl.rotate_seconds: seconds >= 0 (0: never), got {rotate_seconds:g}"
             )
+        if problems:
+            raise ConfigError(problems)
         opts = cls(fsync, rotate_bytes, rotate_seconds, compress)
         return Path(options["path"]), opts
 

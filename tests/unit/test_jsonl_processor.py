@@ -144,6 +144,17 @@ def test_bad_options_name_the_key(options: dict[str, object], message: str) -> N
         JsonlFactory(options)
 
 
+def test_every_bad_key_of_the_table_is_named_at_once() -> None:
+    """One check-config run per bad key was the file sinks audit's complaint."""
+    with pytest.raises(ValueError) as refused:
+        JsonlFactory({"path": "x", "rotate_bytess": 5, "fsync": "sometimes", "compress": "rar"})
+    assert str(refused.value).splitlines() == [
+        "processor.jsonl.rotate_bytess: unknown key (did you mean processor.jsonl.rotate_bytes?)",
+        "processor.jsonl.fsync: one of batch, interval, never, not 'sometimes'",
+        "processor.jsonl.compress: one of none, gzip, zstd, not 'rar'",
+    ]
+
+
 @pytest.mark.parametrize("compress", ["none", "gzip", "zstd"])
 def test_rotation_by_size_names_and_compresses_closed_files(tmp_path: Path, compress: str) -> None:
     p = JsonlFactory({"path": str(tmp_path), "rotate_bytes": 3000, "compress": compress})(2)
