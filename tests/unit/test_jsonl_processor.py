@@ -146,7 +146,7 @@ def test_bad_options_name_the_key(options: dict[str, object], message: str) -> N
 
 def test_every_bad_key_of_the_table_is_named_at_once() -> None:
     """One check-config run per bad key was the file sinks audit's complaint."""
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ValueError, match="rotate_bytess") as refused:
         JsonlFactory({"path": "x", "rotate_bytess": 5, "fsync": "sometimes", "compress": "rar"})
     assert str(refused.value).splitlines() == [
         "processor.jsonl.rotate_bytess: unknown key (did you mean processor.jsonl.rotate_bytes?)",
