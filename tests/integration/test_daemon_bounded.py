@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -151,35 +152,26 @@ def test_a_window_starting_in_the_future_reads_nothing_written_before_it(
     assert {e["shard"] for e in daemon.events("shard_waiting_for_start")} == set(range(SHARDS))
 
 
-def test_a_bounded_run_under_workers_whose_shard_fails_for_good_exits_1(
-    daemon_pool: Pool,
-) -> None:
-    """The same under `--workers 2`: the supervisor restarted the worker that exited 1 every
-    few seconds, for ever (backfill audit: 10 restarts before `timeout 150` ended it). A
-    bounded run's worker that exits with an error is not restarted; the run ends with its
-    code once the other has ended too."""
-    pool = daemon_pool
-    t1, t2 = write_phases(pool, "workers-stuck")
+def run_workers(
+    pool: Pool, logstore: str, consumer: dict[str, Any], processor: dict[str, Any]
+) -> tuple[int, str]:
+    """`loghubd run --workers 2` over `logstore` until it exits (killed after 90 s): its exit
+    code and its log. Beats, checkpoints and pulls are quick, for a short window."""
     pool.dir.mkdir(parents=True, exist_ok=True)
-    config = pool.dir / "workers-stuck.toml"
+    config = pool.dir / f"{logstore}.toml"
     config.write_text(
         dump_toml(
             {
-                "source": {"endpoint": pool.endpoint, "project": PROJECT,
-                           "logstore": "workers-stuck"},
-                "consumer": {"group": "wstuck", "name": "ws", "start": t1, "end": t2,
-                             "max_attempts": 2, "on_failure": "stop",
-                             "retry_initial_backoff": 0.05, "heartbeat_interval": 1.0,
-                             "timeout": 4.0, "checkpoint_interval": 1.0},
-                "processor": {"name": "flaky", "flaky": {
-                    "path": str(pool.dir / "wstuck-out"), "fail_id": "b100",
-                    "fail_times": 1_000, "attempts": str(pool.dir / "wstuck-attempts.jsonl")}},
+                "source": {"endpoint": pool.endpoint, "project": PROJECT, "logstore": logstore},
+                "consumer": {"heartbeat_interval": 1.0, "timeout": 4.0,
+                             "checkpoint_interval": 1.0, "fetch_interval": 0.05, **consumer},
+                "processor": processor,
                 "ops": {"listen": f"127.0.0.1:{free_ports(2)}"},
                 "log": {"format": "json"},
             }
         )
     )  # fmt: skip
-    log_path = pool.dir / "workers-stuck.log"
+    log_path = pool.dir / f"{logstore}.log"
     with open(log_path, "wb") as log:
         parent = subprocess.Popen(
             [sys.executable, "-m", "loghubd", "run", "-c", str(config), "--workers", "2"],
@@ -192,7 +184,27 @@ def test_a_bounded_run_under_workers_whose_shard_fails_for_good_exits_1(
     finally:
         if parent.poll() is None:
             parent.kill()
-    text = log_path.read_text()
+    return code, log_path.read_text()
+
+
+def test_a_bounded_run_under_workers_whose_shard_fails_for_good_exits_1(
+    daemon_pool: Pool,
+) -> None:
+    """The same under `--workers 2`: the supervisor restarted the worker that exited 1 every
+    few seconds, for ever (backfill audit: 10 restarts before `timeout 150` ended it). A
+    bounded run's worker that exits with an error is not restarted; the run ends with its
+    code once the other has ended too."""
+    pool = daemon_pool
+    t1, t2 = write_phases(pool, "workers-stuck")
+    code, text = run_workers(
+        pool,
+        "workers-stuck",
+        {"group": "wstuck", "name": "ws", "start": t1, "end": t2, "max_attempts": 2,
+         "on_failure": "stop", "retry_initial_backoff": 0.05},
+        {"name": "flaky", "flaky": {
+            "path": str(pool.dir / "wstuck-out"), "fail_id": "b100", "fail_times": 1_000,
+            "attempts": str(pool.dir / "wstuck-attempts.jsonl")}},
+    )  # fmt: skip
     assert code == 1, text[-3000:]
     assert "worker_restarted" not in text and '"worker_failed"' in text, text[-3000:]
     assert '"window_cannot_complete"' in text, text[-3000:]
@@ -337,36 +349,13 @@ def test_a_bounded_run_under_workers_ends_when_every_worker_has(daemon_pool: Poo
     would restart a worker that exits, lets them finish and exits 0 itself."""
     pool = daemon_pool
     t1, t2 = write_phases(pool, "workers-window")
-    pool.dir.mkdir(parents=True, exist_ok=True)
     out = pool.dir / "workers-out"
-    config = pool.dir / "workers-window.toml"
-    config.write_text(
-        dump_toml(
-            {
-                "source": {"endpoint": pool.endpoint, "project": PROJECT,
-                           "logstore": "workers-window"},
-                "consumer": {"group": "wpair", "name": "w", "start": t1, "end": t2,
-                             "heartbeat_interval": 1.0, "timeout": 4.0,
-                             "checkpoint_interval": 1.0, "fetch_interval": 0.05},
-                "processor": {"name": "jsonl", "jsonl": {"path": str(out)}},
-                "ops": {"listen": f"127.0.0.1:{free_ports(2)}"},
-                "log": {"format": "json"},
-            }
-        )
-    )  # fmt: skip
-    log_path = pool.dir / "workers-window.log"
-    with open(log_path, "wb") as log:
-        parent = subprocess.Popen(
-            [sys.executable, "-m", "loghubd", "run", "-c", str(config), "--workers", "2"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        code = parent.wait(60)
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-    text = log_path.read_text()
+    code, text = run_workers(
+        pool,
+        "workers-window",
+        {"group": "wpair", "name": "w", "start": t1, "end": t2},
+        {"name": "jsonl", "jsonl": {"path": str(out)}},
+    )
     assert code == 0, text[-3000:]
     assert "worker_restarted" not in text and text.count('"worker_finished"') == 2, text[-3000:]
     assert sorted(read_ids([out])) == sorted(expected_ids("b", N))
