@@ -19,6 +19,11 @@ class Episode:
             self.since = now
         self.failures += 1
 
+    @property
+    def failing_since(self) -> float | None:
+        """The clock's reading at the first failure of the episode going on (None: none is)."""
+        return self.since if self.failures else None
+
     def recovered(self, now: float) -> dict[str, float | int] | None:
         """The fields of the `*_recovered` line at a success that ends an episode (how many
         failures, for how long), or None when nothing had failed. Starts a new episode."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import structlog
@@ -122,9 +122,9 @@ class FetchStatus:
     cursor_time: float | None = None
     last_pull: float = 0.0  # monotonic
     logs_per_group: float = 1.0  # recent average, kept by the shard task
-    # Monotonic time of the first of the failed pulls since the last answered one (None:
-    # the last pull was answered), and why the last failed: the lag is not known meanwhile.
-    pull_failing_since: float | None = None
+    # The failed pulls since the last answered one (monotonic clock; `pull_recovered` when
+    # one is answered), and why the last failed: the lag is not known meanwhile.
+    pulls: Episode = field(default_factory=Episode)
     pull_error: str = ""
 
 
@@ -158,7 +158,6 @@ async def run_fetcher(
 ) -> None:
     cursor = start
     failures = 0
-    pulls_failing = Episode()  # `pull_recovered` at the first pull after failed ones
     next_lag_probe = 0.0
     label = str(shard)
     stop_at: str | None = None  # the end of a bounded run's window, once resolved
@@ -214,16 +213,16 @@ async def run_fetcher(
                 raise
             except E.SlsError as exc:
                 failures += 1
-                pulls_failing.failed(time.monotonic())
+                status.pulls.failed(time.monotonic())
                 _lag_unknown(status, str(exc), metrics, label)
                 await _back_off("pull_failed", exc, failures, settings, bind, on_error)
                 continue
             failures = 0
             now = time.monotonic()
-            if ended := pulls_failing.recovered(now):
+            if ended := status.pulls.recovered(now):
                 log.info("pull_recovered", **bind, **ended)
                 next_lag_probe = now  # the lag was unknown: measure it with this answer
-            status.pull_failing_since, status.pull_error = None, ""
+                status.pull_error = ""
             metrics.fetch_seconds.labels(label).observe(time.perf_counter() - started)
             status.last_pull = now
             if pulled.raw_lines is not None and pulled.result_lines is not None:
@@ -350,8 +349,6 @@ def _lag_unknown(status: FetchStatus, error: str, metrics: Metrics, label: str) 
     would be a lie (a partition froze it at "caught up", 0, while logs piled up: on-call
     audit), so the status says "not caught up, lag unknown" and the lag gauges are NaN: a
     graph shows a gap, and a comparison with them is false for as long."""
-    if status.pull_failing_since is None:
-        status.pull_failing_since = time.monotonic()
     status.pull_error = error[:300]
     status.caught_up = False
     status.lag_log_groups = status.lag_seconds = status.cursor_time = None

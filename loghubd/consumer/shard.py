@@ -775,8 +775,8 @@ class ShardTask:
             seconds_since_progress=now - status.last_progress,
             seconds_since_pull=now - (fetch.last_pull or started_at),
             pull_failing_for=None
-            if fetch.pull_failing_since is None
-            else max(0.0, now - fetch.pull_failing_since),
+            if fetch.pulls.failing_since is None
+            else max(0.0, now - fetch.pulls.failing_since),
             pull_error=fetch.pull_error,
             checkpoint_age=self.checkpoint_age(),
             batches=status.batches,

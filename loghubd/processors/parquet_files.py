@@ -60,10 +60,8 @@ class Target:
     local: bool
 
 
-_WAL_DIR_REQUIRED = (
-    "processor.parquet.wal_dir: required when path is not on the local file system "
-    "(a local directory shared by the daemons of the group)"
-)
+# The URI schemes pyarrow resolves to the local file system: no `wal_dir` needed.
+LOCAL_SCHEMES = ("file", "local")
 
 
 def open_target(path: str, wal_dir: str | None) -> Target:
@@ -71,10 +69,13 @@ def open_target(path: str, wal_dir: str | None) -> Target:
     ...); ValueError naming the key when it cannot be used. The directory is created and a
     probe file is written and removed, so an unwritable path fails at start."""
     if "://" in path:
-        if not wal_dir and not path.lower().startswith("file://"):
+        if not wal_dir and path.split("://", 1)[0].lower() not in LOCAL_SCHEMES:
             # Said before the URI is resolved: for s3:// that asks the network (the bucket's
             # region), and a missing wal_dir was reported as a DNS error (file sinks audit).
-            raise ValueError(_WAL_DIR_REQUIRED)
+            raise ValueError(
+                "processor.parquet.wal_dir: required when path is not on the local file "
+                "system (a local directory shared by the daemons of the group)"
+            )
         try:
             fs, root = pafs.FileSystem.from_uri(path)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
@@ -82,8 +83,6 @@ def open_target(path: str, wal_dir: str | None) -> Target:
         local = isinstance(fs, pafs.LocalFileSystem)
     else:
         fs, root, local = pafs.LocalFileSystem(), str(Path(path).absolute()), True
-    if not local and not wal_dir:
-        raise ValueError(_WAL_DIR_REQUIRED)
     wal_root = Path(wal_dir) if wal_dir else Path(root)
     probe = f"{root.rstrip('/')}/.loghubd-probe-{os.getpid()}"
     try:

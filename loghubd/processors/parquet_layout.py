@@ -49,6 +49,7 @@ TIME_FORMATS = {
     "minute": "%M",
 }
 GROUP_COLUMNS = {"topic": "__topic__", "source": "__source__"}
+BUILTIN = (*SOURCE_KEYS, *TIME_FORMATS, *GROUP_COLUMNS)  # every other placeholder is a field
 _UNSAFE = r"[^A-Za-z0-9_\-.]"
 # A value's longest form in a path segment; longer ones keep KEEP_BYTES and a hash. Leaves
 # room in the 255 bytes of a name for the template's literal text around the placeholder.
@@ -65,22 +66,17 @@ class Template:
     @property
     def fields(self) -> list[str]:
         """The log fields the template reads (placeholders that are not built in)."""
-        builtin = {*SOURCE_KEYS, *TIME_FORMATS, *GROUP_COLUMNS}
-        return [name for _, name in self.pieces if name is not None and name not in builtin]
+        return [name for _, name in self.pieces if name is not None and name not in BUILTIN]
 
 
 def likely_typos(template: Template) -> list[tuple[str, str]]:
     """Field placeholders that look like a misspelt built-in one (`{datee}`, `{Hour}`,
     `{__time__}`), each with the built-in it resembles."""
-    builtin = [*SOURCE_KEYS, *TIME_FORMATS, *GROUP_COLUMNS]
     out = []
-    for name in dict.fromkeys(template.fields):
+    for name in dict.fromkeys(template.fields):  # none of them is a built-in
         plain = name.strip("_").lower()
-        if plain == "time":
-            out.append((name, "date"))
-            continue
-        close = difflib.get_close_matches(plain, builtin, n=1, cutoff=0.8)
-        if close and close[0] != name:
+        close = ["date"] if plain == "time" else difflib.get_close_matches(plain, BUILTIN, 1, 0.8)
+        if close:
             out.append((name, close[0]))
     return out
 

@@ -186,6 +186,17 @@ def test_sighup_while_the_daemon_starts_reloads_once_it_listens(
     assert not report["missing"] and not report["duplicated"], short(report)
 
 
+def reloaded_once_it_listened(d: Daemon) -> None:
+    """The SIGHUP sent while `d` started was held, and reloaded it once it listened (a second
+    `ops_listening`: the new image's), once; then it stops cleanly."""
+    wait_until(lambda: len(d.events("ops_listening")) == 2, 60, d.log_tail)
+    d.wait_ready()
+    [requested] = d.events("reload_requested")
+    assert requested["received"] == "while starting", requested
+    assert len(d.events("reloading")) == 1, d.log_tail()
+    assert d.stop() == 0, d.log_tail()
+
+
 def test_a_sighup_sent_before_the_process_can_handle_it_waits_for_it(
     daemon_pool: Pool,
 ) -> None:
@@ -198,12 +209,7 @@ def test_a_sighup_sent_before_the_process_can_handle_it_waits_for_it(
     with reloads_blocked():
         d = pool.daemon("hup-exec", "hup-exec", "x")
     d.signal(signal.SIGHUP)
-    wait_until(lambda: len(d.events("ops_listening")) == 2, 60, d.log_tail)
-    d.wait_ready()
-    [requested] = d.events("reload_requested")
-    assert requested["received"] == "while starting", requested
-    assert len(d.events("reloading")) == 1, d.log_tail()
-    assert d.stop() == 0, d.log_tail()
+    reloaded_once_it_listened(d)
 
 
 def stuck_daemon(pool: Pool, tmp_path: Path, logstore: str) -> Daemon:
@@ -279,9 +285,4 @@ def test_a_sighup_at_the_first_moment_the_process_catches_it_reloads(
     # The command line's imports load loghubd's C decoder (and ~100 modules) in ~0.15 s;
     # holding SIGHUP only once `run` began (as before) left those to the default action.
     assert "_fastlog" not in loaded, "SIGHUP was held only after the command line's imports"
-    wait_until(lambda: len(d.events("ops_listening")) == 2, 60, d.log_tail)
-    d.wait_ready()
-    [requested] = d.events("reload_requested")
-    assert requested["received"] == "while starting", requested
-    assert len(d.events("reloading")) == 1, d.log_tail()
-    assert d.stop() == 0, d.log_tail()
+    reloaded_once_it_listened(d)

@@ -19,7 +19,9 @@ def test_the_first_success_after_failures_says_how_many_and_how_long_once() -> N
     e.failed(10.0)
     e.failed(12.5)
     e.failed(20.0)
+    assert e.failing_since == 10.0  # what /status's pull_failing_for_s counts from
     assert e.recovered(21.25) == {"failures": 3, "failing_for_s": 11.25}
+    assert e.failing_since is None
     assert e.recovered(22.0) is None
     e.failed(30.0)  # a new episode counts from its own first failure
     assert e.recovered(31.0) == {"failures": 1, "failing_for_s": 1.0}
