@@ -115,6 +115,14 @@ def _shards(sources: Sequence[SourceSnapshot], history: History, pages: Pages) -
         window = f"over the last {history.span(key) / 60:.1f} minutes"
         rate_now = rate[-1] if rate else 0.0
         lag_now = shard.lag_seconds or 0.0
+        # While pulls fail the lag is unknown: not the "0 s" its absence would read as.
+        lag_text = (
+            " unknown"
+            if shard.pull_failing_for is not None
+            else " caught up"
+            if shard.caught_up
+            else f" {H.ago(lag_now)}"
+        )
         problem = shard.reason or shard.processor_error
         rows.append(
             (
@@ -128,8 +136,8 @@ def _shards(sources: Sequence[SourceSnapshot], history: History, pages: Pages) -
                     + f" {rate_now:.1f}/s"
                 ),
                 H.Markup(
-                    H.sparkline(lag, f"lag of shard {shard.shard} {window}, now {lag_now:.1f} s")
-                    + (" caught up" if shard.caught_up else f" {H.ago(lag_now)}")
+                    H.sparkline(lag, f"lag of shard {shard.shard} {window}, now{lag_text}")
+                    + lag_text
                 ),
                 f"unknown: pulls failing for {shard.pull_failing_for:.0f}s"
                 if shard.pull_failing_for is not None

@@ -115,7 +115,7 @@ def clock(when: float) -> str:
 _TONES = {
     "ok": ("already_alloc", "consuming", "running", "ready", "readwrite", "caught up", "alive"),
     "warn": ("transfer", "wait", "starting", "stopping", "not_alloc", "behind", "readonly"),
-    "bad": ("failed", "not ready", "error", "expired", "stopped"),
+    "bad": ("failed", "not ready", "error", "expired", "lease_expired", "stopped"),
 }
 
 

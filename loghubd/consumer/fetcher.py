@@ -16,6 +16,9 @@ older checkpoint of the group) counts as reached: the window is never read backw
 
 Failed calls are retried with `FetchSettings.backoff` (`consumer.pull_retry_max_backoff`);
 each failure is logged and told to `on_error` (the shard's last error, in its snapshot).
+From a failed pull until one is answered the shard's lag is unknown: `FetchStatus` says so
+(`pulls`, an episode of failures; not caught up) and the lag gauges are NaN; the first answered pull
+logs `pull_recovered` once and measures the lag again.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from loghubd.backoff import Backoff
 from loghubd.consumer.budget import ByteBudget
+from loghubd.consumer.group_size import GroupSize
 from loghubd.consumer.inflight import Grant
 from loghubd.consumer.pacing import pause_before_next_pull
 from loghubd.consumer.window import reached
@@ -121,11 +125,18 @@ class FetchStatus:
     # Unix time the log group at `cursor` was written (None: caught up, or not measured yet)
     cursor_time: float | None = None
     last_pull: float = 0.0  # monotonic
-    logs_per_group: float = 1.0  # recent average, kept by the shard task
+    # Logs per log group lately (`group_size`), kept by the shard task: the lag in logs.
+    group_size: GroupSize = field(default_factory=GroupSize)
     # The failed pulls since the last answered one (monotonic clock; `pull_recovered` when
     # one is answered), and why the last failed: the lag is not known meanwhile.
     pulls: Episode = field(default_factory=Episode)
     pull_error: str = ""
+
+    @property
+    def logs_per_group(self) -> float:
+        """What a lag in log groups is multiplied by (1 until a batch was read)."""
+        mean = self.group_size.mean
+        return 1.0 if mean is None else mean
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

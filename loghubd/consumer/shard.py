@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
-from loghubd.consumer import window
+from loghubd.consumer import group_size, window
 from loghubd.consumer.budget import ByteBudget
 from loghubd.consumer.fetcher import (
     LAG_PROBE_INTERVAL_S,
@@ -48,7 +48,7 @@ from loghubd.consumer.processing import (
     start_with_retry,
     stopped_within,
 )
-from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot
+from loghubd.consumer.snapshot import ErrorNote, ShardSnapshot, shown_state
 from loghubd.consumer.tracking import ShardTracker, StopFlag
 from loghubd.consumer.twins import OurCommits
 from loghubd.errors import describe_error
@@ -166,6 +166,7 @@ class ShardTask:
         self._started_from = ""
         self._last_commit_failure = -COMMIT_FAILURE_QUIET_S
         self._in_hand_since: float | None = None  # monotonic: a batch is in the processor
+        self._held_since: float | None = None  # monotonic: a batch waits for the lease
         self._commits_failing = Episode()  # `checkpoint_commit_recovered` when one gets through
         self._commit_scope: anyio.CancelScope | None = None  # the commit request in flight
         self._starting: LoadedProcessor | None = None  # made; its `initialize` not through
@@ -663,10 +664,7 @@ class ShardTask:
         status.bytes += batch.raw_size or len(batch.raw)
         m.last_batch_time.labels(label).set_to_current_time()
         fetch = self.status.fetch
-        per_group = logs / batch.group_count
-        # The first batch sets it (the lag in logs is far off until then), later ones move it.
-        first = status.batches == 1
-        fetch.logs_per_group = per_group if first else 0.8 * fetch.logs_per_group + 0.2 * per_group
+        fetch.group_size = group_size.observe(fetch.group_size, logs, batch.group_count)
         self.status.last_progress = time.monotonic()
         if tracker.take_commit_request():
             await self.commit()
@@ -711,12 +709,16 @@ class ShardTask:
         the batch until the heartbeat renews the lease (True: process it) or the shard is
         dropped or stopped (False: it is redelivered from the checkpoint)."""
         log.warning("lease_expired_batch_held", **self._bind, cursor=batch.cursor)
-        while not self.stop_requested.is_set():
-            if self.ctx.lease_valid():
-                log.info("lease_renewed_batch_released", **self._bind, cursor=batch.cursor)
-                return True
-            await anyio.sleep(LEASE_POLL_S)
-        return False
+        self._held_since = time.monotonic()
+        try:
+            while not self.stop_requested.is_set():
+                if self.ctx.lease_valid():
+                    log.info("lease_renewed_batch_released", **self._bind, cursor=batch.cursor)
+                    return True
+                await anyio.sleep(LEASE_POLL_S)
+            return False
+        finally:
+            self._held_since = None
 
     async def _end_of_shard(self, cursor: str) -> None:
         """A read-only shard is drained: commit its end now so the server can mark it OVER.
@@ -761,10 +763,13 @@ class ShardTask:
     def snapshot(self, now: float, started_at: float) -> ShardSnapshot:
         """This shard as it is now; `now` and `started_at` (the source's start) monotonic."""
         status, fetch = self.status, self.status.fetch
+        state, reason = shown_state(
+            status.state, status.reason, self.ctx.lease_valid(), self._held_since, now
+        )
         return ShardSnapshot(
             shard=self.shard,
-            state=status.state,
-            reason=status.reason,
+            state=state,
+            reason=reason,
             processor_error=status.processor_error,
             cursor=fetch.cursor,
             checkpoint=self.tracker.committed if self.tracker else None,

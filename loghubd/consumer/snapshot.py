@@ -37,9 +37,11 @@ class ErrorNote:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShardSnapshot:
     shard: int
-    # starting | consuming | finished | stopping | failed ("failed" and still held: parked)
+    # starting | consuming | lease_expired | finished | stopping | failed ("failed" and still
+    # held: parked). `lease_expired`: consuming, but no heartbeat was answered within the
+    # group's timeout, so batches are held unprocessed (the shard may be another's by now).
     state: str
-    reason: str  # why it failed ("" otherwise)
+    reason: str  # why it failed, or why its lease expired ("" otherwise)
     processor_error: str  # why the batch being retried failed last ("" when none is)
     cursor: str  # the next position to pull
     checkpoint: str | None  # the last committed position (None: not known yet)
@@ -104,3 +106,23 @@ class DaemonSnapshot:
     ready: bool  # what /readyz answers
     reasons: tuple[str, ...]  # why not, each prefixed with its source
     taken_at: float
+
+
+def shown_state(
+    state: str, reason: str, lease_valid: bool, held_since: float | None, now: float
+) -> tuple[str, str]:
+    """The state and reason a shard's snapshot shows. A consuming shard whose lease has
+    expired is not consuming: it says so, and why (it read "consuming" through a partition
+    while the service had given its shards away: on-call audit). `held_since`: monotonic
+    time a batch began to wait for the lease (None: no batch waits)."""
+    if state != "consuming" or lease_valid:
+        return state, reason
+    doing = (
+        "no batch is processed"
+        if held_since is None
+        else f"the batch in hand has been held unprocessed for {max(0.0, now - held_since):.0f}s"
+    )
+    return "lease_expired", (
+        "lease expired: no heartbeat answered within the group's timeout, so the service "
+        f"may have given this shard to another consumer; {doing} until one is answered"
+    )

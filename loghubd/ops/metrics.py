@@ -70,20 +70,21 @@ class Metrics:
         )
         self.lag_log_groups = Gauge(
             "loghubd_lag_log_groups",
-            "Log groups between the fetch position and the end",
+            "Log groups between the fetch position and the end (NaN while pulls fail: unknown)",
             shard,
             registry=r,
         )
         self.lag_logs = Gauge(
             "loghubd_lag_logs",
-            "Logs between the fetch position and the end (estimated from "
-            "the recent logs per log group)",
+            "Logs between the fetch position and the end (estimated: log groups times the "
+            "logs per log group lately; NaN while pulls fail: unknown)",
             shard,
             registry=r,
         )
         self.lag_seconds = Gauge(
             "loghubd_lag_seconds",
-            "Receive-time age of the oldest unfetched data (0 when caught up)",
+            "Receive-time age of the oldest unfetched data (0 when caught up, NaN while "
+            "pulls fail: unknown)",
             shard,
             registry=r,
         )

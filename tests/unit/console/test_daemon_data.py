@@ -128,3 +128,28 @@ def test_the_sources_table_says_which_proxy_a_source_goes_through() -> None:
         history.record(shown)
         region = daemon_pages.daemon(shown, history, {"a": "jsonl"}, "x").regions["daemon"]
         assert expected in region, region
+
+
+def test_the_daemon_page_says_the_lag_is_unknown_while_pulls_fail_and_a_lease_expired() -> None:
+    """Not "0.0 s" or "caught up" from the lag measured before the outage (on-call audit)."""
+    one = snap(1000.0)
+    source = one.sources[0]
+    shard = replace(
+        source.shards[0],
+        state="lease_expired",
+        reason="lease expired: no heartbeat answered within the group's timeout",
+        caught_up=False,
+        lag_log_groups=None,
+        lag_seconds=None,
+        pull_failing_for=45.4,
+        pull_error="Unreachable: connection refused",
+    )
+    failing = replace(one, sources=(replace(source, shards=(shard,)),))
+    history = History()
+    history.record(failing)
+    region = daemon_pages.daemon(failing, history, {"a": "jsonl"}, "x").regions["daemon"]
+    [row] = re.findall(r'<tr><th scope="row">a / 0</th>(.*?)</tr>', region)
+    assert '<span class="badge bad">lease expired</span>' in row, row
+    assert "</svg> unknown<" in row and "unknown: pulls failing for 45s" in row, row
+    assert "0.0 s" not in row and "caught up" not in row, row
+    assert "lease expired: no heartbeat answered" in row, row

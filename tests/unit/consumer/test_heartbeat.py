@@ -124,6 +124,29 @@ def test_failures_past_the_timeout_expire_the_lease_and_an_answer_renews_it() ->
     assert metrics.heartbeat_failures._value.get() == 30
 
 
+def test_the_first_answer_after_failed_heartbeats_says_so_once_per_run_of_failures() -> None:
+    down = E.SlsError("down")
+    with structlog.testing.capture_logs() as logs:
+        beat([[0], down, down, down, [0], [0], down, [0], [0]])
+    said = [e for e in logs if e["event"] == "heartbeat_recovered"]
+    assert [(e["failures"], e["group"], e["consumer"]) for e in said] == [
+        (3, "g", "c"),
+        (1, "g", "c"),
+    ]
+    assert all(e["failing_for_s"] >= 0 for e in said)
+    events = [e["event"] for e in logs if e["event"].startswith("heartbeat_")]
+    assert events == ["heartbeat_failed"] * 3 + ["heartbeat_recovered"] + [
+        "heartbeat_failed",
+        "heartbeat_recovered",
+    ]
+
+
+def test_answered_heartbeats_say_nothing_of_recovering() -> None:
+    with structlog.testing.capture_logs() as logs:
+        beat([[], [0, 1], [0, 1], [1, 2]])
+    assert not [e for e in logs if e["event"] == "heartbeat_recovered"]
+
+
 def test_a_lease_is_valid_only_while_heartbeats_are_fresh() -> None:
     state = HeartbeatState(joined=True, last_ok=time.monotonic())
     assert state.lease_valid(timeout=5.0)

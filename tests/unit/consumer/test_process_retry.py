@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog
 
 from loghubd import BatchInterrupted, BatchRejected
 from loghubd.backoff import Backoff
@@ -157,6 +158,25 @@ def interrupted_run(
     outcome = anyio.run(go)
     assert done.is_set() != isinstance(outcome, Interrupted)
     return outcome, calls
+
+
+def test_the_attempt_that_succeeds_after_failed_ones_says_so_once() -> None:
+    policy = RetryPolicy(backoff=FAST)  # on_failure = "retry", for ever
+    with structlog.testing.capture_logs() as logs:
+        outcome, calls, _ = run([ValueError("sink down")] * 3, policy)
+    assert isinstance(outcome, Processed) and calls == 4
+    events = [e["event"] for e in logs if e["event"].startswith("process_")]
+    assert events == ["process_failed", "process_retry_scheduled"] * 3 + ["process_recovered"]
+    [said] = [e for e in logs if e["event"] == "process_recovered"]
+    assert said["failures"] == 3 and said["failing_for_s"] >= 0
+    assert said["cursor"] == make_batch([{"id": "0"}], shard=2).cursor
+
+
+def test_a_batch_through_at_once_says_nothing_of_recovering() -> None:
+    with structlog.testing.capture_logs() as logs:
+        outcome, calls, _ = run([], RetryPolicy(backoff=FAST))
+    assert isinstance(outcome, Processed) and calls == 1
+    assert not [e for e in logs if e["event"] == "process_recovered"]
 
 
 def test_a_stop_ends_the_wait_between_attempts() -> None:

@@ -20,8 +20,10 @@ from loghubd.consumer.processing import RetryPolicy
 from loghubd.consumer.shard import ShardContext, ShardTask
 from loghubd.ops.metrics import Metrics
 from loghubd.plugins.loaded import load_factory
+from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
-from tests.unit.consumer.scripted import ScriptedClient, at
+from loghubd.sls import Pulled
+from tests.unit.consumer.scripted import ScriptedClient, at, log_groups
 
 QUICK = Backoff(initial=0.01, cap=0.01)
 
@@ -127,6 +129,7 @@ def test_consumes_commits_and_stops() -> None:
             at(3),
         )
         assert snap.bytes > 0 and snap.last_error is None and snap.caught_up
+        assert t.status.fetch.logs_per_group == pytest.approx(2.0)  # 3 groups of 2 logs
         t.request_stop()
 
     states, exited = anyio.run(run, task, body)
@@ -403,7 +406,8 @@ async def _now() -> float:
 
 
 def test_a_failed_commit_is_noted_and_the_next_one_goes_through() -> None:
-    client = ScriptedClient(shard_data={0: 3}, commit_errors=[E.SlsError("busy")])
+    busy = E.SlsError("busy")
+    client = ScriptedClient(shard_data={0: 3}, commit_errors=[busy, busy])
     processor = Recorder()
     task = ShardTask(0, context(client, processor))
 
@@ -411,12 +415,83 @@ def test_a_failed_commit_is_noted_and_the_next_one_goes_through() -> None:
         await until(lambda: t.commit_failed, "the failed commit")
         assert t.status.last_error is not None
         assert t.status.last_error.message.startswith("commit: ")
+        assert not await t.commit()  # still failing: nothing said yet
         assert await t.commit()  # the periodic commit would do this
         assert client.saved[0] == at(3) and not t.commit_failed
+        assert await t.commit(resend=True)  # an ordinary success: nothing said
+        t.request_stop()
+
+    with structlog.testing.capture_logs() as logs:
+        anyio.run(run, task, body)
+    assert client.commits(0) == [at(3)] * 4
+    # The end of the fault is said once, after its last failure, with the shard and cursor.
+    events = [e["event"] for e in logs if e["event"].startswith("checkpoint_commit_")]
+    assert events == ["checkpoint_commit_failed"] * 2 + ["checkpoint_commit_recovered"]
+    [said] = [e for e in logs if e["event"] == "checkpoint_commit_recovered"]
+    assert (said["shard"], said["cursor"], said["failures"]) == (0, at(3), 2)
+    assert said["failing_for_s"] >= 0
+
+
+class Batches(ScriptedClient):
+    """Serves `sizes` as the shard's batches, one per pull: (log groups, logs per group)."""
+
+    def __init__(self, sizes: list[tuple[int, int]]) -> None:
+        super().__init__(shard_data={0: sum(groups for groups, _ in sizes)})
+        self.sizes = sizes
+
+    async def pull(self, logstore: str, shard: int, cursor: str, count: int, **_: Any) -> Pulled:
+        start, seq = cursors.decode(cursor), 0
+        for groups, logs in self.sizes:
+            if seq == start:
+                data = log_groups(groups, logs)
+                return Pulled(data, groups, at(seq + groups), len(data), False, groups, len(data))
+            seq += groups
+        return Pulled(b"", 0, cursor, 0, False, 0, 0)
+
+
+def test_the_lag_in_logs_follows_the_logs_per_group_read_lately() -> None:
+    """5 groups of 100 logs, then two batches of 50 groups of 10: the lag in logs counts about
+    10 per group (the old average over batches said 67.6: on-call audit, 5.5 times too high)."""
+    client, processor = Batches([(5, 100), (50, 10), (50, 10)]), Recorder()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: len(processor.batches) == 3, "three batches")
         t.request_stop()
 
     anyio.run(run, task, body)
-    assert client.commits(0) == [at(3), at(3)]
+    assert 10.0 < task.status.fetch.logs_per_group < 12.0, task.status.fetch.logs_per_group
+
+
+def test_a_shard_held_while_the_lease_has_expired_says_so() -> None:
+    """No heartbeat answered within the group's timeout: the shard is not "consuming" (the
+    service may have given it away); its state and reason say so, and whether a batch is
+    held. Once the lease is renewed the batch is processed and the shard consumes again."""
+    lease = {"valid": False}
+    client, processor = ScriptedClient(shard_data={0: 3}), Recorder()
+    ctx = dataclasses.replace(context(client, processor), lease_valid=lambda: lease["valid"])
+    task = ShardTask(0, ctx)
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: t._held_since is not None, "the batch held")
+        await anyio.sleep(0.05)
+        snap = t.snapshot(anyio.current_time(), 0.0)
+        assert snap.state == "lease_expired", snap
+        assert snap.reason.startswith("lease expired: no heartbeat answered"), snap.reason
+        assert "the batch in hand has been held unprocessed for" in snap.reason, snap.reason
+        assert t.status.state == "consuming"  # what the shard does is unchanged
+        assert processor.batches == []
+        lease["valid"] = True
+        await until(lambda: processor.batches, "the batch released")
+        snap = t.snapshot(anyio.current_time(), 0.0)
+        assert (snap.state, snap.reason) == ("consuming", "")
+        lease["valid"] = False  # expired again, with no batch in hand
+        snap = t.snapshot(anyio.current_time(), 0.0)
+        assert snap.state == "lease_expired" and "no batch is processed" in snap.reason, snap
+        t.request_stop()
+
+    states, _ = anyio.run(run, task, body)
+    assert "lease_expired" not in states  # the snapshot's word, not a state of the task
 
 
 @pytest.mark.parametrize("persist", [True, False])

@@ -66,3 +66,19 @@ def test_pulls_failing_show_how_long_and_a_lease_run_out() -> None:
             source, heartbeat=dataclasses.replace(hb, seconds_since_ok=seconds)
         )
         assert views.source_status(late)["heartbeat"]["lease_expired"] is expired
+
+
+def test_a_shard_held_past_the_lease_says_so_in_its_state_and_reason() -> None:
+    row = shard_status(
+        state="lease_expired",
+        reason="lease expired: no heartbeat answered within the group's timeout",
+        caught_up=False,
+        lag_log_groups=None,
+        pull_failing_for=45.0,
+        pull_error="Unreachable: connection refused",
+    )
+    assert (row["state"], row["reason"]) == (
+        "lease_expired",
+        "lease expired: no heartbeat answered within the group's timeout",
+    )
+    assert row["behind"] == "unknown: pulls failing for 45s: Unreachable: connection refused"
