@@ -10,7 +10,9 @@ itself. The shard's checkpoint is saved only after the whole batch is written, a
 durable (fsync) before it is committed, unless `fsync = "never"`.
 
 Rotation happens between batches, before a batch is written: a failure there fails the batch
-before any of it is written (the retry starts clean). Closed files are named
+before any of it is written (the retry starts clean). With `rotate_seconds`, a clock (the
+factory's `Ticker`) closes the file of a shard that gets no batches once it is due, under the
+same lock as `process()`. Closed files are named
 `shard-<shard>.<UTC time of closing, %Y%m%dT%H%M%S.%fZ>.jsonl` (`.gz` / `.zst` appended once
 compressed), so that sorting the names sorts them in write order. They are compressed in a
 thread of their own (`jsonl_compress`), never under the lock `process()` and `flush()` share.
@@ -42,16 +44,19 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from loghubd import files
+from loghubd.errors import describe_error
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
 from loghubd.processors.file_errors import doing
 from loghubd.processors.jsonl_compress import Compressor
 from loghubd.processors.options import ConfigError, typed_options
+from loghubd.processors.ticker import Members, Ticker
 from loghubd.protocol import cursor as cursors
 
 log = structlog.get_logger("loghubd.processors.jsonl")
 
 FSYNC_MODES = ("batch", "interval", "never")
+CLOSE_RETRY_S = 5.0  # after a failed close of a quiet shard's file, before the clock tries again
 COMPRESSIONS = ("none", "gzip", "zstd")
 
 
@@ -154,6 +159,7 @@ class JsonlProcessor:
         metrics: JsonlMetrics | None = None,
         *,
         replay: bool = False,
+        clock: Members[JsonlProcessor] | None = None,
     ) -> None:
         self.directory = directory
         self.replay = replay  # dead letters: a file each, never the shard's live file
@@ -168,6 +174,10 @@ class JsonlProcessor:
         self._opened = 0.0  # time.time() when the open file was opened
         self._closing: Path | None = None  # a rotation's closed file, once renamed, until done
         self._lock = threading.Lock()
+        # The factory's clock, which closes the file of a shard with no batches when it is due
+        # (`close_if_due`); and when a close it tried last failed (monotonic).
+        self._clock = clock
+        self._close_failed_at = -CLOSE_RETRY_S
         sync = self.options.fsync != "never"
         failures = self.metrics.compress_failures
         self._compressor = Compressor(directory, shard, self.options.compress, sync, failures)
@@ -181,6 +191,8 @@ class JsonlProcessor:
         self._compressor.start()  # also what a crash or a stop left uncompressed
         with doing("open", self.path):  # (reading its end: `_cut_torn_tail`)
             self._open()
+        if self._clock is not None:
+            self._clock.add(self)
 
     def _take_shard(self) -> None:
         """Two processors appending to one file, each rotating and cutting it back by its own
@@ -388,6 +400,28 @@ class JsonlProcessor:
         self.metrics.rotated.inc()
         self._compressor.wake()
 
+    def close_if_due(self) -> None:
+        """`rotate_seconds` for a shard with no batches, called by the factory's clock: close
+        the file once it has been open that long. Without it a quiet shard's last lines sat
+        in the live file until its next batch, for ever if none came, and an uploader taking
+        closed files never saw them. Nothing is done while a failed batch waits for its
+        retry (the retry cuts its part off first), nor within `CLOSE_RETRY_S` of a close
+        that failed; a failure is logged (`jsonl_rotate_failed`) and tried again."""
+        if time.monotonic() - self._close_failed_at < CLOSE_RETRY_S:
+            return
+        try:
+            with self._lock, doing("close", self.path):
+                if self._fd < 0 or self._torn is not None:
+                    return
+                if self._closing is None:
+                    self._follow_path()
+                    if not self._rotation_due(os.fstat(self._fd).st_size):
+                        return
+                self._rotate()
+        except Exception as exc:
+            self._close_failed_at = time.monotonic()
+            log.warning("jsonl_rotate_failed", shard=self.shard, error=describe_error(exc))
+
     def wait_compressed(self) -> None:
         """Wait until the files closed so far are compressed (or failed to be): for tests."""
         self._compressor.wait_idle()
@@ -415,6 +449,8 @@ class JsonlProcessor:
             os.close(fd)
 
     def shutdown(self, tracker: Tracker) -> None:
+        if self._clock is not None:
+            self._clock.discard(self)
         self._compressor.stop()  # abandons a compression in progress: redone at the next start
         with self._lock:
             try:
@@ -439,13 +475,36 @@ class JsonlFactory:
         _probe(self.directory)
         self.metrics = JsonlMetrics(CollectorRegistry())  # bind() puts them on the daemon's
         self.replay = False
+        # With `rotate_seconds`, a clock closes the files of shards that get no batches.
+        self.open_shards: Members[JsonlProcessor] = Members()
+        seconds = self.options.rotate_seconds
+        self._clock = Ticker("jsonl-rotate", min(1.0, seconds / 4), self._tick) if seconds else None
 
     def bind(self, context: ProcessorContext) -> None:
         self.metrics = context.instruments(JsonlMetrics)
         self.replay = context.replay
 
+    def start(self) -> None:
+        if self._clock is not None and not self.replay:
+            self._clock.start()
+
+    def close(self) -> None:
+        if self._clock is not None:
+            self._clock.stop()
+
+    def _tick(self) -> None:
+        for processor in self.open_shards.now():
+            processor.close_if_due()
+
     def __call__(self, shard: int) -> JsonlProcessor:
-        return JsonlProcessor(self.directory, shard, self.options, self.metrics, replay=self.replay)
+        return JsonlProcessor(
+            self.directory,
+            shard,
+            self.options,
+            self.metrics,
+            replay=self.replay,
+            clock=None if self.replay else self.open_shards,
+        )
 
 
 def _probe(directory: Path) -> None:

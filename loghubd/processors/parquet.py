@@ -12,7 +12,6 @@ range committed once is never written again, whoever re-delivers it.
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,7 @@ from loghubd.processors import parquet_files as files
 from loghubd.processors import parquet_layout as layout
 from loghubd.processors.file_errors import doing
 from loghubd.processors.options import check_options
+from loghubd.processors.ticker import Ticker
 from loghubd.wal import COMMITTED, Entry, Range, Wal, new_batch_id
 
 log = structlog.get_logger("loghubd.parquet")
@@ -577,8 +577,7 @@ class ParquetFactory:
         self.context: ProcessorContext | None = None
         self._processors: set[ParquetProcessor] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._timer: threading.Thread | None = None
+        self._timer = Ticker("parquet-timer", min(0.5, self.options.max_age_s / 4), self._tick)
         self._buffered = 0  # Arrow bytes in every processor's buffer
         self.metrics = ParquetMetrics(CollectorRegistry())  # bind() puts them on the daemon's
         # Its lines name the group and consumer, as the shard tasks' do (bind() knows them).
@@ -622,19 +621,10 @@ class ParquetFactory:
         self.metrics.buffered.set_function(lambda: float(self.buffered_bytes))
 
     def start(self) -> None:
-        # In the source's logging context (`source=`), as the event loop's own lines are.
-        self._timer = threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(self._run_timer,),
-            name="parquet-timer",
-            daemon=True,
-        )
         self._timer.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._timer is not None:
-            self._timer.join(30)
+        self._timer.stop()
 
     def register(self, processor: ParquetProcessor) -> None:
         with self._lock:
@@ -647,23 +637,22 @@ class ParquetFactory:
     def __call__(self, shard: int) -> ParquetProcessor:
         return ParquetProcessor(self, shard)
 
-    def _run_timer(self) -> None:
-        tick = min(0.5, self.options.max_age_s / 4)
-        while not self._stop.wait(tick):
-            with self._lock:
-                processors = list(self._processors)
-            for p in processors:
-                if p.age() < self.options.max_age_s:
-                    continue
-                if time.monotonic() - p.failed_at < min(5.0, self.options.max_age_s):
-                    continue  # a write just failed: give the file system a moment
-                try:
-                    p.write("max_age")
-                except Exception as exc:
-                    p.failed_at = time.monotonic()
-                    self.log.warning(
-                        "parquet_write_failed",
-                        shard=p.shard,
-                        reason="max_age",
-                        error=describe_error(exc),
-                    )
+    def _tick(self) -> None:
+        """Write the buffers that reached `max_age_s` (the timer's, every 0.5 s at most)."""
+        with self._lock:
+            processors = list(self._processors)
+        for p in processors:
+            if p.age() < self.options.max_age_s:
+                continue
+            if time.monotonic() - p.failed_at < min(5.0, self.options.max_age_s):
+                continue  # a write just failed: give the file system a moment
+            try:
+                p.write("max_age")
+            except Exception as exc:
+                p.failed_at = time.monotonic()
+                self.log.warning(
+                    "parquet_write_failed",
+                    shard=p.shard,
+                    reason="max_age",
+                    error=describe_error(exc),
+                )

@@ -101,19 +101,31 @@ def test_rotation_compression_and_fsync_per_batch(daemon_pool: Pool) -> None:
         processor_options={
             "path": str(out),
             "rotate_bytes": 40_000,
+            "rotate_seconds": 2,
             "compress": "zstd",
             "fsync": "batch",
         },
         consumer={"max_fetch_log_groups": 4},
     ).wait_ready()
     wait_until(lambda: pool.committed_to_end("rot", "rot-group", 1), 60, daemon.log_tail)
-    # Compressed beside the writes; a compression the stop cuts short is left for the next start.
-    wait_until(lambda: list(out.glob("shard-0.*Z.jsonl.zst")), 30, daemon.log_tail)
+    # The shard is quiet now: its last file is closed `rotate_seconds` after it was opened,
+    # without a batch to do it, and compressed beside the writes; so every line is in a closed,
+    # compressed file, where an uploader taking `shard-*.*.jsonl.zst` finds it.
+    live = out / "shard-0.jsonl"
+
+    def all_closed() -> bool:
+        pending = [p for p in out.glob("shard-0.*Z.jsonl") if p != live]
+        return live.stat().st_size == 0 and not pending
+
+    wait_until(all_closed, 30, daemon.log_tail)
+    compressed = sorted(out.glob("shard-0.*Z.jsonl.zst"))
+    assert ids_of(lines(compressed)) == [f"r{n}" for n in range(count)]
     assert daemon.stop() == 0, daemon.log_tail()
 
     closed = sorted(out.glob("shard-0.*Z.jsonl*"))
     names = [p.name for p in closed]
     assert len(closed) >= 5, names
+    assert not [n for n in names if n.endswith(".part")], names
     name = r"shard-0\.\d{8}T\d{6}\.\d{6}Z\.jsonl(\.zst)?"
     assert all(re.fullmatch(name, n) for n in names), names
     delivered = ids_of(lines([*closed, out / "shard-0.jsonl"]))

@@ -9,14 +9,17 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import structlog
 import zstandard
 from prometheus_client import CollectorRegistry
 
 from loghubd.files import write_all
 from loghubd.models import Batch
+from loghubd.processors import jsonl
 from loghubd.processors.jsonl import JsonlFactory, JsonlOptions, JsonlProcessor
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import pb
@@ -192,6 +195,71 @@ def test_rotation_by_time(tmp_path: Path) -> None:
     [closed] = tmp_path.glob("shard-0.*Z.jsonl")
     assert ids(closed) == list(range(10))
     assert ids(tmp_path / "shard-0.jsonl") == list(range(10, 15))
+
+
+def wait_for(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.02)
+
+
+def test_a_quiet_shards_file_is_closed_by_the_clock(tmp_path: Path) -> None:
+    """No batch comes after the first: the factory's clock closes (and compresses) the file
+    once it has been open `rotate_seconds`, and leaves the new empty one open. A shard whose
+    failed batch waits for its retry is left to the retry."""
+    factory = JsonlFactory({"path": str(tmp_path), "rotate_seconds": 0.3, "compress": "gzip"})
+    factory.start()
+    quiet, failing = factory(0), factory(1)
+    try:
+        for p in (quiet, failing):
+            p.initialize(p.shard)
+            p.process(batch(0, 5), RecordingTracker())
+        failing._torn = os.fstat(failing._fd).st_size  # as a failed batch leaves it
+        wait_for(lambda: list(tmp_path.glob("shard-0.*Z.jsonl.gz")), "shard 0 closed")
+        [closed] = tmp_path.glob("shard-0.*Z.jsonl.gz")
+        lines = gzip.decompress(closed.read_bytes()).splitlines()
+        assert [int(json.loads(x)["id"][:6]) for x in lines] == list(range(5))
+        assert (tmp_path / "shard-0.jsonl").read_bytes() == b""
+        time.sleep(0.5)  # an empty file is not closed, however long it is open
+        assert len(list(tmp_path.glob("shard-0.*Z.jsonl*"))) == 1
+        assert not list(tmp_path.glob("shard-1.*Z.jsonl*"))  # left to the retry
+        failing._torn = None
+        wait_for(lambda: list(tmp_path.glob("shard-1.*Z.jsonl.gz")), "shard 1 closed")
+    finally:
+        quiet.shutdown(RecordingTracker())
+        failing.shutdown(RecordingTracker())
+        factory.close()
+
+
+def test_a_failed_close_by_the_clock_is_logged_and_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jsonl, "CLOSE_RETRY_S", 0.2)
+    real, refused = os.rename, []
+
+    def refuse_once(src: object, dst: object) -> None:
+        if not refused:
+            refused.append(src)
+            raise OSError(errno.EROFS, "Read-only file system")
+        real(src, dst)  # type: ignore[arg-type]
+
+    factory = JsonlFactory({"path": str(tmp_path), "rotate_seconds": 0.2})
+    p = factory(0)
+    p.initialize(0)
+    p.process(batch(0, 5), RecordingTracker())
+    monkeypatch.setattr(os, "rename", refuse_once)
+    with structlog.testing.capture_logs() as logs:
+        factory.start()
+        try:
+            wait_for(lambda: list(tmp_path.glob("shard-0.*Z.jsonl")), "closed at the retry")
+        finally:
+            factory.close()
+            p.shutdown(RecordingTracker())
+    [failed] = [e for e in logs if e["event"] == "jsonl_rotate_failed"]
+    assert failed["shard"] == 0 and "Read-only file system" in failed["error"], failed
+    [closed] = tmp_path.glob("shard-0.*Z.jsonl")
+    assert ids(closed) == list(range(5))
 
 
 def test_a_crash_between_rotation_and_compression_is_finished_at_start(tmp_path: Path) -> None:
