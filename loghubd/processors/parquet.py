@@ -602,15 +602,20 @@ class ParquetFactory:
             largest = max(self._processors, key=lambda p: p.buffered_bytes)
         if largest is caller:
             largest.write("max_buffered_bytes")
-            return
+        else:
+            self._write_aside(largest, "max_buffered_bytes")
+
+    def _write_aside(self, processor: ParquetProcessor, reason: str) -> None:
+        """Write a buffer for the timer or for another shard's batch: a failure is that
+        buffer's, logged, and it stays buffered (the timer retries it a moment later)."""
         try:
-            largest.write("max_buffered_bytes")
+            processor.write(reason)
         except Exception as exc:
-            largest.failed_at = time.monotonic()
+            processor.failed_at = time.monotonic()
             self.log.warning(
                 "parquet_write_failed",
-                shard=largest.shard,
-                reason="max_buffered_bytes",
+                shard=processor.shard,
+                reason=reason,
                 error=describe_error(exc),
             )
 
@@ -646,13 +651,4 @@ class ParquetFactory:
                 continue
             if time.monotonic() - p.failed_at < min(5.0, self.options.max_age_s):
                 continue  # a write just failed: give the file system a moment
-            try:
-                p.write("max_age")
-            except Exception as exc:
-                p.failed_at = time.monotonic()
-                self.log.warning(
-                    "parquet_write_failed",
-                    shard=p.shard,
-                    reason="max_age",
-                    error=describe_error(exc),
-                )
+            self._write_aside(p, "max_age")
