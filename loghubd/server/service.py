@@ -14,12 +14,16 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import structlog
+
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.protocol import pb
-from loghubd.protocol.names import name_problem
+from loghubd.protocol.names import name_problem, sls_name_problem
 from loghubd.server import coordinator as co
 from loghubd.server.storage import AlreadyExists, Logstore, NotFound, Shard, Storage, StorageError
+
+log = structlog.get_logger("loghubd.server")
 
 # Cap on the raw bytes one PullLogs answer assembles (at least one group is always returned).
 PULL_MAX_BYTES = 16 * 1024 * 1024
@@ -475,9 +479,18 @@ def _is_hex(text: str) -> bool:
 
 
 def _check_name(kind: str, name: str) -> None:
+    """Refuse a name `serve` cannot take; warn of one that only the cloud would refuse."""
     problem = name_problem(name)
     if problem is not None:
         code = {"project": E.ParameterInvalid, "logstore": E.LogStoreInfoInvalid}.get(
             kind, E.JsonInfoInvalid
         )
         raise code(f"invalid {kind} name {name[:140]!r}: {problem}")
+    if (cloud := sls_name_problem(kind, name)) is not None:
+        log.warning(
+            "name_refused_by_sls",
+            kind=kind,
+            name=name,
+            reason=cloud,
+            hint=f"loghubd serve takes it, but Alibaba Cloud's SLS would refuse this {kind} name",
+        )

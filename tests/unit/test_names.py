@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from loghubd.config import loads
 from loghubd.config.values import ConfigError
-from loghubd.protocol.names import name_problem
+from loghubd.protocol.names import name_problem, sls_name_problem
 
 
 @pytest.mark.parametrize(
@@ -67,3 +67,38 @@ def test_the_config_check_applies_the_rule(names: dict[str, str], message: str) 
     with pytest.raises(ConfigError) as info:
         loads(BASE.format(**values), {})
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "problem"),
+    [
+        ("project", "my-project-01", None),
+        ("project", "abc", None),
+        ("project", "a" * 63, None),
+        ("logstore", "access_log", None),
+        ("logstore", "nginx-access-2", None),
+        ("consumer group", "G", None),  # not known to be stricter than serve's rule
+        ("project", "ls", "must be 3 to 63 characters long, got 2"),
+        ("logstore", "a" * 64, "must be 3 to 63 characters long, got 64"),
+        ("project", "my_project", "may contain only lower-case letters, digits and -, and"),
+        ("project", "MyProject", "may contain only lower-case letters, digits and -, and"),
+        ("logstore", "Access", "may contain only lower-case letters, digits, _ and -, and"),
+        ("logstore", "_access", "must start and end with a letter or digit"),
+        ("logstore", "access-", "must start and end with a letter or digit"),
+        ("project", "-abc", "must start and end with a letter or digit"),
+    ],
+)
+def test_the_clouds_stricter_rule(kind: str, name: str, problem: str | None) -> None:
+    got = sls_name_problem(kind, name)
+    assert got == problem if problem is None else (got is not None and problem in got), got
+
+
+@given(
+    st.sampled_from(["project", "logstore"]), st.from_regex(r"[A-Za-z0-9_-]{2,128}", fullmatch=True)
+)
+def test_the_clouds_rule_is_the_regular_expression(kind: str, name: str) -> None:
+    """An independent statement: 3 to 63 lower-case letters, digits and - (and _ for a
+    logstore), starting and ending with a letter or digit."""
+    inner = "a-z0-9-" if kind == "project" else "a-z0-9_-"
+    expected = re.fullmatch(rf"[a-z0-9][{inner}]{{1,61}}[a-z0-9]", name) is not None
+    assert (sls_name_problem(kind, name) is None) == expected
