@@ -125,6 +125,7 @@ class FetchStatus:
     # Unix time the log group at `cursor` was written (None: caught up, or not measured yet)
     cursor_time: float | None = None
     last_pull: float = 0.0  # monotonic
+    found_nothing_at: float = 0.0  # monotonic: the last answered pull that brought nothing
     # Logs per log group lately (`group_size`), kept by the shard task: the lag in logs.
     group_size: GroupSize = field(default_factory=GroupSize)
     # The failed pulls since the last answered one (monotonic clock; `pull_recovered` when
@@ -265,6 +266,7 @@ async def run_fetcher(
             behind = full
             delivered = delivered and behind
             if not pulled.raw_count:
+                status.found_nothing_at = now
                 status.lag_log_groups, status.lag_seconds = 0, 0.0
                 metrics.lag_log_groups.labels(label).set(0)
                 metrics.lag_logs.labels(label).set(0)

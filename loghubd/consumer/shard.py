@@ -120,6 +120,9 @@ class ShardStatus:
     state: str = "starting"  # starting | consuming | finished | stopping | failed
     reason: str = ""
     processor_error: str = ""  # why the batch being retried failed last ("" when none is)
+    # When a batch was last finished, or came after a pull found nothing more (an idle
+    # spell): readiness's "no progress for Ns" counts from here, not from before the spell
+    # (postgres audit: "no progress for 573s" for data written 14 s before).
     last_progress: float = field(default_factory=time.monotonic)
     # When the committed position last moved, or was last seen holding nothing back (all that
     # was fetched is committed): `checkpoint_age` counts from here while data waits behind it.
@@ -568,6 +571,8 @@ class ShardTask:
                     if isinstance(item, Redeliver):  # asked for while waiting
                         rollback = item.cursor
                     elif isinstance(item, Batch):
+                        if self.status.fetch.found_nothing_at > self.status.last_progress:
+                            self.status.last_progress = time.monotonic()  # work after a spell
                         try:
                             rollback = await self._handle(item)
                         finally:

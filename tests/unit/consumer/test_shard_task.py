@@ -5,6 +5,7 @@ processor under the `stop` policy, a failed commit, and what its snapshot says."
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -753,3 +754,26 @@ def test_a_save_in_shutdown_does_not_cover_a_batch_abandoned_at_the_end_of_the_g
     assert exited == [task] and "shutdown" in processor.events
     assert client.saved[0] == at(1), client.commits(0)
     assert at(2) not in client.commits(0) and at(3) not in client.commits(0)
+
+
+def test_no_progress_counts_from_when_work_came_after_an_idle_spell() -> None:
+    """A shard idle (caught up) for a while, then a batch that fails: "no progress" (what
+    readiness judges a stall by) counts from the batch's arrival, not from the last batch
+    finished before the spell (postgres audit: "no progress for 573s" for data 14 s old)."""
+    client, processor = ScriptedClient(shard_data={0: 2}), Recorder()
+    task = ShardTask(0, context(client, processor))
+
+    async def body(t: ShardTask) -> None:
+        await until(lambda: processor.batches, "the first batch")
+        await until(lambda: t.status.fetch.found_nothing_at > t.status.last_progress, "idle")
+        await anyio.sleep(0.5)  # the idle spell
+        processor.failures = 10**6
+        client.shard_data[0] = 4  # new data, whose batch fails
+        await until(lambda: t.status.processor_error != "", "the failing batch")
+        await anyio.sleep(0.1)
+        snap = t.snapshot(time.monotonic(), 0.0)
+        assert not snap.caught_up
+        assert snap.seconds_since_progress < 0.45, snap.seconds_since_progress
+        t.request_stop()
+
+    anyio.run(run, task, body)
