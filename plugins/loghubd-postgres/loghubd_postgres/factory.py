@@ -1,7 +1,7 @@
 """The `postgres` processor's per-daemon factory.
 
 `PostgresFactory(options)` parses the `[processor.postgres]` table and checks the database
-(reachable, table and columns as mapped, positions table created): bad configuration stops
+(reachable, missing tables created, privileges, columns as mapped): bad configuration stops
 the daemon at start with the key and the reason. `bind(context)` gives the factory the group,
 logstore and consumer that key the stored positions.
 """

@@ -46,6 +46,16 @@ class PostgresMetrics:
         )
         self.unavailable = Counter(
             "loghubd_postgres_unavailable_total",
-            "Connection failures (PostgreSQL down, restarting, unreachable), each retried",
+            "Connection failures (PostgreSQL down, restarting, full, read-only after a "
+            "failover, a session killed), each retried",
+            registry=r,
+        )
+        self.retries = Counter(
+            "loghubd_postgres_retries_total",
+            "Batches tried again over a reachable server's error, by its condition: one that "
+            "passes (LockNotAvailable, QueryCanceled, DeadlockDetected, DiskFull, ...) or one "
+            "that lasts until the database is changed (InsufficientPrivilege, UndefinedTable, "
+            "UndefinedColumn, ...)",
+            ["reason"],
             registry=r,
         )

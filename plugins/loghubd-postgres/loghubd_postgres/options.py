@@ -63,6 +63,7 @@ class Options:
     retry_initial_backoff_s: float
     retry_max_backoff_s: float
     connect_timeout_s: float
+    lock_timeout_s: float
 
     @property
     def all_columns(self) -> list[tuple[str, str]]:
@@ -86,6 +87,7 @@ _ALLOWED: dict[str, Types] = {
     "retry_initial_backoff_s": (int, float),
     "retry_max_backoff_s": (int, float),
     "connect_timeout_s": (int, float),
+    "lock_timeout_s": (int, float),
 }
 # A column given as a table: `id = { field = "request_id", type = "text" }`.
 _COLUMN: dict[str, Types] = {"field": str, "type": str}
@@ -179,9 +181,11 @@ def parse(options: Mapping[str, Any]) -> Options:
         why = f"must be <= retry_max_backoff_s ({maximum:g})"
         problems.add("retry_initial_backoff_s", why, given.get("retry_initial_backoff_s", 0.2))
     timeout = problems.positive("connect_timeout_s", given, 10.0)
+    lock_timeout = problems.positive("lock_timeout_s", given, 30.0)
     if problems.lines:
         raise ConfigError(problems.lines)
     assert initial is not None and maximum is not None and timeout is not None
+    assert lock_timeout is not None
     return Options(
         dsn=given["dsn"],
         schema=schema,
@@ -194,4 +198,5 @@ def parse(options: Mapping[str, Any]) -> Options:
         retry_initial_backoff_s=initial,
         retry_max_backoff_s=maximum,
         connect_timeout_s=timeout,
+        lock_timeout_s=lock_timeout,
     )

@@ -125,14 +125,40 @@ def _date(value: Any) -> str:
 def _jsonb(value: Any) -> str:
     if isinstance(value, str):
         try:
-            json.loads(value)  # a field mapped to jsonb must hold JSON text
+            parsed = json.loads(value)  # a field mapped to jsonb must hold JSON text
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"not JSON text ({exc.msg} at character {exc.pos}); a field "
                 "mapped to a jsonb column must hold JSON, or map it to text"
             ) from None
+        # (The substring test first: it is one scan, and almost never true.)
+        if "\\u0000" in value and (where := _nul_in(parsed)) is not None:
+            raise ValueError(f"its JSON holds a NUL character (\\u0000{where}){_NO_NUL}")
         return _text(value)
-    return _text(_dumps(value))
+    text = _dumps(value)
+    if "\\u0000" in text and (where := _nul_in(value)) is not None:
+        raise ValueError(f"a NUL character{where}{_NO_NUL}")
+    return _text(text)
+
+
+_NO_NUL = ", which PostgreSQL's jsonb cannot store (it refuses \\u0000)"
+
+
+def _nul_in(value: Any) -> str | None:
+    """Where a NUL character is in a JSON value (" in field 'k'", or "" at the top), or
+    None: json.dumps writes it as \\u0000, which jsonb refuses, and the server's refusal of
+    the COPY names no row (postgres audit)."""
+    if isinstance(value, str):
+        return "" if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in str(key) or _nul_in(item) is not None:
+                return f" in field {str(key)[:100]!r}"
+    elif isinstance(value, list):
+        for item in value:
+            if (where := _nul_in(item)) is not None:
+                return where
+    return None
 
 
 CONVERTERS: dict[str, Callable[[Any], str]] = {

@@ -1,21 +1,28 @@
-"""Start-up checks against the database: reachable, table present (or created), columns known.
+"""Start-up checks against the database: reachable; each table present (created only when it
+is missing and ours to create); the role's privileges on each; the data table's columns known.
 
 Runs once, synchronously, when the daemon builds the processor: a refusal is a `ValueError`
 naming the key (`processor.postgres.dsn: cannot connect: ...`), so `loghubd run` and
-`loghubd check-config` exit 2 with the reason before consuming anything.
+`loghubd check-config` exit 2 with the reason before consuming anything. The database's
+problems come together, a line each (a `ConfigError`, as the option checks raise), so one
+round of GRANTs and ALTERs fixes them all.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
 
 from loghubd import SinkUnreachable
+from loghubd.processors.options import ConfigError
 from loghubd_postgres.options import PREFIX, Options
 
-# What information_schema calls the types of TYPES (a mapped column must have one of these).
+# What pg_catalog's format_type calls the types of TYPES, without their modifiers
+# (`unmodified`): a mapped column must have one of these.
 _CATALOG_NAMES = {
     "text": {"text", "character varying", "character"},
     "smallint": {"smallint", "integer", "bigint", "numeric"},
@@ -109,9 +116,21 @@ def refused_by_the_server(exc: BaseException) -> bool:
 
 
 def check(options: Options) -> None:
-    """Connect, create what is asked for, and check the table against the mapping."""
+    """Connect, create the tables that are missing and ours to create, and check each table
+    the daemon writes: the role's privileges, and the data table's columns against the
+    mapping. Every problem found is raised at once (a line each, as the option checks do), so
+    one round of GRANTs and ALTERs fixes them all."""
+    conn = _connect(options)
+    with conn:
+        problems = _problems(conn, options)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _connect(options: Options) -> psycopg.Connection[Any]:
+    """A connection; a server's refusal is a bad DSN (exit 2), no answer is SinkUnreachable."""
     try:
-        conn = psycopg.connect(
+        return psycopg.connect(
             options.dsn, autocommit=True, connect_timeout=max(1, int(options.connect_timeout_s))
         )
     except psycopg.Error as exc:
@@ -120,22 +139,192 @@ def check(options: Options) -> None:
         # No server answered (refused, timed out, a host that does not resolve), or one that
         # is starting, stopping or full: the DSN may be right and a later start succeed.
         raise SinkUnreachable(f"{PREFIX}.dsn: cannot connect: {first_line(exc)}") from None
-    with conn:
-        _create(conn, positions_ddl(options), "positions_table")
-        _create(conn, set_aside_ddl(options), "positions_table")
-        if options.create_table:
-            _create(conn, table_ddl(options), "table")
-        rows = conn.execute(
-            "SELECT column_name, data_type FROM information_schema.columns"
-            " WHERE table_name = %s AND table_schema = coalesce(%s, current_schema())",
-            (options.table, options.schema),
+
+
+class _Role(NamedTuple):
+    """The role the DSN logs in as: its name for messages, and quoted for a GRANT."""
+
+    name: str
+    quoted: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """A table the daemon uses: the key that names it, and the privileges the statements of
+    `sink.Statements` need on it. `ddl` is None where creating it is not ours to do."""
+
+    key: str
+    schema: str | None
+    name: str
+    privileges: tuple[str, ...]
+    ddl: sql.Composed | None
+
+    @property
+    def ident(self) -> sql.Composable:
+        return table_name(self.schema, self.name)
+
+
+def _tables(options: Options) -> list[_Table]:
+    """The tables `check` looks at, in the order their problems are listed."""
+    schema, _, positions = options.positions_table.rpartition(".")
+    return [
+        # ensure: INSERT ... ON CONFLICT DO NOTHING; lock: SELECT ... FOR UPDATE (which needs
+        # UPDATE too); read: SELECT; advance: UPDATE ... WHERE (which reads: SELECT).
+        _Table(
+            "positions_table",
+            schema or None,
+            positions,
+            ("SELECT", "INSERT", "UPDATE"),
+            positions_ddl(options),
+        ),
+        # replayed_in: SELECT; advance: DELETE ... WHERE; set_aside: INSERT ... ON CONFLICT DO
+        # UPDATE; find_set_aside: SELECT ... FOR UPDATE; replayed: UPDATE ... WHERE.
+        _Table(
+            "positions_table",
+            schema or None,
+            f"{positions}_set_aside",
+            ("SELECT", "INSERT", "UPDATE", "DELETE"),
+            set_aside_ddl(options),
+        ),
+        # copy: COPY ... FROM STDIN, which needs INSERT only.
+        _Table(
+            "table",
+            options.schema,
+            options.table,
+            ("INSERT",),
+            table_ddl(options) if options.create_table else None,
+        ),
+    ]
+
+
+def _problems(conn: psycopg.Connection[Any], options: Options) -> list[str]:
+    """Every problem of the database for this configuration, a `processor.postgres.<key>: why`
+    line each: one table's problem does not hide the next one's."""
+    found = conn.execute("SELECT current_user, quote_ident(current_user)").fetchone()
+    assert found is not None
+    role = _Role(str(found[0]), str(found[1]))
+    *positions, data = _tables(options)
+    problems: list[str] = []
+    for table in positions:
+        problems += _check_table(conn, table, role)[1]
+    oid, lines = _check_table(conn, data, role)
+    problems += lines
+    if oid is not None:
+        problems += _column_problems(options, _columns(conn, oid))
+    # Both positions tables live in one schema: a schema's problem is said once.
+    return list(dict.fromkeys(problems))
+
+
+def _check_table(
+    conn: psycopg.Connection[Any], table: _Table, role: _Role
+) -> tuple[int | None, list[str]]:
+    """(the table's oid if it is there, its problems): created when missing and ours to
+    create, then the role's privileges on it. The table is looked up before any DDL:
+    PostgreSQL checks CREATE on the schema before `IF NOT EXISTS`, so a role that may not
+    create (least privilege) is refused even where the table exists."""
+    if table.schema is not None and not _may_use_schema(conn, table.schema):
+        schema = _quote(conn, table.schema)
+        return None, [
+            f"{PREFIX}.{table.key}: role {_dq(role.name)} may not use schema "
+            f"{_dq(table.schema)} (GRANT USAGE ON SCHEMA {schema} TO {role.quoted})"
+        ]
+    oid = _oid(conn, table)
+    if oid is None:
+        if table.ddl is None:
+            return None, [
+                f"{PREFIX}.{table.key}: no table {table.name!r} in the database "
+                "(create it, or set create_table = true)"
+            ]
+        refused = _create(conn, table, role)
+        if refused is not None:
+            return None, [refused]
+        oid = _oid(conn, table)
+        if oid is None:  # another session dropped it at once: nothing to check, try again
+            return None, [
+                f"{PREFIX}.{table.key}: table {table.name!r} was dropped as soon as it was "
+                "created (by another session?): start again"
+            ]
+    return oid, _privilege_problems(conn, table, oid, role)
+
+
+def _may_use_schema(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """False only for a schema that exists and the role may not look into (without USAGE, its
+    tables are out of reach whatever their own grants); a missing schema is a missing table."""
+    found = conn.execute(
+        "SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = %s",
+        (schema,),
+    ).fetchone()
+    return found is None or bool(found[0])
+
+
+def _oid(conn: psycopg.Connection[Any], table: _Table) -> int | None:
+    """The table's oid, resolved as the daemon's statements will (an unqualified name through
+    the search_path), or None: unlike information_schema, this sees a table the role has no
+    privilege on, so such a table is reported for its privileges, not as missing."""
+    found = conn.execute("SELECT to_regclass(%s)::oid", (table.ident.as_string(conn),)).fetchone()
+    return None if found is None or found[0] is None else int(found[0])
+
+
+def _privilege_problems(
+    conn: psycopg.Connection[Any], table: _Table, oid: int, role: _Role
+) -> list[str]:
+    """A line naming the privileges the role lacks on the table, with the GRANT that gives
+    them: without it every batch would fail at run time (and, with on_failure =
+    "dead_letter", the whole logstore be dead-lettered)."""
+    missing = [
+        str(privilege)
+        for (privilege,) in conn.execute(
+            "SELECT p FROM unnest(%s::text[]) WITH ORDINALITY AS x(p, i)"
+            " WHERE NOT has_table_privilege(%s::oid, p) ORDER BY i",
+            (list(table.privileges), oid),
         ).fetchall()
-    found = {str(name): str(kind) for name, kind in rows}
-    if not found:
-        raise ValueError(
-            f"{PREFIX}.table: no table {options.table!r} in the database "
-            "(create it, or set create_table = true)"
-        )
+    ]
+    if not missing:
+        return []
+    found = conn.execute(
+        "SELECT n.nspname, c.relname, quote_ident(n.nspname) || '.' || quote_ident(c.relname)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
+        (oid,),
+    ).fetchone()
+    assert found is not None
+    schema, name, quoted = (str(v) for v in found)
+    privileges = ", ".join(missing)
+    may_not = "may not INSERT into" if missing == ["INSERT"] else f"lacks {privileges} on"
+    return [
+        f"{PREFIX}.{table.key}: role {_dq(role.name)} {may_not} table "
+        f"{_dq(schema)}.{_dq(name)} (GRANT {privileges} ON {quoted} TO {role.quoted})"
+    ]
+
+
+def _columns(conn: psycopg.Connection[Any], oid: int) -> dict[str, str]:
+    """Column → type, as `_CATALOG_NAMES` spells it, read from pg_catalog (information_schema
+    lists only the columns the role has some privilege on). A domain counts as its base type,
+    as information_schema has it."""
+    rows = conn.execute(
+        "SELECT a.attname, format_type("
+        "   CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END,"
+        "   CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END)"
+        " FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
+        " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
+        (oid,),
+    ).fetchall()
+    return {str(name): unmodified(str(kind)) for name, kind in rows}
+
+
+_MODIFIER = re.compile(r"\(\s*\d+\s*(?:,\s*\d+\s*)?\)")
+
+
+def unmodified(kind: str) -> str:
+    """A type without its length / precision: "character varying(255)" → "character
+    varying", "numeric(10,2)" → "numeric", "timestamp(3) with time zone" → "timestamp with
+    time zone". The check is of the kind of type: a value too long or too large for the
+    modifier is a row the server refuses, at run time."""
+    return " ".join(_MODIFIER.sub("", kind).split())
+
+
+def _column_problems(options: Options, found: dict[str, str]) -> list[str]:
+    """A line for each mapped column the table lacks or has with a type that does not fit."""
+    problems = []
     for name, kind in options.all_columns:
         key = (
             f"columns.{name}"
@@ -143,14 +332,15 @@ def check(options: Options) -> None:
             else ("rest_column" if name == options.rest_column else "document_column")
         )
         if name not in found:
-            raise ValueError(
+            problems.append(
                 f"{PREFIX}.{key}: table {options.table!r} has no column {name!r} "
                 f"(it has {', '.join(sorted(found))})"
             )
-        if found[name] not in _CATALOG_NAMES[kind]:
-            raise ValueError(
+        elif found[name] not in _CATALOG_NAMES[kind]:
+            problems.append(
                 f"{PREFIX}.{key}: column {name!r} is {found[name]}, not {_a(kind)} column"
             )
+    return problems
 
 
 # One advisory lock for every daemon's start-up DDL: without it, daemons starting together
@@ -159,24 +349,62 @@ def check(options: Options) -> None:
 _DDL_LOCK = 0x6C6F_6768_7562_64  # "loghubd"
 
 
-def _create(conn: psycopg.Connection[Any], ddl: sql.Composed, key: str) -> None:
+def _create(conn: psycopg.Connection[Any], table: _Table, role: _Role) -> str | None:
+    """Create a missing table under the start-up lock; None, or the line saying why not.
+    Looked up again under the lock: a daemon starting beside this one may have created it
+    while the lock was awaited, and a role that may not create must not try then."""
+    assert table.ddl is not None
+    what = f"{PREFIX}.{table.key}: cannot create table {table.ident.as_string(conn)}"
     for attempt in range(5):
         try:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
-                conn.execute(ddl)
-            return
+                if _oid(conn, table) is None:
+                    conn.execute(table.ddl)
+            return None
         except (
             psycopg.errors.UniqueViolation,
             psycopg.errors.DuplicateTable,
             psycopg.errors.DuplicateObject,
         ) as exc:
             # Something else (not a loghubd daemon) created it between our check and insert:
-            # the next IF NOT EXISTS finds it.
+            # the next look finds it.
             if attempt == 4:
-                raise ValueError(f"{PREFIX}.{key}: cannot create: {first_line(exc)}") from None
+                return f"{what}: {first_line(exc)}"
+        except psycopg.errors.InsufficientPrivilege as exc:
+            return f"{what}: {first_line(exc)} ({_how_to_create(conn, table, role)})"
         except psycopg.Error as exc:
-            raise ValueError(f"{PREFIX}.{key}: cannot create: {first_line(exc)}") from None
+            return f"{what}: {first_line(exc)}"
+    return None  # not reached: the last attempt returns
+
+
+def _how_to_create(conn: psycopg.Connection[Any], table: _Table, role: _Role) -> str:
+    """The two ways out of a refused CREATE TABLE: the privilege, or the table made by a role
+    that has it (the DDL, to run as is; the GRANTs the next check asks for then follow)."""
+    assert table.ddl is not None
+    schema = table.schema
+    if schema is None:  # where an unqualified CREATE TABLE goes
+        found = conn.execute("SELECT current_schema()").fetchone()
+        schema = None if found is None or found[0] is None else str(found[0])
+    ddl = table.ddl.as_string(conn)
+    if schema is None:
+        return f"create the table beforehand: {ddl}"
+    return (
+        f"the role needs CREATE on schema {schema}: GRANT CREATE ON SCHEMA "
+        f"{_quote(conn, schema)} TO {role.quoted}; or create the table beforehand: {ddl}"
+    )
+
+
+def _quote(conn: psycopg.Connection[Any], name: str) -> str:
+    """`name` as SQL spells it: quoted only where it must be (`public`, `"Logs"`)."""
+    found = conn.execute("SELECT quote_ident(%s)", (name,)).fetchone()
+    assert found is not None
+    return str(found[0])
+
+
+def _dq(name: str) -> str:
+    """A name in double quotes, as PostgreSQL's own messages show it."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def first_line(exc: BaseException) -> str:

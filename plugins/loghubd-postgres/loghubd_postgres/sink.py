@@ -22,11 +22,15 @@ one, the batch covering [start, end)):
 
 A broken connection (PostgreSQL down or restarting) is retried here, with backoff, for as long
 as it takes: the outcome of a COMMIT that lost its connection is unknown, and the next
-attempt's check above settles it. When the shard stops meanwhile (`tracker.stopping`: the
+attempt's check above settles it. So is a statement that could not finish now (a lock not
+granted within `lock_timeout_s`, a statement timeout, a deadlock, a full disk) and a batch the
+database refuses until it is changed (a missing GRANT, table or column): `failures` sorts
+them by SQLSTATE. When the shard stops meanwhile (`tracker.stopping`: the
 daemon's shutdown, a rebalance), the retrying ends at once with `BatchInterrupted`: the batch
 is left for the next owner, whose check settles it the same way. Rows the server refuses (a
-data or integrity error) are `RowsRefused`, a `BatchRejected`: the daemon's failure policy
-applies at once. Anything else propagates to the daemon's retry and failure policy.
+data or integrity error, a value too large for an index) are `RowsRefused`, a
+`BatchRejected`: the daemon's failure policy applies at once. Anything else propagates to
+the daemon's retry and failure policy.
 
 Rows the table refuses (`BadRow`, a data or integrity error from the server) set the batch
 aside: its range is noted in `<positions_table>_set_aside` (fenced by the same lock: only while
@@ -65,10 +69,12 @@ from loghubd import (
     until_stopping,
 )
 from loghubd.protocol import cursor as cursors
+from loghubd_postgres import failures
+from loghubd_postgres.failures import Kind
 from loghubd_postgres.metrics import PostgresMetrics
 from loghubd_postgres.options import Options
 from loghubd_postgres.rows import BadRow, RowEncoder
-from loghubd_postgres.schema import first_line, positions_name, set_aside_name, table_name
+from loghubd_postgres.schema import positions_name, set_aside_name, table_name
 
 log = structlog.get_logger("loghubd.postgres")
 
@@ -77,7 +83,14 @@ log = structlog.get_logger("loghubd.postgres")
 STOP_PATIENCE_S = 5.0
 CHUNK_ROWS = 250  # rows converted per worker-thread call, sent while the next is converted
 # The table refused the rows themselves: retrying the same rows cannot help.
-REFUSED = (BadRow, psycopg.errors.DataError, psycopg.errors.IntegrityError)
+# (ProgramLimitExceeded: a value too large for an index on its column, "index row requires
+# 10016 bytes": the same row fails the same way every time.)
+REFUSED = (
+    BadRow,
+    psycopg.errors.DataError,
+    psycopg.errors.IntegrityError,
+    psycopg.errors.ProgramLimitExceeded,
+)
 
 
 class RowsRefused(BatchRejected):
@@ -253,7 +266,7 @@ class PostgresProcessor:
             # out of its column's range): the same rows fail the same way every time.
             raise RowsRefused(
                 f"PostgreSQL refused the rows of shard {self.shard} at cursor {batch.cursor}: "
-                f"{first_line(exc)}"
+                f"{failures.describe(exc)[:1000]}"
             ) from exc
         m = self.metrics
         m.seconds.observe(time.perf_counter() - began)
@@ -421,15 +434,27 @@ class PostgresProcessor:
                 connect_timeout=max(1, int(self.options.connect_timeout_s)),
                 application_name=f"loghubd {self.context.consumer} shard {self.shard}",
             )
+            # A lock on the table (an ALTER TABLE, a VACUUM FULL, a LOCK TABLE left open) was
+            # waited on without a word, for as long as it was held (postgres audit): past
+            # `lock_timeout_s` the statement fails, is logged (`postgres_retry`,
+            # LockNotAvailable) and is tried again.
+            ms = max(1, round(self.options.lock_timeout_s * 1000))
+            await self.conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(ms)))
         return self.conn
 
     async def _with_retry(self, fn: Any, tracker: Tracker | None = None) -> Any:
-        """Run `fn(conn)`; on a lost or refused connection, reconnect with backoff and run it
-        again, for ever, or until the shard stops (`BatchInterrupted`; the start of a shard
-        has no tracker: the daemon's shutdown cancels it). Each failure is told to the daemon
-        (`tracker.note_problem`: /status, /readyz); `postgres_available_again` once over."""
+        """Run `fn(conn)`; retry what a retry can settle (`failures.kind_of`), with backoff,
+        for ever, or until the shard stops (`BatchInterrupted`). A lost connection is made
+        again; a statement that could not finish now, or a batch the database refuses until
+        someone changes it (a GRANT, a table or column put back), is run again as it is. The
+        start of a shard (no tracker) retries lost connections only: anything else fails the
+        start, which the daemon retries with backoff, saying why in /readyz. Each failure is
+        told to the daemon (`tracker.note_problem`: /status, /readyz); once the call gets
+        through, `postgres_available_again` (after lost connections) or
+        `postgres_retry_succeeded` says so."""
         stopping = None if tracker is None else tracker.stopping
         attempt = 0
+        lost_connection = False
         while True:
             try:
                 if stopping is None:
@@ -437,32 +462,36 @@ class PostgresProcessor:
                 else:
                     result = await self._cut_when_stuck(fn, stopping)
                 if attempt:
-                    log.info("postgres_available_again", **self._bind, attempts=attempt)
+                    event = (
+                        "postgres_available_again"
+                        if lost_connection
+                        else "postgres_retry_succeeded"
+                    )
+                    log.info(event, **self._bind, attempts=attempt)
                     if tracker is not None:
                         tracker.note_problem("")
                 return result
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                kind = failures.kind_of(exc)
+                if kind is None or (tracker is None and kind is not Kind.CONNECTION):
+                    raise
                 attempt += 1
-                self.metrics.unavailable.inc()
-                if self.conn is not None:
-                    await self.conn.close()
-                    self.conn = None
                 wait = Backoff(
                     initial=self.options.retry_initial_backoff_s,
                     cap=self.options.retry_max_backoff_s,
                     jitter=0.5,
                 ).wait(attempt)
-                log.warning(
-                    "postgres_unavailable",
-                    **self._bind,
-                    attempt=attempt,
-                    retry_in_s=round(wait, 2),
-                    error=str(exc).strip()[:300],
-                )
+                error = failures.describe(exc)[:500]
+                what = self._retried(exc, kind, attempt, wait, error)
+                if kind is Kind.CONNECTION:
+                    lost_connection = True
+                    if self.conn is not None:
+                        await self.conn.close()
+                        self.conn = None
                 if tracker is not None:
                     tracker.note_problem(
-                        f"PostgreSQL unavailable ({attempt} failure(s) in a row; retrying in "
-                        f"{wait:.1f}s): {str(exc).strip()[:200]}"
+                        f"{what} ({attempt} failure(s) in a row; retrying in {wait:.1f}s): "
+                        f"{error[:300]}"
                     )
                 if stopping is None:
                     await anyio.sleep(wait)
@@ -471,9 +500,44 @@ class PostgresProcessor:
                     await stopping.wait()
                 if stopping.is_set():
                     raise BatchInterrupted(
-                        f"PostgreSQL unavailable when the shard began to stop, after {attempt} "
-                        f"attempts: {str(exc).strip()[:300]}"
+                        f"{what} when the shard began to stop, after {attempt} attempts: "
+                        f"{error[:300]}"
                     ) from None
+
+    def _retried(
+        self, exc: psycopg.Error, kind: Kind, attempt: int, wait: float, error: str
+    ) -> str:
+        """Count and log one failure to be retried; what it is, in words."""
+        if kind is Kind.CONNECTION:
+            self.metrics.unavailable.inc()
+            log.warning(
+                "postgres_unavailable",
+                **self._bind,
+                attempt=attempt,
+                retry_in_s=round(wait, 2),
+                error=error[:300],
+            )
+            return "PostgreSQL unavailable"
+        reason = failures.condition(exc)
+        self.metrics.retries.labels(reason).inc()
+        if kind is Kind.BLOCKED:
+            what = (
+                f"PostgreSQL refuses the batch ({reason}) until the database is changed "
+                "(a GRANT, a table or column put back); nothing is dead-lettered meanwhile"
+            )
+        else:
+            what = f"PostgreSQL could not finish the batch now ({reason})"
+        log.warning(
+            "postgres_retry",
+            **self._bind,
+            reason=reason,
+            sqlstate=exc.sqlstate,
+            blocked=kind is Kind.BLOCKED,
+            attempt=attempt,
+            retry_in_s=round(wait, 2),
+            error=error,
+        )
+        return what
 
     async def _cut_when_stuck(self, fn: Any, stopping: StopSignal) -> Any:
         """`fn(conn)`, given up if it has not returned `STOP_PATIENCE_S` after the shard began

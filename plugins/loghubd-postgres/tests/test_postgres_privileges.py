@@ -1,0 +1,266 @@
+"""The start-up check under least privilege, against a real PostgreSQL server: each case logs
+in as a role made with exactly its grants (PostgreSQL 15 gives ordinary roles no CREATE on
+schema public), and the check says what is missing, every problem at once, with the GRANT
+to run; a role with exactly the privileges the check asks for then runs the whole sink."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+from loghubd_postgres import schema
+from loghubd_postgres.factory import PostgresFactory
+from loghubd_postgres.options import parse
+from loghubd_postgres.rows import BadRow
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from test_postgres_sink import BAD, SHARD, batch, ids_batch, query, replay, run
+
+from loghubd.testing import make_context
+
+# What the check asks of a least-privilege role (README.md, "Privileges").
+LEAST = (
+    "GRANT SELECT, INSERT, UPDATE ON loghubd_positions TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON loghubd_positions_set_aside TO {role}",
+    "GRANT INSERT ON logs TO {role}",
+)
+
+
+def options(dsn: str, **overrides: Any) -> dict[str, Any]:
+    """The sink tests' mapping (so their helpers run the processor on the same table); a key
+    overridden with None is left out."""
+    given = {
+        "dsn": dsn,
+        "table": "logs",
+        "create_table": True,
+        "columns": {
+            "id": "text",
+            "n": "bigint",
+            "ts": {"field": "__time__", "type": "timestamptz"},
+        },
+        "rest_column": "rest",
+        "retry_initial_backoff_s": 0.05,
+        "retry_max_backoff_s": 0.5,
+        **overrides,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def superuser(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def make_role(dsn: str, grants: tuple[str, ...]) -> tuple[str, str]:
+    """(a new login role with exactly `grants`, a DSN logging in as it); roles are the
+    cluster's, so it is named after this test's database."""
+    role = f"r_{conninfo_to_dict(dsn)['dbname']}"
+    superuser(dsn, f"CREATE ROLE {role} LOGIN", *(g.format(role=role) for g in grants))
+    return role, make_conninfo(dsn, user=role)
+
+
+def check_lines(dsn: str, **overrides: Any) -> list[str]:
+    """The lines of the check's refusal ([] if it passes)."""
+    try:
+        schema.check(parse(options(dsn, **overrides)))
+    except ValueError as exc:
+        return str(exc).splitlines()
+    return []
+
+
+def ddl(which: str, **overrides: Any) -> str:
+    made = getattr(schema, f"{which}_ddl")(parse(options("host=x", **overrides)))
+    return str(made.as_string())
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    grants: tuple[str, ...]
+    expected: tuple[str, ...]  # formatted with role, and the DDL of each table as ddl_<which>
+    tables_exist: bool = True  # made beforehand by the superuser (as an owner role would)
+    setup: tuple[str, ...] = ()  # more, by the superuser
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+NO_CREATE = (
+    'processor.postgres.{key}: cannot create table "{table}": permission denied for schema '
+    "public (the role needs CREATE on schema public: GRANT CREATE ON SCHEMA public TO {role}; "
+    "or create the table beforehand: {ddl})"
+)
+P = "processor.postgres"
+
+CASES = [
+    Case(
+        "F4: tables there, exactly the table privileges, no CREATE on the schema: passes",
+        LEAST,
+        (),
+    ),
+    Case(
+        "tables missing, CREATE on the schema: created (the role owns them), passes",
+        ("GRANT CREATE ON SCHEMA public TO {role}",),
+        (),
+        tables_exist=False,
+    ),
+    Case(
+        "tables missing, create_table = true, no CREATE on the schema: each table and CREATE",
+        (),
+        (
+            NO_CREATE.format(
+                key="positions_table", table="loghubd_positions", role="{role}", ddl="{ddl_p}"
+            ),
+            NO_CREATE.format(
+                key="positions_table",
+                table="loghubd_positions_set_aside",
+                role="{role}",
+                ddl="{ddl_s}",
+            ),
+            NO_CREATE.format(key="table", table="logs", role="{role}", ddl="{ddl_t}"),
+        ),
+        tables_exist=False,
+    ),
+    Case(
+        "F5: the data table there, no privilege at all on it: its privilege, never 'no table'",
+        LEAST[:2],
+        (
+            f'{P}.table: role "{{role}}" may not INSERT into table "public"."logs"'
+            " (GRANT INSERT ON public.logs TO {role})",
+        ),
+    ),
+    Case(
+        "F6: SELECT (not INSERT) on the data table",
+        (*LEAST[:2], "GRANT SELECT ON logs TO {role}"),
+        (
+            f'{P}.table: role "{{role}}" may not INSERT into table "public"."logs"'
+            " (GRANT INSERT ON public.logs TO {role})",
+        ),
+    ),
+    Case(
+        "F6: no UPDATE on the positions table",
+        ("GRANT SELECT, INSERT ON loghubd_positions TO {role}", *LEAST[1:]),
+        (
+            f'{P}.positions_table: role "{{role}}" lacks UPDATE on table'
+            ' "public"."loghubd_positions" (GRANT UPDATE ON public.loghubd_positions TO {role})',
+        ),
+    ),
+    Case(
+        "F6: no DELETE on the set-aside table, none at all on the positions table",
+        ("GRANT SELECT, INSERT, UPDATE ON loghubd_positions_set_aside TO {role}", LEAST[2]),
+        (
+            f'{P}.positions_table: role "{{role}}" lacks SELECT, INSERT, UPDATE on table'
+            ' "public"."loghubd_positions" (GRANT SELECT, INSERT, UPDATE ON'
+            " public.loghubd_positions TO {role})",
+            f'{P}.positions_table: role "{{role}}" lacks DELETE on table'
+            ' "public"."loghubd_positions_set_aside" (GRANT DELETE ON'
+            " public.loghubd_positions_set_aside TO {role})",
+        ),
+    ),
+    Case(
+        "F9: a missing column and a missing privilege, both at once",
+        ("GRANT SELECT, INSERT ON loghubd_positions TO {role}", *LEAST[1:]),
+        (
+            f'{P}.positions_table: role "{{role}}" lacks UPDATE on table'
+            ' "public"."loghubd_positions" (GRANT UPDATE ON public.loghubd_positions TO {role})',
+            f"{P}.columns.status: table 'logs' has no column 'status' (it has id, n, rest, ts)",
+        ),
+        setup=("CREATE TABLE logs (id text, n bigint, ts timestamptz, rest jsonb)",),
+        overrides={"columns": {"id": "text", "n": "bigint", "status": "integer"}},
+    ),
+    Case(
+        "no USAGE on the data table's schema: the GRANT USAGE",
+        (*LEAST[:2], "GRANT INSERT ON app.logs TO {role}"),
+        (
+            f'{P}.table: role "{{role}}" may not use schema "app"'
+            " (GRANT USAGE ON SCHEMA app TO {role})",
+        ),
+        setup=("CREATE SCHEMA app", "CREATE TABLE app.logs (id text, n bigint)"),
+        overrides={"table": "app.logs", "rest_column": None, "columns": {"id": "text"}},
+    ),
+    Case(
+        "no USAGE on the positions tables' schema: said once for both",
+        ("GRANT INSERT ON logs TO {role}",),
+        (
+            f'{P}.positions_table: role "{{role}}" may not use schema "app"'
+            " (GRANT USAGE ON SCHEMA app TO {role})",
+        ),
+        setup=("CREATE SCHEMA app",),
+        overrides={"positions_table": "app.pos"},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_check_names_what_the_role_may_not_do(pg_dsn: str, case: Case) -> None:
+    superuser(pg_dsn, *case.setup)
+    if case.tables_exist:  # made by their owner, whose check has the mapping's problems only
+        mapping = [line for line in case.expected if ".columns." in line]
+        assert check_lines(pg_dsn, **case.overrides) == mapping
+    role, dsn = make_role(pg_dsn, case.grants)
+    ddls = {"ddl_p": ddl("positions"), "ddl_s": ddl("set_aside"), "ddl_t": ddl("table")}
+    expected = [line.format(role=role, **ddls) for line in case.expected]
+    assert check_lines(dsn, **case.overrides) == expected
+
+
+def test_a_role_with_exactly_the_privileges_asked_for_runs_the_whole_sink(pg_dsn: str) -> None:
+    """What the check asks is enough for every statement of `sink.Statements`: a batch
+    written, one refused and set aside, and its dead letter replayed."""
+    assert check_lines(pg_dsn) == []  # the tables, made by their owner
+    role, dsn = make_role(pg_dsn, LEAST)
+    f = PostgresFactory(options(dsn))
+    f.bind(make_context(project="p", logstore="ls", group="g", consumer="c1"))
+    assert run(f(SHARD), ids_batch(0, range(2))) == [None]
+    bad = batch(1, [BAD])
+    with pytest.raises(BadRow):
+        run(f(SHARD), bad)
+    assert len(query(pg_dsn, "SELECT * FROM loghubd_positions_set_aside")) == 1
+    superuser(pg_dsn, "ALTER TABLE logs ALTER COLUMN n TYPE text")  # the operator's fix
+    r = PostgresFactory(options(dsn, columns={"id": "text", "n": "text"}))
+    r.bind(make_context(project="p", logstore="ls", group="g", consumer="c1", replay=True))
+    assert replay(r, bad).finished
+    ids = sorted(row[0] for row in query(pg_dsn, "SELECT id FROM logs"))
+    assert ids == ["b0", "b1", "i0", "i1"]
+    assert query(pg_dsn, "SELECT tableowner FROM pg_tables WHERE tablename = 'logs'") != [(role,)]
+
+
+@pytest.mark.parametrize(
+    ("declared", "mapped", "problem"),
+    [
+        ("character varying(255)", "text", None),
+        ("character(3)", "text", None),
+        ("numeric(10,2)", "numeric", None),
+        ("numeric(10, 2)", "double precision", None),
+        ("timestamp(3) with time zone", "timestamptz", None),
+        ("timestamp(0) without time zone", "timestamptz", None),
+        ("json", "jsonb", None),
+        ("positive", "integer", None),  # a domain: its base type
+        ("integer[]", "integer", "column 'x' is integer[], not an integer column"),
+        ("varchar(20)", "bigint", "column 'x' is character varying, not a bigint column"),
+    ],
+)
+def test_column_types_are_read_from_the_catalog_without_modifiers(
+    pg_dsn: str, declared: str, mapped: str, problem: str | None
+) -> None:
+    superuser(
+        pg_dsn,
+        "CREATE DOMAIN positive AS integer CHECK (VALUE > 0)",
+        f"CREATE TABLE typed (x {declared})",
+    )
+    lines = check_lines(pg_dsn, table="typed", columns={"x": mapped}, rest_column=None)
+    assert lines == ([] if problem is None else [f"{P}.columns.x: {problem}"])
+
+
+@pytest.mark.parametrize(
+    ("given", "plain"),
+    [
+        ("character varying(255)", "character varying"),
+        ("numeric(10,2)", "numeric"),
+        ("timestamp(3) with time zone", "timestamp with time zone"),
+        ("time(6) without time zone", "time without time zone"),
+        ("character varying(8)[]", "character varying[]"),
+        ("text", "text"),
+    ],
+)
+def test_unmodified(given: str, plain: str) -> None:
+    assert schema.unmodified(given) == plain
