@@ -211,6 +211,7 @@ def _problems(conn: psycopg.Connection[Any], options: Options) -> list[str]:
     problems += lines
     if oid is not None:
         problems += _column_problems(options, _columns(conn, oid))
+        problems += _sequence_problems(conn, data, oid, role, {n for n, _ in options.all_columns})
     # Both positions tables live in one schema: a schema's problem is said once.
     return list(dict.fromkeys(problems))
 
@@ -293,6 +294,36 @@ def _privilege_problems(
     return [
         f"{PREFIX}.{table.key}: role {_dq(role.name)} {may_not} table "
         f"{_dq(schema)}.{_dq(name)} (GRANT {privileges} ON {quoted} TO {role.quoted})"
+    ]
+
+
+def _sequence_problems(
+    conn: psycopg.Connection[Any], table: _Table, oid: int, role: _Role, filled: set[str]
+) -> list[str]:
+    """A line for each sequence that fills a column the rows leave out (a `serial` id) which
+    the role may not use: COPY calls its nextval(), and every batch would fail on it.
+    (An identity column's sequence needs no privilege of its own.)"""
+    rows = conn.execute(
+        # (The privilege in a CASE: a WHERE clause may be evaluated on rows the join's
+        # relkind test has not removed yet, and has_sequence_privilege fails on a table.)
+        "SELECT a.attname, quote_ident(n.nspname) || '.' || quote_ident(s.relname),"
+        "   n.nspname, s.relname,"
+        "   CASE WHEN s.relkind = 'S' THEN has_sequence_privilege(s.oid, 'USAGE') END"
+        " FROM pg_attrdef d"
+        " JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum"
+        " JOIN pg_depend dep ON dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid"
+        "   AND dep.refclassid = 'pg_class'::regclass"
+        " JOIN pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'"
+        " JOIN pg_namespace n ON n.oid = s.relnamespace"
+        " WHERE d.adrelid = %s ORDER BY a.attnum",
+        (oid,),
+    ).fetchall()
+    return [
+        f"{PREFIX}.{table.key}: role {_dq(role.name)} may not use sequence "
+        f"{_dq(str(schema))}.{_dq(str(name))}, which fills column {str(column)!r} "
+        f"(GRANT USAGE ON SEQUENCE {quoted} TO {role.quoted})"
+        for column, quoted, schema, name, usable in rows
+        if usable is False and str(column) not in filled
     ]
 
 

@@ -179,6 +179,24 @@ CASES = [
         overrides={"table": "app.logs", "rest_column": None, "columns": {"id": "text"}},
     ),
     Case(
+        "a serial column the rows leave out, no USAGE on its sequence: the GRANT",
+        LEAST,
+        (
+            f'{P}.table: role "{{role}}" may not use sequence "public"."logs_seq_seq", which'
+            " fills column 'seq' (GRANT USAGE ON SEQUENCE public.logs_seq_seq TO {role})",
+        ),
+        setup=("CREATE TABLE logs (seq bigserial, id text, n bigint, ts timestamptz, rest jsonb)",),
+    ),
+    Case(
+        "a serial column with USAGE on its sequence, and an identity column: passes",
+        (*LEAST, "GRANT USAGE ON SEQUENCE logs_seq_seq TO {role}"),
+        (),
+        setup=(
+            "CREATE TABLE logs (seq bigserial, k bigint GENERATED ALWAYS AS IDENTITY,"
+            " id text, n bigint, ts timestamptz, rest jsonb)",
+        ),
+    ),
+    Case(
         "no USAGE on the positions tables' schema: said once for both",
         ("GRANT INSERT ON logs TO {role}",),
         (
@@ -264,3 +282,24 @@ def test_column_types_are_read_from_the_catalog_without_modifiers(
 )
 def test_unmodified(given: str, plain: str) -> None:
     assert schema.unmodified(given) == plain
+
+
+def test_what_the_check_asks_of_serial_and_identity_columns_is_enough(pg_dsn: str) -> None:
+    """A serial column needs USAGE on its sequence (the check asks for it); an identity
+    column needs nothing more: the role writes rows that fill both."""
+    superuser(
+        pg_dsn,
+        "CREATE TABLE logs (seq bigserial, k bigint GENERATED ALWAYS AS IDENTITY,"
+        " id text, n bigint, ts timestamptz, rest jsonb)",
+    )
+    assert check_lines(pg_dsn) == []  # the positions tables, made by their owner
+    role, dsn = make_role(pg_dsn, (*LEAST, "GRANT USAGE ON SEQUENCE logs_seq_seq TO {role}"))
+    assert check_lines(dsn) == []
+    f = PostgresFactory(options(dsn))
+    f.bind(make_context(project="p", logstore="ls", group="g", consumer="c1"))
+    assert run(f(SHARD), ids_batch(0, range(3))) == [None]
+    assert query(pg_dsn, "SELECT seq, k, id FROM logs ORDER BY seq") == [
+        (1, 1, "i0"),
+        (2, 2, "i1"),
+        (3, 3, "i2"),
+    ]
