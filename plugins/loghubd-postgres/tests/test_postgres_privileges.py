@@ -293,7 +293,7 @@ def test_what_the_check_asks_of_serial_and_identity_columns_is_enough(pg_dsn: st
         " id text, n bigint, ts timestamptz, rest jsonb)",
     )
     assert check_lines(pg_dsn) == []  # the positions tables, made by their owner
-    role, dsn = make_role(pg_dsn, (*LEAST, "GRANT USAGE ON SEQUENCE logs_seq_seq TO {role}"))
+    _role, dsn = make_role(pg_dsn, (*LEAST, "GRANT USAGE ON SEQUENCE logs_seq_seq TO {role}"))
     assert check_lines(dsn) == []
     f = PostgresFactory(options(dsn))
     f.bind(make_context(project="p", logstore="ls", group="g", consumer="c1"))
