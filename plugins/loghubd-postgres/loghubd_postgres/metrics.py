@@ -2,7 +2,9 @@
 `/metrics` with the source's label; docs/metrics.md lists the core's and the built-in sinks').
 
 A database that is down shows here as `loghubd_postgres_unavailable_total` rising while the
-processor waits and retries; otherwise only the stalled checkpoint would say so."""
+processor waits and retries; one that is up but cannot take a batch now (a lock, a timeout)
+or until it is changed (a GRANT, a column) as `loghubd_postgres_retries_total{reason}`.
+Otherwise only the stalled checkpoint would say so."""
 
 from __future__ import annotations
 
@@ -15,6 +17,17 @@ OUTCOMES = (
     "skipped_replayed",
     "replayed",
     "already_replayed",
+)
+# The conditions most often retried (`failures.condition`); others appear when they happen.
+RETRY_REASONS = (
+    "LockNotAvailable",
+    "QueryCanceled",
+    "DeadlockDetected",
+    "SerializationFailure",
+    "DiskFull",
+    "InsufficientPrivilege",
+    "UndefinedTable",
+    "UndefinedColumn",
 )
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -59,3 +72,7 @@ class PostgresMetrics:
             ["reason"],
             registry=r,
         )
+        # At 0 from the start, so that the first retry is an increase (a series born at 1 is
+        # not one for `increase()`) and a dashboard has a series before anything failed.
+        for reason in RETRY_REASONS:
+            self.retries.labels(reason)
