@@ -15,6 +15,25 @@ import sys
 import time
 import weakref
 from pathlib import Path
+from typing import Any
+
+
+def log_events(path: Path, name: str | None = None) -> list[dict[str, Any]]:
+    """A child's JSON log lines from `path` (only those whose `event` is `name`, if given);
+    lines that are not JSON objects are skipped, and a missing file has none."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and (name is None or event.get("event") == name):
+            out.append(event)
+    return out
 
 
 def free_port() -> int:
@@ -166,6 +185,10 @@ class ServerProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The server's JSON log lines (optionally only those whose `event` is `name`)."""
+        return log_events(self.log_path, name)
 
     def kill(self, sig: int = signal.SIGKILL, wait: float = 10.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from loghubd.testing import BackgroundProducer, PortReservation, free_port, wait_until
+from loghubd.testing.process import log_events
 from tests.integration.harness_output import (
     LineCounter,
     assert_delivered_exactly,
@@ -307,19 +308,7 @@ class Daemon:
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         """The daemon's JSON log lines (optionally only those whose `event` is `name`)."""
-        out = []
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return []
-        for line in text.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and (name is None or event.get("event") == name):
-                out.append(event)
-        return out
+        return log_events(self.log_path, name)
 
 
 class Producer(BackgroundProducer):

@@ -11,7 +11,6 @@ nothing.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -22,7 +21,7 @@ import pytest
 import requests
 from aliyun.log import LogClient, LogException, LogItem, PutLogsRequest
 
-from loghubd.testing.process import ServerProcess, free_port
+from loghubd.testing.process import ServerProcess, free_port, log_events
 from loghubd.testing.waiting import wait_until
 
 ADMIN, ADMIN_SECRET = "LTAIaudit0000001", "audit-secret-0001"
@@ -48,15 +47,7 @@ resources = ["*"]
 
 
 def refused_lines(log_path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and entry.get("event") == "request_refused":
-            out.append(entry)
-    return out
+    return log_events(log_path, "request_refused")
 
 
 def refusal(call: Callable[[], object]) -> LogException:

@@ -15,7 +15,7 @@ from loghubd_postgres.factory import PostgresFactory
 from loghubd_postgres.options import parse
 from loghubd_postgres.rows import BadRow
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from test_postgres_sink import BAD, SHARD, batch, ids_batch, query, replay, run
+from test_postgres_sink import BAD, SHARD, batch, ids_batch, query, replay, run, sink_options
 
 from loghubd.testing import make_context
 
@@ -25,26 +25,6 @@ LEAST = (
     "GRANT SELECT, INSERT, UPDATE, DELETE ON loghubd_positions_set_aside TO {role}",
     "GRANT INSERT ON logs TO {role}",
 )
-
-
-def options(dsn: str, **overrides: Any) -> dict[str, Any]:
-    """The sink tests' mapping (so their helpers run the processor on the same table); a key
-    overridden with None is left out."""
-    given = {
-        "dsn": dsn,
-        "table": "logs",
-        "create_table": True,
-        "columns": {
-            "id": "text",
-            "n": "bigint",
-            "ts": {"field": "__time__", "type": "timestamptz"},
-        },
-        "rest_column": "rest",
-        "retry_initial_backoff_s": 0.05,
-        "retry_max_backoff_s": 0.5,
-        **overrides,
-    }
-    return {key: value for key, value in given.items() if value is not None}
 
 
 def superuser(dsn: str, *statements: str) -> None:
@@ -64,14 +44,14 @@ def make_role(dsn: str, grants: tuple[str, ...]) -> tuple[str, str]:
 def check_lines(dsn: str, **overrides: Any) -> list[str]:
     """The lines of the check's refusal ([] if it passes)."""
     try:
-        schema.check(parse(options(dsn, **overrides)))
+        schema.check(parse(sink_options(dsn, **overrides)))
     except ValueError as exc:
         return str(exc).splitlines()
     return []
 
 
 def ddl(which: str, **overrides: Any) -> str:
-    made = getattr(schema, f"{which}_ddl")(parse(options("host=x", **overrides)))
+    made = getattr(schema, f"{which}_ddl")(parse(sink_options("host=x", **overrides)))
     return str(made.as_string())
 
 
@@ -226,7 +206,7 @@ def test_a_role_with_exactly_the_privileges_asked_for_runs_the_whole_sink(pg_dsn
     written, one refused and set aside, and its dead letter replayed."""
     assert check_lines(pg_dsn) == []  # the tables, made by their owner
     role, dsn = make_role(pg_dsn, LEAST)
-    f = PostgresFactory(options(dsn))
+    f = PostgresFactory(sink_options(dsn))
     f.bind(make_context(project="p", logstore="ls", group="g", consumer="c1"))
     assert run(f(SHARD), ids_batch(0, range(2))) == [None]
     bad = batch(1, [BAD])
@@ -234,7 +214,7 @@ def test_a_role_with_exactly_the_privileges_asked_for_runs_the_whole_sink(pg_dsn
         run(f(SHARD), bad)
     assert len(query(pg_dsn, "SELECT * FROM loghubd_positions_set_aside")) == 1
     superuser(pg_dsn, "ALTER TABLE logs ALTER COLUMN n TYPE text")  # the operator's fix
-    r = PostgresFactory(options(dsn, columns={"id": "text", "n": "text"}))
+    r = PostgresFactory(sink_options(dsn, columns={"id": "text", "n": "text"}))
     r.bind(make_context(project="p", logstore="ls", group="g", consumer="c1", replay=True))
     assert replay(r, bad).finished
     ids = sorted(row[0] for row in query(pg_dsn, "SELECT id FROM logs"))
@@ -295,7 +275,7 @@ def test_what_the_check_asks_of_serial_and_identity_columns_is_enough(pg_dsn: st
     assert check_lines(pg_dsn) == []  # the positions tables, made by their owner
     _role, dsn = make_role(pg_dsn, (*LEAST, "GRANT USAGE ON SEQUENCE logs_seq_seq TO {role}"))
     assert check_lines(dsn) == []
-    f = PostgresFactory(options(dsn))
+    f = PostgresFactory(sink_options(dsn))
     f.bind(make_context(project="p", logstore="ls", group="g", consumer="c1"))
     assert run(f(SHARD), ids_batch(0, range(3))) == [None]
     assert query(pg_dsn, "SELECT seq, k, id FROM logs ORDER BY seq") == [

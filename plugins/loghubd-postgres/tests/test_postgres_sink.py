@@ -65,8 +65,9 @@ def ids_batch(first: int, ids: Iterable[int], per_group: int = 2) -> Batch:
     return batch(first, groups)
 
 
-def factory(dsn: str, /, **options: Any) -> PostgresFactory:
-    opts: dict[str, Any] = {
+def sink_options(dsn: str, /, **options: Any) -> dict[str, Any]:
+    """The tests' `[processor.postgres]` table; a key given as None is left out."""
+    given: dict[str, Any] = {
         "dsn": dsn,
         "table": "logs",
         "create_table": True,
@@ -80,7 +81,11 @@ def factory(dsn: str, /, **options: Any) -> PostgresFactory:
         "retry_max_backoff_s": 0.5,
         **options,
     }
-    f = PostgresFactory(opts)
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def factory(dsn: str, /, **options: Any) -> PostgresFactory:
+    f = PostgresFactory(sink_options(dsn, **options))
     f.bind(context())
     return f
 
