@@ -396,10 +396,11 @@ class PostgresProcessor:
                 f"shard {self.shard}, cursor {batch.cursor}: this range is not noted as set "
                 f"aside in {self.options.positions_table}_set_aside"
                 + (" with the same end" if outcome == "other_range" else "")
-                + ": it may be in the table already (written in order after a retry), or it "
-                "was set aside by an earlier version of this plugin, which kept no notes. It "
-                "is not written; `loghubd dead-letters print` gives its logs to check and "
-                "load by hand"
+                + ": it may be in the table already (written in order after a retry); or "
+                "the failure policy took it for an error other than a refusal of its rows "
+                "(the letter's error says which), or an earlier version of this plugin set "
+                "it aside without a note. It is not written; `loghubd dead-letters print` "
+                "gives its logs to check and load by hand"
             )
         self.metrics.batches.labels(outcome).inc()
         self.metrics.rows.inc(written)
