@@ -17,8 +17,8 @@ older checkpoint of the group) counts as reached: the window is never read backw
 Failed calls are retried with `FetchSettings.backoff` (`consumer.pull_retry_max_backoff`);
 each failure is logged and told to `on_error` (the shard's last error, in its snapshot).
 From a failed pull until one is answered the shard's lag is unknown: `FetchStatus` says so
-(`pulls`, an episode of failures; not caught up) and the lag gauges are NaN; the first answered pull
-logs `pull_recovered` once and measures the lag again.
+(`pulls`, an episode of failures; not caught up) and the lag gauges are NaN; the first
+answered pull logs `pull_recovered` once and measures the lag again.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """How many logs a log group holds, lately: what turns a lag in log groups into a lag in logs
 (`loghubd_lag_logs`). Pure: no clock, no I/O.
 
-The mean is weighted by log groups and forgets per log group, not per batch: every group
-read since counts `DECAY` times as much as the one read before it (half as much after
+The mean is weighted by log groups and forgets per log group, not per batch: each group read
+after another weighs 2**(1/HALF_LIFE_GROUPS) times as much as it (twice as much after
 `HALF_LIFE_GROUPS` groups). A batch's groups are taken to be of its mean size, so how the
 groups came in batches does not matter. It used to be an average over batches (0.8 old,
 0.2 new per batch): one early batch of 100-log groups outweighed many later batches of

@@ -159,7 +159,7 @@ class JsonlProcessor:
         metrics: JsonlMetrics | None = None,
         *,
         replay: bool = False,
-        clock: Members[JsonlProcessor] | None = None,
+        open_shards: Members[JsonlProcessor] | None = None,
     ) -> None:
         self.directory = directory
         self.replay = replay  # dead letters: a file each, never the shard's live file
@@ -174,9 +174,9 @@ class JsonlProcessor:
         self._opened = 0.0  # time.time() when the open file was opened
         self._closing: Path | None = None  # a rotation's closed file, once renamed, until done
         self._lock = threading.Lock()
-        # The factory's clock, which closes the file of a shard with no batches when it is due
-        # (`close_if_due`); and when a close it tried last failed (monotonic).
-        self._clock = clock
+        # What the factory's clock looks at: it closes the file of a shard with no batches
+        # when it is due (`close_if_due`). And when a close it tried last failed (monotonic).
+        self._open_shards = open_shards
         self._close_failed_at = -CLOSE_RETRY_S
         sync = self.options.fsync != "never"
         failures = self.metrics.compress_failures
@@ -191,8 +191,8 @@ class JsonlProcessor:
         self._compressor.start()  # also what a crash or a stop left uncompressed
         with doing("open", self.path):  # (reading its end: `_cut_torn_tail`)
             self._open()
-        if self._clock is not None:
-            self._clock.add(self)
+        if self._open_shards is not None:
+            self._open_shards.add(self)
 
     def _take_shard(self) -> None:
         """Two processors appending to one file, each rotating and cutting it back by its own
@@ -449,8 +449,8 @@ class JsonlProcessor:
             os.close(fd)
 
     def shutdown(self, tracker: Tracker) -> None:
-        if self._clock is not None:
-            self._clock.discard(self)
+        if self._open_shards is not None:
+            self._open_shards.discard(self)
         self._compressor.stop()  # abandons a compression in progress: redone at the next start
         with self._lock:
             try:
@@ -502,8 +502,8 @@ class JsonlFactory:
             shard,
             self.options,
             self.metrics,
-            replay=self.replay,
-            clock=None if self.replay else self.open_shards,
+            replay=self.replay,  # (a replay's processor opens no live file: none to close)
+            open_shards=self.open_shards,
         )
 
 

@@ -79,14 +79,20 @@ def condition(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text (a libpq message runs on with the server's DETAIL),
+    or its class's name when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def describe(exc: BaseException) -> str:
     """PostgreSQL's message with its DETAIL, HINT and CONTEXT on one line: the first line alone
     ("unsupported Unicode escape sequence") names no row or column; CONTEXT does."""
     if not isinstance(exc, psycopg.Error):
-        text = str(exc).strip()
-        return text.splitlines()[0] if text else type(exc).__name__
+        return first_line(exc)
     diag = exc.diag
-    parts = [(diag.message_primary or str(exc).strip().split("\n")[0] or type(exc).__name__)]
+    parts = [diag.message_primary or first_line(exc)]
     for label, value in (
         ("DETAIL", diag.message_detail),
         ("HINT", diag.message_hint),

@@ -19,6 +19,7 @@ from psycopg import sql
 
 from loghubd import SinkUnreachable
 from loghubd.processors.options import ConfigError
+from loghubd_postgres.failures import first_line
 from loghubd_postgres.options import PREFIX, Options
 
 # What pg_catalog's format_type calls the types of TYPES, without their modifiers
@@ -436,8 +437,3 @@ def _quote(conn: psycopg.Connection[Any], name: str) -> str:
 def _dq(name: str) -> str:
     """A name in double quotes, as PostgreSQL's own messages show it."""
     return '"' + name.replace('"', '""') + '"'
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

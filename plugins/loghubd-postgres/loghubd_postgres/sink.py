@@ -429,7 +429,7 @@ class PostgresProcessor:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         if self.conn is None or self.conn.closed:
-            self.conn = await psycopg.AsyncConnection.connect(
+            conn = await psycopg.AsyncConnection.connect(
                 self.options.dsn,
                 autocommit=True,
                 connect_timeout=max(1, int(self.options.connect_timeout_s)),
@@ -438,9 +438,15 @@ class PostgresProcessor:
             # A lock on the table (an ALTER TABLE, a VACUUM FULL, a LOCK TABLE left open) was
             # waited on without a word, for as long as it was held (postgres audit): past
             # `lock_timeout_s` the statement fails, is logged (`postgres_retry`,
-            # LockNotAvailable) and is tried again.
+            # LockNotAvailable) and is tried again. Kept only once set: a connection without
+            # it would wait silently again.
             ms = max(1, round(self.options.lock_timeout_s * 1000))
-            await self.conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(ms)))
+            try:
+                await conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(ms)))
+            except BaseException:
+                await conn.close()
+                raise
+            self.conn = conn
         return self.conn
 
     async def _with_retry(self, fn: Any, tracker: Tracker | None = None) -> Any:
