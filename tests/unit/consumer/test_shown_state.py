@@ -11,8 +11,8 @@ from loghubd.consumer.snapshot import shown_state
 @pytest.mark.parametrize(
     ("state", "lease_valid", "held_since", "shown", "reason_has"),
     [
-        ("consuming", True, None, "consuming", ""),
-        ("consuming", True, 5.0, "consuming", ""),
+        ("consuming", True, None, "consuming", "was"),
+        ("consuming", True, 5.0, "consuming", "was"),
         ("consuming", False, None, "lease_expired", "no batch is processed"),
         ("consuming", False, 90.0, "lease_expired", "held unprocessed for 10s"),
         ("consuming", False, 200.0, "lease_expired", "held unprocessed for 0s"),  # clock skew
@@ -30,3 +30,5 @@ def test_shown_state(
     assert reason_has in reason
     if shown == "lease_expired":
         assert reason.startswith("lease expired: no heartbeat answered")
+    else:
+        assert reason == "was"  # shown as it is
