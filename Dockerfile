@@ -37,9 +37,9 @@ RUN groupadd --system --gid 10001 loghubd \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/loghubd --create-home loghubd \
     && mkdir -p /etc/loghubd
 # The Spark processor (the loghubd-spark plugin) runs a JVM: `--build-arg LOGHUBD_JRE=1` adds
-# Debian's headless Java 17 runtime (about 200 MB; Spark 3.5 supports Java 17). The man page
-# directory is made first: the JRE's postinst links its man pages there, and the slim image
-# has none. DL3008 is ignored for the reason given in the build stage.
+# Debian's headless Java 17 runtime (the plugin's pyspark 4 needs Java 17 or later; the tests
+# run it on 17). The man page directory is made first: the JRE's postinst links its man pages
+# there, and the slim image has none. DL3008 is ignored for the reason given in the build stage.
 ARG LOGHUBD_JRE=""
 # hadolint ignore=DL3008
 RUN if [ -n "$LOGHUBD_JRE" ]; then \
