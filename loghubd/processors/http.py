@@ -2,11 +2,12 @@
 
 A batch is cut into requests of `batch_size` logs and at most `max_body_bytes` (one JSON
 object per line, counted before the optional gzip), sent with up to `concurrency` requests
-in flight per shard. A request is done when the endpoint answers 2xx. 429, 5xx, time-outs
-and connection errors are retried with exponential backoff and jitter, waiting at least what
-a `Retry-After` header asks; any other answer (4xx; for 413, lower `max_body_bytes`) rejects
-the batch (`BatchRejected`): the daemon's failure policy (`consumer.on_failure`) applies at
-once, without `max_attempts` retries. The shard's checkpoint moves only once every request
+in flight per shard. A request is done when the endpoint answers 2xx. 5xx, 408, 429, the
+statuses listed in `retry_statuses`, time-outs and connection errors are retried with
+exponential backoff and jitter, waiting at least what a `Retry-After` header asks; any other
+answer (4xx; for 413, lower `max_body_bytes`) rejects the batch (`BatchRejected`): the
+daemon's failure policy (`consumer.on_failure`) applies at once, without `max_attempts`
+retries. The shard's checkpoint moves only once every request
 of the batch was acknowledged, so a crash re-sends, never skips: **at least once**. When the
 daemon retries a failed batch, the requests already acknowledged are not sent again.
 
@@ -58,6 +59,9 @@ log = structlog.get_logger("loghubd.http")
 PREFIX = "processor.http"
 MAX_RETRY_AFTER_S = 300.0  # a Retry-After longer than this is taken as this
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024  # below the common ingest limits (Loki, HEC, nginx)
+# 4xx answers retried like a 5xx whatever `retry_statuses` says: 408 Request Timeout (the
+# endpoint gave up waiting for the body) and 429 Too Many Requests say "later", not "never".
+RETRIED_4XX = frozenset({408, 429})
 
 
 class HttpRejected(BatchRejected):
@@ -81,6 +85,8 @@ class HttpOptions:
     retry_initial_backoff_s: float
     retry_max_backoff_s: float
     max_retries: int  # 0: retry retryable failures for ever
+    # 4xx statuses retried (RETRIED_4XX and the `retry_statuses` option); 5xx always are
+    retried_4xx: frozenset[int] = RETRIED_4XX
     tls_ca_file: str = ""
     tls_cert_file: str = ""
     tls_key_file: str = ""
@@ -99,6 +105,7 @@ _ALLOWED: dict[str, type | tuple[type, ...]] = {
     "retry_initial_backoff_s": (int, float),
     "retry_max_backoff_s": (int, float),
     "max_retries": int,
+    "retry_statuses": list,
     "tls_ca_file": str,
     "tls_cert_file": str,
     "tls_key_file": str,
@@ -171,6 +178,7 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
     retries = int(options.get("max_retries", 0))
     if retries < 0:
         raise ValueError(f"{PREFIX}.max_retries: must be >= 0 (0: for ever), got {retries}")
+    retried = RETRIED_4XX | _retry_statuses(options.get("retry_statuses", []))
     tls = {
         key: str(options.get(key, "")) for key in ("tls_ca_file", "tls_cert_file", "tls_key_file")
     }
@@ -194,9 +202,23 @@ def parse(options: Mapping[str, Any]) -> HttpOptions:
         retry_initial_backoff_s=initial,
         retry_max_backoff_s=maximum,
         max_retries=retries,
+        retried_4xx=retried,
         tls_verify=verify,
         **tls,
     )
+
+
+def _retry_statuses(given: list[Any]) -> frozenset[int]:
+    """The `retry_statuses` option: 4xx statuses to retry instead of rejecting the batch (a
+    401 while a token is rotated, a 403 until a permission is granted). 5xx are always
+    retried, and retrying a 2xx or 3xx would mean nothing."""
+    bad = [v for v in given if isinstance(v, bool) or not isinstance(v, int) or not 400 <= v < 500]
+    if bad:
+        raise ValueError(
+            f"{PREFIX}.retry_statuses: 4xx status codes only (5xx are always retried), got "
+            f"{', '.join(repr(v) for v in bad)}"
+        )
+    return frozenset(given)
 
 
 def failure_reason(exc: BaseException, timeout_s: float) -> str:
@@ -439,16 +461,21 @@ class HttpProcessor:
                 timeout=aiohttp.ClientTimeout(total=o.timeout_s),
                 proxy=proxy.url if proxy else None,
                 proxy_headers=proxy.tunnel_headers if proxy else None,
+                # Followed, a 301/302/303 turns the POST into a GET without the body, and a
+                # 2xx to that GET would pass for the logs' acknowledgement.
+                allow_redirects=False,
             ) as resp:
                 status = str(resp.status)
                 if 200 <= resp.status < 300:
                     await resp.read()
                     return None
                 text = (await resp.text(errors="replace"))[:300]
-                if resp.status != 429 and resp.status < 500:
+                if resp.status < 500 and resp.status not in o.retried_4xx:
+                    moved = resp.headers.get("Location") if 300 <= resp.status < 400 else None
+                    to = f" to {redact_text(moved)!r} (set url to where it points)" if moved else ""
                     raise HttpRejected(
-                        f"{redact_text(o.url)} answered {resp.status} {resp.reason}: {text!r} "
-                        f"({where})"
+                        f"{redact_text(o.url)} answered {resp.status} {resp.reason}{to}: "
+                        f"{text!r} ({where})"
                     )
                 asked = retry_after(resp.headers.get("Retry-After"), time.time())
                 said = f": {text[:200]!r}" if text.strip() else ""  # what the endpoint says why

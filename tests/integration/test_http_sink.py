@@ -325,6 +325,12 @@ def test_parts_given_up_count_as_cancelled_not_as_endpoint_errors(daemon_pool: P
         ),
         ({"url": "http://h/", "timeout_s": -1}, "processor.http.timeout_s: must be > 0, got -1"),
         ({"url": "http://h/", "header": {}}, "processor.http.header: unknown key"),
+        (
+            {"url": "http://h/", "retry_statuses": [401, 503, "403", True]},
+            "processor.http.retry_statuses: 4xx status codes only (5xx are always retried), "
+            "got 503, '403', True",
+        ),
+        ({"url": "http://h/", "retry_statuses": 401}, "processor.http.retry_statuses: expected"),
     ],
 )
 def test_bad_options_name_the_key(options: dict[str, Any], message: str) -> None:
