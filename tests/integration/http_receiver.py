@@ -15,12 +15,16 @@ import gzip
 import json
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
-from loghubd.testing import free_port
+from loghubd.processors.http import HttpFactory
+from loghubd.testing import free_port, make_context
 from tests.integration.loop_thread import LoopThread
 
 STALL = -1
@@ -122,3 +126,30 @@ def _client_name(request: web.Request) -> str:
             if key == "commonName":
                 return str(value)
     return ""
+
+
+@asynccontextmanager
+async def http_factory(
+    handler: Callable[[web.Request], Awaitable[web.Response]],
+    options: Mapping[str, Any],
+    registry: CollectorRegistry | None = None,
+) -> AsyncIterator[HttpFactory]:
+    """An `http` processor factory, started, whose `url` is an endpoint served by `handler`
+    in the caller's event loop (every method and path); for tests that drive `process`
+    themselves, without a daemon."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        factory = HttpFactory({"url": f"http://127.0.0.1:{port}/ingest", **options})
+        factory.bind(make_context(metrics_registry=registry or CollectorRegistry()))
+        await factory.start()
+        try:
+            yield factory
+        finally:
+            await factory.close()
+    finally:
+        await runner.cleanup()

@@ -12,10 +12,10 @@ from typing import Any
 import anyio
 import pytest
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
-from loghubd.processors.http import HttpFactory, HttpRejected
-from loghubd.testing import RecordingTracker, free_port, make_batch, make_context
+from loghubd.processors.http import HttpRejected
+from loghubd.testing import RecordingTracker, make_batch
+from tests.integration.http_receiver import http_factory
 
 Answer = Callable[[int], web.Response]
 
@@ -31,30 +31,13 @@ def run(answer: Answer, options: Mapping[str, Any]) -> tuple[list[str], BaseExce
         return answer(len(seen) - 1)
 
     async def main() -> BaseException | None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        f = HttpFactory(
-            {
-                "url": f"http://127.0.0.1:{port}/ingest",
-                "retry_initial_backoff_s": 0.01,
-                "retry_max_backoff_s": 0.02,
-                **options,
-            }
-        )
-        f.bind(make_context(metrics_registry=CollectorRegistry()))
-        await f.start()
+        fast = {"retry_initial_backoff_s": 0.01, "retry_max_backoff_s": 0.02, **options}
         tracker = RecordingTracker()
-        try:
-            await f(0).process(make_batch([{"a": str(i)} for i in range(3)]), tracker)
-        except Exception as exc:  # the test asserts on it
-            return exc
-        finally:
-            await f.close()
-            await runner.cleanup()
+        async with http_factory(handler, fast) as f:
+            try:
+                await f(0).process(make_batch([{"a": str(i)} for i in range(3)]), tracker)
+            except Exception as exc:  # the test asserts on it
+                return exc
         assert tracker.saved, "acknowledged, but no checkpoint saved"
         return None
 

@@ -31,11 +31,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from loghubd import BatchInterrupted
-from loghubd.processors.http import HttpFactory, parse
+from loghubd.processors.http import parse
 from loghubd.protocol import cursor as cursors
-from loghubd.testing import RecordingTracker, free_port, make_batch, make_context
+from loghubd.testing import RecordingTracker, make_batch
 from tests.integration.daemon_harness import Pool, short, wait_until
-from tests.integration.http_receiver import STALL, Receiver
+from tests.integration.http_receiver import STALL, Receiver, http_factory
 
 pytestmark = pytest.mark.slow
 
@@ -407,25 +407,14 @@ def test_a_stop_lets_the_other_parts_first_attempts_finish() -> None:
         return web.Response(status=200)
 
     async def main() -> tuple[float, RecordingTracker]:
-        app = web.Application()
-        app.router.add_post("/", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        f = HttpFactory(
-            {
-                "url": f"http://127.0.0.1:{port}/",
-                "batch_size": 2,
-                "concurrency": 4,
-                "retry_initial_backoff_s": 0.1,
-                "retry_max_backoff_s": 0.2,
-            }
-        )
-        f.bind(make_context(metrics_registry=registry))
-        await f.start()
+        options = {
+            "batch_size": 2,
+            "concurrency": 4,
+            "retry_initial_backoff_s": 0.1,
+            "retry_max_backoff_s": 0.2,
+        }
         tracker = RecordingTracker()
-        try:
+        async with http_factory(handler, options, registry) as f:
             p = f(0)
 
             async def stop_soon() -> None:
@@ -438,9 +427,6 @@ def test_a_stop_lets_the_other_parts_first_attempts_finish() -> None:
                 with pytest.raises(BatchInterrupted, match="stopping"):
                     await p.process(make_batch([{"a": str(i)} for i in range(4)]), tracker)
             took = anyio.current_time() - began
-        finally:
-            await f.close()
-            await runner.cleanup()
         return took, tracker
 
     took, tracker = anyio.run(main)
