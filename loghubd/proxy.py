@@ -121,7 +121,10 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> Proxy | None:
         variable, value = _lookup(environ, "all")
     if not value:
         return None
-    parts = urlsplit(value if "://" in value else f"http://{value}")
+    try:
+        parts = urlsplit(value if "://" in value else f"http://{value}")
+    except ValueError as exc:  # an unclosed [IPv6 address
+        raise ValueError(f"{variable}: not a URL ({exc})") from None
     if parts.scheme != "http":
         raise ValueError(
             f"{variable}: {parts.scheme}:// proxies are not supported; give an http:// proxy "

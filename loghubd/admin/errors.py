@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from loghubd.config.redact import redact_text
 from loghubd.errors import leaves
 from loghubd.protocol import errors as E
 from loghubd.proxy import proxy_for
@@ -81,18 +82,26 @@ def check_endpoint(
     requests of `project` there (`<project>.<host>` on SLS; `loghubd.proxy`) can be used, else
     a UserError saying what is expected."""
     url = text if "://" in text else f"http://{text}"
-    parts = urlsplit(url)
-    host = parts.hostname or ""
+    shown = redact_text(text)
     try:
+        parts = urlsplit(url)
+        scheme, netloc, host = parts.scheme, parts.netloc, parts.hostname or ""
         port_ok = parts.port is None or parts.port > 0
-    except ValueError:
-        port_ok = False
+    except ValueError:  # a non-numeric port, an unclosed [IPv6 address
+        scheme, netloc, host, port_ok = "", "", "", False
     looks_like_host = host == "localhost" or "." in host or ":" in host
-    if parts.scheme not in ("http", "https") or not looks_like_host or not port_ok:
+    if scheme not in ("http", "https") or not looks_like_host or not port_ok:
         raise UserError(
             USAGE,
-            f"{flag} {text!r} is not a service URL: use http://HOST:PORT for loghubd serve "
+            f"{flag} {shown!r} is not a service URL: use http://HOST:PORT for loghubd serve "
             "(e.g. http://127.0.0.1:7100) or https://REGION.log.aliyuncs.com for SLS",
+        )
+    if "@" in netloc:
+        raise UserError(
+            USAGE,
+            f"{flag} {shown!r} has a user name or password in it, which SLS does not use: "
+            f"give the keys as {ENV_KEYS} (or -c a config whose [source] has them) and the "
+            "URL without them",
         )
     env = os.environ if environ is None else environ
     try:

@@ -5,12 +5,15 @@ how a message quotes a value a user gave, in the words of a config file).
 Plugin tables have no schema the core knows, so a secret is recognised two ways:
 
 - by its key: a key holding one of `SECRET_WORDS` (`password`, `token`, `authorization`,
-  ...) has its whole value replaced by "***", at any depth of a table (a header named
+  `signature`, ...) or whose last word (split at `-`, `_`, `.`) is one of `SECRET_LAST_WORDS`
+  (`X-Auth`, `X-Access-Key`, `X-Session`, `sig`; not `access_key_id` or `auth_version`) has
+  its whole value replaced by "***", at any depth of a table (a header named
   `Authorization` under `[processor.http.headers]` as well as `bearer_token`);
 - by its shape, whatever the key: the password of a URL's user information
-  (`postgresql://app:pw@db/logs`, `s3://KEY:SECRET@bucket/logs`) and the value of a
-  `name=value` pair whose name holds a secret word (a libpq `password=pw`, a query string's
-  `access_token=...`, a JDBC URL's `&password=...`).
+  (`postgresql://app:pw@db/logs`, `s3://KEY:SECRET@bucket/logs`), the value of a
+  `name=value` pair whose name is a secret's (a libpq `password=pw`, a query string's
+  `access_token=...` or `sig=...`, a JDBC URL's `&password=...`), and the word after a
+  command-line option named so (`--password pw`).
 
 Pure functions, no I/O.
 """
@@ -37,13 +40,23 @@ SECRET_WORDS = (
     "api-key",
     "apikey",
     "cookie",
+    "signature",
 )
+# A name whose last word is one of these (`X-Auth`, `X-Auth-Key`, `X-Access-Key`, `X-Session`,
+# an Azure SAS's `sig`); as a substring they would catch `auth_version` or `access_key_id`.
+SECRET_LAST_WORDS = ("auth", "key", "session", "sig")
 
 _WORDS = "|".join(re.escape(w) for w in SECRET_WORDS)
-# `name=value` with a secret word in the name; the value is quoted (libpq: '...' with \'
-# escapes) or runs to the next space, `&`, `;`, `#` or quote.
-_PAIR = re.compile(
-    rf"(?i)(?P<name>[\w.-]*(?:{_WORDS})[\w.-]*\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s&;#'\"]+)"
+_LAST = "|".join(re.escape(w) for w in SECRET_LAST_WORDS)
+# The name of a secret in running text: a secret word anywhere in it, or a last word.
+_NAME = rf"(?:[\w.-]*(?:{_WORDS})[\w.-]*|(?<![\w.-])(?:[\w.-]*[_.-])?(?:{_LAST})(?![\w.-]))"
+# `name=value` with a secret's name; the value is quoted (libpq: '...' with \' escapes) or
+# runs to the next space, `&`, `;`, `#` or quote.
+_PAIR = re.compile(rf"(?i)(?P<name>{_NAME}\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s&;#'\"]+)")
+# `--password VALUE` in a command line (`--password=VALUE` is a pair).
+_OPTION = re.compile(
+    rf"(?i)(?P<name>(?<!\S)--?(?:[\w-]*(?:{_WORDS})[\w-]*|(?:[\w-]*[_-])?(?:{_LAST}))\s+)"
+    rf"(?P<value>(?!-)[^\s'\"]+)"
 )
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -51,7 +64,9 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 def is_secret_name(name: str) -> bool:
     """Whether a key's name says its value is a secret."""
     low = name.lower()
-    return any(word in low for word in SECRET_WORDS)
+    if any(word in low for word in SECRET_WORDS):
+        return True
+    return re.split(r"[-_.]", low)[-1] in SECRET_LAST_WORDS
 
 
 def _url_passwords(text: str) -> str:
@@ -84,6 +99,8 @@ def redact_text(text: str) -> str:
     """`text` with URL passwords and secret `name=value` values masked (see the module)."""
     if "=" in text:
         text = _PAIR.sub(lambda m: m.group("name") + MASK, text)
+    if "-" in text:
+        text = _OPTION.sub(lambda m: m.group("name") + MASK, text)
     if "://" in text:
         text = _url_passwords(text)
     return text

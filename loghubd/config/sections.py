@@ -66,12 +66,20 @@ class SourceConfig:
         try:
             url = urlsplit(self.endpoint)
             url_ok = url.scheme in ("http", "https") and bool(url.hostname) and url.port != 0
-        except ValueError:  # e.g. a non-numeric port
-            url_ok = False
+            userinfo = "@" in url.netloc
+        except ValueError:  # e.g. a non-numeric port, an unclosed [IPv6 address
+            url_ok, userinfo = False, False
         # fmt: off
         _validate("source", [
             (url_ok, "endpoint", "expected an http:// or https:// URL such as "
-                                 f"https://cn-hangzhou.log.aliyuncs.com, got {self.endpoint!r}"),
+                                 "https://cn-hangzhou.log.aliyuncs.com, got "
+                                 f"{redact_text(self.endpoint)!r}"),
+            # Never sent (requests are signed with the access keys), but shown wherever the
+            # endpoint is: /readyz, /status, the log.
+            (not url_ok or not userinfo, "endpoint",
+             f"{redact_text(self.endpoint)!r} has a user name or password in it, which SLS "
+             "does not use: give the keys as source.access_key_id and "
+             "source.access_key_secret (or source.credentials) and the URL without them"),
             *_name_checks(project=self.project, logstore=self.logstore),
             (bool(self.region) or self.auth_version != "v4", "region",
              "required when source.auth_version is 'v4'"),

@@ -1,10 +1,17 @@
 """The ops HTTP listener: /metrics, /healthz, /readyz, /status, and the web console at /
-(aiohttp, in our task group)."""
+(aiohttp, in our task group).
+
+Its connections go through serve's `ConnectionGuard`: at most `MAX_CONNECTIONS` open (then
+503 at once), and a request's line and headers within `HEADER_TIMEOUT_S` (then 408). Without
+them, whoever reaches the port could hold idle connections until the process ran out of file
+descriptors, and the probes would stop answering."""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -13,6 +20,7 @@ from anyio.abc import TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from loghubd.ops.health import Verdict
+from loghubd.server.guard import ConnectionGuard
 
 if TYPE_CHECKING:
     from loghubd.console.daemon_app import DaemonConsole
@@ -21,6 +29,11 @@ METRICS = web.AppKey("metrics", CollectorRegistry)
 READINESS = web.AppKey[Callable[[], Verdict]]("readiness")
 STATUS = web.AppKey[Callable[[], dict[str, Any]]]("status")
 TOKEN = web.AppKey("status_token", str)
+GUARD = web.AppKey("guard", ConnectionGuard)
+
+# Prometheus, the probes and a few console pages need a handful; a scrape's answer is small.
+MAX_CONNECTIONS = 128
+HEADER_TIMEOUT_S = 10.0
 
 
 def _json(value: object, status: int = 200) -> web.Response:
@@ -48,7 +61,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def status(request: web.Request) -> web.Response:
     token = request.app[TOKEN]
-    if token and request.headers.get("Authorization", "") != f"Bearer {token}":
+    given = request.headers.get("Authorization", "").encode()
+    if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
         return _json({"error": "a bearer token is required for /status"}, status=401)
     return _json(request.app[STATUS]())
 
@@ -63,7 +77,7 @@ def make_app(
     """`registry` is what /metrics serves, `verdict` what /readyz answers (computed per
     request from live state), `status_view` what /status shows; `console` adds the web
     console's routes (/, /login, /logout, /static/...)."""
-    app = web.Application()
+    app = web.Application(middlewares=[_guarded])
     app[METRICS] = registry
     app[READINESS] = verdict
     app[STATUS] = status_view
@@ -77,6 +91,35 @@ def make_app(
     return app
 
 
+@web.middleware
+async def _guarded(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Tell the connection guard (if the app is served through one) that a request's head is
+    complete, and when its answer is ready."""
+    guard = request.app.get(GUARD)
+    if guard is None:
+        return await handler(request)
+    guard.head_done(request.transport)
+    try:
+        return await handler(request)
+    finally:
+        guard.request_done(request.transport, body_read=request.content.is_eof())
+
+
+class _Site(web.TCPSite):
+    """A site serving a server created beforehand, whose protocol factory is the guard."""
+
+    def __init__(self, runner: web.AppRunner, listener: asyncio.Server) -> None:
+        super().__init__(runner, "127.0.0.1", 0)
+        self._listener = listener
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        self._server = self._listener
+        await self._listener.start_serving()
+
+
 class ListenError(OSError):
     """`ops.listen` cannot be listened on (taken, not this host's address, not resolvable);
     the errno and reason are the socket's."""
@@ -87,14 +130,29 @@ async def serve_ops(
 ) -> None:
     host, _, port = listen.rpartition(":")
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
+
+    def protocol() -> asyncio.Protocol:  # aiohttp's, once the runner is set up
+        assert runner.server is not None
+        return runner.server()
+
+    guard = ConnectionGuard(
+        protocol, max_connections=MAX_CONNECTIONS, header_timeout=HEADER_TIMEOUT_S
+    )
+    app[GUARD] = guard
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port), reuse_address=True)
         try:
-            await site.start()
+            listener = await asyncio.get_running_loop().create_server(
+                guard,
+                host.strip("[]") or "127.0.0.1",
+                int(port),
+                reuse_address=True,
+                start_serving=False,
+            )
         except OSError as exc:
             raise ListenError(exc.errno, exc.strerror or str(exc)) from exc
-        task_status.started(runner.addresses[0][1])
+        await _Site(runner, listener).start()
+        task_status.started(listener.sockets[0].getsockname()[1])
         await anyio.sleep_forever()
     finally:
         with anyio.CancelScope(shield=True):

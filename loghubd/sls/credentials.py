@@ -61,6 +61,7 @@ from anyio.abc import TaskStatus
 
 from loghubd.backoff import Backoff
 from loghubd.config import SourceConfig
+from loghubd.config.redact import redact_text
 from loghubd.protocol.signing import Credentials
 from loghubd.sls.errors import CredentialsError, CredentialsUnavailable
 
@@ -401,7 +402,8 @@ async def run_command(argv: Sequence[str], timeout: float) -> bytes:
     except OSError as exc:
         raise CredentialsError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
     if done.returncode != 0:
-        err = done.stderr.decode(errors="replace").strip()[-STDERR_SHOWN:]
+        # Logged and shown by /readyz: a failed login may print the token it tried.
+        err = redact_text(done.stderr.decode(errors="replace").strip())[-STDERR_SHOWN:]
         raise CredentialsError(f"exited with {done.returncode}: {err or '(no stderr)'}")
     return done.stdout
 

@@ -108,6 +108,22 @@ def test_an_endpoint_that_is_not_a_url(command: str) -> None:
     assert time.monotonic() - started < 10, "refused before any network call"
 
 
+@pytest.mark.parametrize(
+    ("endpoint", "said"),
+    [
+        ("http://AK:EpSecret@127.0.0.1:7100", "has a user name or password in it"),
+        ("ftp://AK:EpSecret@host", "is not a service URL"),
+        ("https://AK:EpSecret@[::1", "is not a service URL"),  # was an "unexpected error"
+    ],
+)
+def test_an_endpoint_with_a_password_is_refused_and_never_shown(endpoint: str, said: str) -> None:
+    done = cli(
+        "status", "--endpoint", endpoint, "--project", PROJECT, "--logstore", "x", "--group", "g"
+    )
+    one_line(done, 2, said, "AK:***@")
+    assert "EpSecret" not in done.stdout + done.stderr
+
+
 def test_run_when_the_ops_port_is_taken(server: ServerProcess, tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

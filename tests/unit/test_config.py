@@ -554,6 +554,28 @@ INVALID: list[tuple[str, str, dict[str, str], dict[str, Any], list[str]]] = [
         ["source.endpoint"],
     ),
     ("endpoint with a bad port", BASE.replace("7100", "x"), {}, {}, ["source.endpoint"]),
+    (
+        "endpoint with a password, not a URL either",
+        BASE.replace("http://", "ftp://AK:EpSecret@"),
+        {},
+        {},
+        ["source.endpoint: expected an http:// or https:// URL", "got 'ftp://AK:***@127.0.0.1"],
+    ),
+    (
+        "endpoint with an unclosed IPv6 address",
+        BASE.replace("127.0.0.1:7100", "[::1"),
+        {},
+        {},
+        ["source.endpoint: expected an http:// or https:// URL"],
+    ),
+    (
+        # never sent (requests are signed), but shown wherever the endpoint is
+        "endpoint with a user and password",
+        BASE.replace("http://", "http://AK:EpSecret@"),
+        {},
+        {},
+        ["source.endpoint: 'http://AK:***@127.0.0.1:7100' has a user name or password in it"],
+    ),
     ("empty logstore", BASE.replace('"ls"', '""'), {}, {}, ["source.logstore: must not be empty"]),
     (
         "v4 without region",
@@ -778,12 +800,18 @@ def test_redacted_core_fields_are_masked_by_schema_not_by_name() -> None:
     text = BASE.replace(
         'logstore = "ls"',
         'logstore = "ls"\ncredentials = "file"\ncredentials_file = "/etc/loghubd/creds.json"',
-    ).replace("http://127.0.0.1:7100", "http://me:pw@127.0.0.1:7100")
+    )
     out = loads(text, {"LOGHUBD_OPS__STATUS_TOKEN": "tok"}).redacted()
     assert out["source"]["credentials"] == "file"
     assert out["source"]["credentials_file"] == "/etc/loghubd/creds.json"
-    assert out["source"]["endpoint"] == "http://me:***@127.0.0.1:7100"
     assert out["ops"]["status_token"] == "***"
+    command = BASE.replace(
+        'logstore = "ls"',
+        'logstore = "ls"\ncredentials = "command"\n'
+        'credentials_command = "vault-creds --role r --password pw"',
+    )
+    shown = loads(command, {}).redacted()["source"]["credentials_command"]
+    assert shown == "vault-creds --role r --password ***"
 
 
 def test_load_file_env_and_overrides(tmp_path: Path) -> None:

@@ -426,6 +426,13 @@ async def test_run_command_outcomes(tmp_path: Path) -> None:
     assert C.parse(out).credentials.access_key_id == "STS.a"
     with pytest.raises(CredentialsError, match="exited with 3: no role"):
         await C.run_command([py, "-c", "import sys; sys.stderr.write('no role'); sys.exit(3)"], 10)
+    # A failed login may print what it tried: logged and shown by /readyz, so masked.
+    said = "vault: login failed for token=VaultTok5 password=Pw4 (https://u:Pw3@vault/)"
+    with pytest.raises(CredentialsError) as info:
+        await C.run_command([py, "-c", f"import sys; sys.stderr.write({said!r}); sys.exit(3)"], 10)
+    assert str(info.value) == (
+        "exited with 3: vault: login failed for token=*** password=*** (https://u:***@vault/)"
+    )
     with pytest.raises(CredentialsError, match=r"no answer within 0\.3s"):
         await C.run_command([py, "-c", "import time; time.sleep(30)"], 0.3)
     with pytest.raises(CredentialsError, match="cannot run"):

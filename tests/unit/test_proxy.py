@@ -118,6 +118,7 @@ def test_credentials_go_to_the_proxy_only() -> None:
         ({"https_proxy": "socks5://proxy:1080"}, "https_proxy: socks5:// proxies are not"),
         ({"ALL_PROXY": "http://:3128"}, "ALL_PROXY: no proxy host"),
         ({"HTTPS_PROXY": "http://proxy:port"}, "HTTPS_PROXY: the proxy's port is not a number"),
+        ({"HTTPS_PROXY": "http://u:p@[::1"}, "HTTPS_PROXY: not a URL (Invalid IPv6 URL)"),
     ],
 )
 def test_unusable_proxies_name_the_variable(environ: dict[str, str], message: str) -> None:

@@ -38,6 +38,25 @@ from loghubd.config.redact import MASK, described, is_secret_name, redact_text, 
             "jdbc:postgresql://db/l?user=app&password=***&ssl=1",
         ),
         ("sslpassword = x", "sslpassword = ***"),
+        # signed URLs: an Azure SAS `sig`, an S3 presigned `X-Amz-Signature`
+        (
+            "https://a.blob.core.windows.net/c?sv=2024&sig=AbC%2F&se=x",
+            "https://a.blob.core.windows.net/c?sv=2024&sig=***&se=x",
+        ),
+        (
+            "https://b/k?X-Amz-Signature=f00&X-Amz-Date=1",
+            "https://b/k?X-Amz-Signature=***&X-Amz-Date=1",
+        ),
+        ("X-Auth-Key=zz X-Session=s", "X-Auth-Key=*** X-Session=***"),
+        # a command line: `--name value` as well as `--name=value`
+        ("vault-login --password Pw1 --token=T2 -v", "vault-login --password *** --token=*** -v"),
+        ("get-keys --api-key K --sig S --region r", "get-keys --api-key *** --sig *** --region r"),
+        # names that only look like one: left alone
+        (
+            "auth_version=v4 access_key_id=AK tls_key_file=/k",
+            "auth_version=v4 access_key_id=AK tls_key_file=/k",
+        ),
+        ("--keyring x --monkey y --auth-method=ldap", "--keyring x --monkey y --auth-method=ldap"),
         # nothing secret: unchanged
         ("postgresql://app@db/logs", "postgresql://app@db/logs"),
         ("http://[::1]:8080/x", "http://[::1]:8080/x"),
@@ -103,6 +122,15 @@ def test_described(name: str, value: object, shown: str) -> None:
         ("PASSWORD", True),
         ("apikey", True),
         ("access_key_id", False),
+        ("X-Auth", True),
+        ("X-Access-Key", True),
+        ("X-Signature", True),
+        ("X-Session", True),
+        ("sig", True),
+        ("auth_version", False),
+        ("tls_key_file", False),
+        ("Session-Id", False),
+        ("monkey", False),
         ("endpoint", False),
         ("headers", False),
     ],
