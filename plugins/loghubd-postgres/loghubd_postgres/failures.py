@@ -23,8 +23,12 @@ dead-lettered whole logstores over a missing GRANT or a short migration, as lett
 from __future__ import annotations
 
 import enum
+import re
+from urllib.parse import unquote
 
 import psycopg
+
+from loghubd.config.redact import MASK, redact_text
 
 
 class Kind(enum.Enum):
@@ -79,18 +83,19 @@ def condition(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException, dsn: str = "") -> str:
     """The first line of an error's text (a libpq message runs on with the server's DETAIL),
-    or its class's name when it has none."""
+    or its class's name when it has none; secrets masked (`masked`)."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return masked(text.splitlines()[0], dsn) if text else type(exc).__name__
 
 
-def describe(exc: BaseException) -> str:
+def describe(exc: BaseException, dsn: str = "") -> str:
     """PostgreSQL's message with its DETAIL, HINT and CONTEXT on one line: the first line alone
-    ("unsupported Unicode escape sequence") names no row or column; CONTEXT does."""
+    ("unsupported Unicode escape sequence") names no row or column; CONTEXT does. Secrets
+    masked (`masked`)."""
     if not isinstance(exc, psycopg.Error):
-        return first_line(exc)
+        return first_line(exc, dsn)
     diag = exc.diag
     parts = [diag.message_primary or first_line(exc)]
     for label, value in (
@@ -100,4 +105,63 @@ def describe(exc: BaseException) -> str:
     ):
         if value:
             parts.append(f"{label}: {' '.join(value.split())}")
-    return "; ".join(parts)
+    return masked("; ".join(parts), dsn)
+
+
+def masked(text: str, dsn: str = "") -> str:
+    """`text` with the secrets it may quote masked: the core's `redact_text` (a URL's password,
+    a `password=...` pair), then the DSN's password wherever it appears, whole, decoded or in
+    pieces. libpq's complaints about a DSN it cannot parse quote a piece of it bare
+    (`invalid percent-encoded token: "pa%zzss"`, `missing "=" after "word2"` of an unquoted
+    `password=word1 word2`), which no shape of text gives away: only the DSN can."""
+    text = redact_text(text)
+    secrets = dsn_secrets(dsn)
+    pieces = {piece for secret in secrets for piece in _PIECES.split(secret) if piece}
+    # Longest first: a piece masked first would leave the rest of a longer one showing.
+    for secret in sorted({*secrets, *pieces}, key=len, reverse=True):
+        if len(secret) >= _SHORTEST:
+            text = text.replace(secret, MASK)
+        else:  # too short to mask everywhere: only where quoted on its own
+            text = re.sub(rf"""(["']){re.escape(secret)}\1""", rf"\1{MASK}\1", text)
+    return text
+
+
+# Where libpq's parser cuts a DSN (spaces, quotes, `=`, percent-escapes): a piece of a password
+# it quotes runs between two of these. Shorter pieces are masked only when quoted on their own.
+_PIECES = re.compile(r"""[\s"'=\\]+|%[0-9A-Fa-f]{2}""")
+_SHORTEST = 3
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_KEY = re.compile(r"(?i)(?:^|\s)password\s*=\s*")
+_NEXT_KEY = re.compile(r"\s+\w+\s*=")
+
+
+def dsn_secrets(dsn: str) -> list[str]:
+    """The password of `dsn` as written and as meant (percent-decoded, unquoted), longest
+    first; for a DSN libpq cannot parse, everything that may be part of it: a URI's user
+    information after the first `:` up to the last `@`, and a `password=` value up to the
+    next `key=` (an unquoted value with a space in it is two words to libpq)."""
+    found: set[str] = set()
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password") if dsn else None
+    except psycopg.Error:
+        password = None
+    if password:
+        found.add(str(password))
+    if _URI.match(dsn):
+        start = dsn.index("://") + 3
+        at = dsn.rfind("@")
+        colon = dsn.find(":", start, at) if at > start else -1
+        if colon >= 0 and not any(c in dsn[start:colon] for c in "/[?#"):  # not a port's
+            found.add(dsn[colon + 1 : at])
+        query = dsn.find("?")
+        for pair in dsn[query + 1 :].split("&") if query >= 0 else ():
+            name, _, value = pair.partition("=")
+            if unquote(name).strip().lower() == "password":
+                found.add(value)
+    else:
+        for m in _KEY.finditer(dsn):
+            rest = dsn[m.end() :]
+            following = _NEXT_KEY.search(rest)
+            found.add((rest[: following.start()] if following else rest).strip())
+    found |= {unquote(s) for s in found}
+    return sorted((s for s in found if s), key=len, reverse=True)

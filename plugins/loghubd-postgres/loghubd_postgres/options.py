@@ -14,7 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
 from loghubd.processors.options import ConfigError, Types, option_problem, typed_options
+from loghubd_postgres.failures import first_line
 
 NAME = "postgres"
 PREFIX = f"processor.{NAME}"
@@ -157,6 +160,11 @@ def parse(options: Mapping[str, Any]) -> Options:
     for key in ("dsn", "table"):
         if key not in options or (key in given and not given[key]):
             problems.add(key, "required")
+    if given.get("dsn"):
+        try:  # libpq's parser alone (no I/O): a DSN it cannot read is the file's to fix
+            psycopg.conninfo.conninfo_to_dict(given["dsn"])
+        except psycopg.Error as exc:
+            problems.add("dsn", f"not a DSN libpq can read: {first_line(exc, given['dsn'])}")
     schema, table = (
         problems.qualified("table", given["table"]) if given.get("table") else (None, "")
     )

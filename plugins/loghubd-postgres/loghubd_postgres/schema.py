@@ -5,22 +5,27 @@ Runs once, synchronously, when the daemon builds the processor: a refusal is a `
 naming the key (`processor.postgres.dsn: cannot connect: ...`), so `loghubd run` and
 `loghubd check-config` exit 2 with the reason before consuming anything. The database's
 problems come together, a line each (a `ConfigError`, as the option checks raise), so one
-round of GRANTs and ALTERs fixes them all.
+round of GRANTs and ALTERs fixes them all. A session that crosses a network unencrypted is
+said once (`postgres_plaintext`), not refused.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import psycopg
+import structlog
 from psycopg import sql
 
 from loghubd import SinkUnreachable
 from loghubd.processors.options import ConfigError
 from loghubd_postgres.failures import first_line
 from loghubd_postgres.options import PREFIX, Options
+
+log = structlog.get_logger("loghubd.postgres")
 
 # What pg_catalog's format_type calls the types of TYPES, without their modifiers
 # (`unmodified`): a mapped column must have one of these.
@@ -123,6 +128,7 @@ def check(options: Options) -> None:
     one round of GRANTs and ALTERs fixes them all."""
     conn = _connect(options)
     with conn:
+        _warn_if_plaintext(conn)
         problems = _problems(conn, options)
     if problems:
         raise ConfigError(problems)
@@ -135,11 +141,61 @@ def _connect(options: Options) -> psycopg.Connection[Any]:
             options.dsn, autocommit=True, connect_timeout=max(1, int(options.connect_timeout_s))
         )
     except psycopg.Error as exc:
+        why = f"{PREFIX}.dsn: cannot connect: {first_line(exc, options.dsn)}"
+        if isinstance(exc, psycopg.ProgrammingError) and exc.sqlstate is None:
+            # libpq could not read the DSN (`options.parse` checks it first): no restart helps.
+            raise ConfigError([why]) from None
         if refused_by_the_server(exc):  # a wrong password, an unknown database or role
-            raise ValueError(f"{PREFIX}.dsn: cannot connect: {first_line(exc)}") from None
+            raise ValueError(why) from None
         # No server answered (refused, timed out, a host that does not resolve), or one that
         # is starting, stopping or full: the DSN may be right and a later start succeed.
-        raise SinkUnreachable(f"{PREFIX}.dsn: cannot connect: {first_line(exc)}") from None
+        raise SinkUnreachable(why) from None
+
+
+def plaintext_exposed(host: str, ssl: bool) -> bool:
+    """Whether a session to `host` (libpq's: a name, an address, or a Unix socket's directory)
+    crosses a network unencrypted: not TLS, and not a Unix socket, `localhost` or a loopback
+    address (127.0.0.0/8, ::1), which never leave this machine."""
+    if ssl:
+        return False
+    name = host.strip().lower().rstrip(".")
+    if not name or name.startswith(("/", "@")):  # a Unix socket (an abstract one: "@...")
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return False
+    try:
+        address = ipaddress.ip_address(name.strip("[]").split("%")[0])
+    except ValueError:
+        return True  # a name: where it leads is the network's to say
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_loopback
+
+
+def _warn_if_plaintext(conn: psycopg.Connection[Any]) -> None:
+    """Log `postgres_plaintext` once, at start, when the session is not encrypted and crosses a
+    network: libpq's default `sslmode=prefer` falls back to plaintext without a word (and
+    never checks a certificate). TLS as libpq sees it (`PQsslInUse`): behind a pooler,
+    pg_stat_ssl would describe the pooler's own connection to the server."""
+    ssl = bool(conn.pgconn.ssl_in_use)
+    host = conn.info.host
+    try:
+        address = conn.info.hostaddr  # the address connected to ("" over a Unix socket)
+    except psycopg.NotSupportedError:  # libpq < 12
+        address = ""
+    if not plaintext_exposed(host, ssl) or (address and not plaintext_exposed(address, ssl)):
+        return
+    log.warning(
+        "postgres_plaintext",
+        host=host,
+        hostaddr=address or None,
+        port=conn.info.port,
+        detail="the connection to PostgreSQL is not encrypted: the logs cross the network in "
+        "the clear, to a server nothing authenticated. To require TLS and check the server's "
+        "certificate, add "
+        "sslmode=verify-full and sslrootcert=/path/to/ca.pem to the DSN "
+        "(`?sslmode=verify-full&sslrootcert=...` in a URI); see the plugin's README, TLS",
+    )
 
 
 class _Role(NamedTuple):

@@ -266,7 +266,7 @@ class PostgresProcessor:
             # out of its column's range): the same rows fail the same way every time.
             raise RowsRefused(
                 f"PostgreSQL refused the rows of shard {self.shard} at cursor {batch.cursor}: "
-                f"{failures.describe(exc)[:1000]}"
+                f"{failures.describe(exc, self.options.dsn)[:1000]}"
             ) from exc
         m = self.metrics
         m.seconds.observe(time.perf_counter() - began)
@@ -488,7 +488,7 @@ class PostgresProcessor:
                     cap=self.options.retry_max_backoff_s,
                     jitter=0.5,
                 ).wait(attempt)
-                error = failures.describe(exc)[:500]
+                error = failures.describe(exc, self.options.dsn)[:500]
                 what = self._retried(exc, kind, attempt, wait, error)
                 if kind is Kind.CONNECTION:
                     lost_connection = True
