@@ -32,8 +32,9 @@ def fsync_dir(directory: Path) -> None:
 def lock_exclusive(path: Path) -> int | None:
     """Open (or make) `path` and take an exclusive `flock` on it without waiting: the file
     descriptor that holds it (closing it, or the process ending, releases it), or None when
-    another open file holds it (another process, or another open in this one)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    another open file holds it (another process, or another open in this one). A symlink at
+    `path` is refused (OSError, ELOOP), never followed to make or lock the file it names."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

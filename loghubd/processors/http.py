@@ -221,6 +221,16 @@ def _retry_statuses(given: list[Any]) -> frozenset[int]:
     return frozenset(given)
 
 
+def sends_credentials_in_clear(o: HttpOptions) -> bool:
+    """Whether requests carry credentials (an Authorization header from `bearer_token`,
+    `headers` or a user:password in the URL) over plain http:// to a host that is not this
+    one, where anyone on the path can read them."""
+    url = URL(o.url)
+    if url.scheme != "http" or url.host in ("localhost", "127.0.0.1", "::1"):
+        return False
+    return url.user is not None or any(k.lower() == "authorization" for k in o.headers)
+
+
 def failure_reason(exc: BaseException, timeout_s: float) -> str:
     """A request's failure as an operator reads it: the exception's message, which names
     the cause (`Cannot connect to host ... [SSLCertVerificationError: ... certificate verify
@@ -506,6 +516,13 @@ class HttpFactory:
         self.log: Any = log  # bound to the group and consumer by `bind`
         if not self.options.tls_verify:
             log.warning("http_tls_verify_off", url=redact_text(self.options.url))
+        if sends_credentials_in_clear(self.options):
+            log.warning(
+                "http_credentials_in_clear",
+                url=redact_text(self.options.url),
+                reason="the Authorization header goes over plain http:// to another host: "
+                "use https://",
+            )
         self.session: aiohttp.ClientSession | None = None
         self.metrics = HttpMetrics(CollectorRegistry())  # bind() puts them on the daemon's
 

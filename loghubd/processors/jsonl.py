@@ -241,9 +241,10 @@ class JsonlProcessor:
 
     def _open_live(self) -> int:
         # O_APPEND: every write goes to the end, wherever a truncation left it. O_RDWR: to
-        # find the last whole line (`_cut_torn_tail`).
+        # find the last whole line (`_cut_torn_tail`). O_NOFOLLOW: a symlink put in its place
+        # is refused, not written through (logs appended to whatever file it points at).
         with doing("open", self.path):
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
 
     def _use(self, fd: int) -> None:
         self._cut_torn_tail(fd)

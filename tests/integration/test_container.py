@@ -272,6 +272,10 @@ def test_kubernetes_manifests_validate_and_keep_their_promises(tmp_path: Path) -
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     annotations = deploy["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == "9464"
+    # the ops port is open to Prometheus only, on the same pods
+    policy = docs["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == ["ops"]
     monitor = docs["PodMonitor"]["spec"]
     assert monitor["selector"]["matchLabels"].items() <= labels.items()
     assert [e["port"] for e in monitor["podMetricsEndpoints"]] == ["ops"]

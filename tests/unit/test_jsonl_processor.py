@@ -49,6 +49,26 @@ def test_lines_are_batch_jsonl(tmp_path: Path) -> None:
     assert (tmp_path / "shard-0.jsonl").read_bytes() == b.jsonl()
 
 
+@pytest.mark.parametrize("name", ["shard-0.jsonl", ".shard-0.lock"])
+def test_a_symlink_in_place_of_its_files_is_refused_not_followed(tmp_path: Path, name: str) -> None:
+    """Whoever can write to the output directory must not make the daemon append logs to,
+    or create, a file elsewhere."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"ORIGINAL\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).symlink_to(elsewhere)
+    p = JsonlProcessor(out, 0)
+
+    def consume() -> None:
+        p.initialize(0)
+        p.process(batch(0, 5), RecordingTracker())
+
+    with pytest.raises(OSError, match=r"symbolic links|ELOOP"):
+        consume()
+    assert elsewhere.read_bytes() == b"ORIGINAL\n"
+
+
 def test_injected_enospc_mid_batch_is_cut_back_before_the_retry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
