@@ -103,10 +103,9 @@ def decompress(codec: str, data: bytes, raw_size: int) -> bytes:
     except Exception as exc:  # each codec raises its own error types
         raise CompressionError(f"{codec or 'none'} body does not decode: {exc}") from exc
     if len(out) != raw_size:
-        raise CompressionError(
-            f"body decodes to {len(out) if len(out) <= raw_size else 'more than'} bytes, "
-            f"x-log-bodyrawsize says {raw_size}"
-        )
+        # a decoder stops one byte past raw_size: how much more there was is not known
+        got = str(len(out)) if len(out) < raw_size else f"more than {raw_size}"
+        raise CompressionError(f"body decodes to {got} bytes, x-log-bodyrawsize says {raw_size}")
     return bytes(out)
 
 
