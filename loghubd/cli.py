@@ -131,7 +131,8 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
         default=os.environ.get("LOGHUBD_CONSOLE_TOKEN", ""),
         metavar="TOKEN",
         help="a token that signs in to the web console at /console with full view "
-        "(default: $LOGHUBD_CONSOLE_TOKEN)",
+        "(default: $LOGHUBD_CONSOLE_TOKEN). A token given here shows in the process list "
+        "(ps) to every local user; set LOGHUBD_CONSOLE_TOKEN instead to keep it out",
     )
     serve.add_argument(
         "--console-open",

@@ -7,7 +7,8 @@ ServerBusy` (too many bodies or connections at once, which SDKs retry): decoding
 
 A request goes through these steps, in this order (the routes are `loghubd.server.routes`):
 the route from method, path and kind of host; with `--access-keys` the signature, key, date
-and token from the headers alone; an API the table knows but loghubd does not implement is
+and token from the headers alone, without them a cross-site request from a web page
+(`cross_site`) is refused; an API the table knows but loghubd does not implement is
 refused here, naming it; the body, bounded (`loghubd.server.bodies`), then its digest against
 the signed one; the `Target` with its names checked; the key's policy on that target; the
 handler, acting on the same target.
@@ -25,6 +26,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
@@ -84,6 +86,44 @@ def host_project(host: str, service_hosts: tuple[str, ...] = DEFAULT_SERVICE_HOS
     if "." not in name or name in service_hosts:
         return None
     return name.split(".", 1)[0]
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def cross_site(origin: str, host: str) -> bool:
+    """Whether a request's `Origin` header names another host:port than its own `Host`: a web
+    page of another site sent it (browsers send Origin on every cross-origin POST, PUT and
+    DELETE; the SDKs and loghubd's own client never send one). Host names compare without
+    case; a missing port is the default one of the Origin's scheme. An Origin that is not an
+    http(s) URL with a host (`null` from a sandboxed page or a file) is another site."""
+    try:
+        page = urlsplit(origin.strip())
+        own = urlsplit("//" + host.strip())
+        if page.scheme not in _DEFAULT_PORTS or not page.hostname or not own.hostname:
+            return True
+        default = _DEFAULT_PORTS[page.scheme]
+        page_port, own_port = page.port or default, own.port or default
+    except ValueError:  # a port that is not a number, or out of range
+        return True
+    return (page.hostname, page_port) != (own.hostname, own_port)
+
+
+def refuse_cross_site(headers: Mapping[str, str]) -> None:
+    """Without `--access-keys`: a request a web page of another site sent is refused (403
+    Unauthorized), so that a page cannot write to, or delete from, a serve on this machine
+    (a text/plain POST needs no CORS preflight). `headers`: lower-case names."""
+    origin = headers.get("origin")
+    if origin is None:
+        return
+    host = headers.get("host", "")
+    if cross_site(origin, host):
+        raise E.Unauthorized(
+            f"cross-site request refused: Origin {origin[:200]!r} is not Host {host[:200]!r}; "
+            "loghubd serve without --access-keys refuses requests from web pages of other "
+            "sites; start it with --access-keys (and sign the requests) to accept them",
+            status=403,
+        )
 
 
 def project_from_host(
@@ -168,6 +208,8 @@ async def _handle(
     if keys:  # from the headers alone: an unsigned or foreign request never sends us its body
         signed = auth.SignedRequest(request.method, request.path, query, headers)
         key = keys[auth.verify_head(signed, keys, time.time())]
+    else:  # nothing else stops a web page of another site from writing here
+        refuse_cross_site(headers)
     if isinstance(route, E.SlsError):
         raise route
     api = route.api_for(query)

@@ -88,13 +88,16 @@ def _not_json(name: str) -> Any:
 
 def parse_body(body: bytes, error: type[E.SlsError]) -> Any:
     """A request body as JSON (None when empty); `error` when it is not JSON, including the
-    NaN and Infinity that Python's json module would otherwise read."""
+    NaN and Infinity that Python's json module would otherwise read, and arrays or objects
+    nested too deeply for the parser (RecursionError)."""
     if not body:
         return None
     try:
         return json.loads(body.decode("utf-8"), parse_constant=_not_json)
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise error(f"body is not valid JSON: {exc}") from None
+    except RecursionError:  # `[[[[...` nested deeper than the parser goes: no request does
+        raise error("body is not valid JSON: nested too deeply") from None
 
 
 def body_json(call: Call, error: type[E.SlsError]) -> Any:

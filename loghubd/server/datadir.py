@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,17 @@ from pathlib import Path
 from loghubd.files import lock_exclusive, prove_writable, write_all
 
 LOCK_FILE = "serve.lock"
+PRIVATE_DIR_MODE = 0o700
+
+
+def open_to_others(directory: Path) -> int | None:
+    """The mode of `directory` if its group or others have any access to it (they may read
+    the logs stored in it), else None (also when it cannot be read)."""
+    try:
+        mode = stat.S_IMODE(directory.stat().st_mode)
+    except OSError:
+        return None
+    return mode if mode & 0o077 else None
 
 
 class DataDirInUse(Exception):
@@ -43,10 +55,13 @@ class DataDirUnusable(Exception):
 
 @contextmanager
 def held(directory: Path) -> Iterator[int]:
-    """Make `directory` if needed, lock it and prove it writable; yields the lock's file
-    descriptor, closed (the lock released) on exit. Raises DataDirInUse or DataDirUnusable."""
+    """Make `directory` if needed (mode 0700), lock it and prove it writable; yields the
+    lock's file descriptor, closed (the lock released) on exit. Raises DataDirInUse or
+    DataDirUnusable."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        # 0700: the stored logs are the owner's (an existing directory keeps its mode; the
+        # server warns when others may enter it, `open_to_others`)
+        directory.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
         raise DataDirUnusable(_not_a_directory(directory)) from exc
     except OSError as exc:

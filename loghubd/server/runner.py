@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import structlog
@@ -79,6 +81,21 @@ def listen_problem(host: str, port: int, exc: OSError) -> str:
             f"(one below 1024 needs privileges)"
         )
     return f"cannot listen on {where}: {reason}; pick another --port, or stop what holds it"
+
+
+def exposed_addresses(bound: Iterable[Any]) -> list[str]:
+    """The addresses among `bound` (socket names, `(host, port, ...)`) that are not loopback,
+    as `host:port` (`[host]:port` for IPv6): 0.0.0.0 and :: (every interface) included."""
+    out = []
+    for name in bound:
+        host, port = str(name[0]), int(name[1])
+        try:
+            if ipaddress.ip_address(host.split("%", 1)[0]).is_loopback:
+                continue
+        except ValueError:  # not an IP address (a socket family without one): say it
+            pass
+        out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return out
 
 
 async def _every(interval: float, fn: Callable[[], object]) -> None:
@@ -169,6 +186,23 @@ async def _serve(
             log.info("serving", host=opts.host, port=port, data_dir=str(opts.data_dir))
             if not keys:  # said once it serves: a server that cannot start has no warning
                 log.warning("signatures_not_checked", reason="no --access-keys file given")
+                exposed = exposed_addresses(s.getsockname() for s in listener.sockets)
+                if exposed:
+                    log.error(
+                        "exposed_without_authentication",
+                        addresses=exposed,
+                        hint="no --access-keys and not on loopback: anyone who can reach "
+                        f"{', '.join(exposed)} can read, write and delete every project's "
+                        "logs; give --access-keys FILE, or --host 127.0.0.1",
+                    )
+            shared = datadir.open_to_others(opts.data_dir)
+            if shared is not None:
+                log.warning(
+                    "data_dir_open_to_others",
+                    data_dir=str(opts.data_dir),
+                    mode=oct(shared),
+                    hint=f"other local users may read the stored logs; chmod 700 {opts.data_dir}",
+                )
             task_status.started(port)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_every, opts.tick_interval, service.tick)

@@ -17,6 +17,7 @@ schema, so a change of a table is one file to read; the methods are thin and ind
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -186,6 +187,10 @@ class Storage:
 
     def __init__(self, path: Path, *, fsync: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Made here, owner-only, before SQLite opens it: its -wal and -shm files (and any
+        # journal) take the database file's mode, so the stored logs are the owner's alone.
+        # An existing file keeps its mode.
+        os.close(os.open(path, os.O_RDONLY | os.O_CREAT, 0o600))
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         # Each logstore's readwrite shards by key range, for routing puts (`write_routes`).
         # They change only when shards are created, split, merged or deleted, each of which
