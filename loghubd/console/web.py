@@ -13,6 +13,7 @@ from aiohttp import web
 
 from loghubd.console import html as H
 from loghubd.console.access import COOKIE, SESSION_S, Gate, Viewer
+from loghubd.console.refused import log, refused_credential
 
 STATIC = Path(__file__).with_name("static")
 _TYPES = {".css": "text/css", ".js": "text/javascript"}
@@ -139,8 +140,10 @@ async def login(request: web.Request, frame: H.Frame, gate: Gate) -> web.Respons
     try:
         subject = gate.sign_in(key_id, secret, token, now)
     except ValueError as exc:
+        await refused_credential(request, "console_sign_in_refused", str(exc), key_id=key_id)
         view = login_view(frame, gate, str(form.get("next", "")), str(exc))
         return answer(request, frame, view, Viewer(""))
+    log.info("console_signed_in", remote=request.remote or "", subject=subject)
     response = web.HTTPSeeOther(_next(str(form.get("next", "")), frame))
     response.set_cookie(
         COOKIE,

@@ -19,6 +19,7 @@ from aiohttp import web
 from anyio.abc import TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from loghubd.console.refused import refused_credential
 from loghubd.ops.health import Verdict
 from loghubd.server.guard import ConnectionGuard
 
@@ -63,6 +64,7 @@ async def status(request: web.Request) -> web.Response:
     token = request.app[TOKEN]
     given = request.headers.get("Authorization", "").encode()
     if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+        await refused_credential(request, "status_token_refused", "not the ops.status_token")
         return _json({"error": "a bearer token is required for /status"}, status=401)
     return _json(request.app[STATUS]())
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -54,3 +56,34 @@ def test_a_session_outlives_a_restart_but_not_a_new_token(tmp_path: Path) -> Non
         assert (refused.getheader("Location") or "").startswith("/console/login")
     finally:
         server.kill()
+
+
+def test_wrong_credentials_are_held_back_and_said_once_per_window(tmp_path: Path) -> None:
+    """Guessing the console token is slow (each refusal answers after a second) and seen: a
+    warning naming the client's address, one per address per 10 s with the rest counted,
+    never the guess itself; a sign-in that works is logged too."""
+    server = ServerProcess(tmp_path / "data", extra_args=["--console-token", "right"]).start()
+    try:
+        began = time.monotonic()
+        for guess in ("guess-1", "guess-2"):
+            form = {"token": guess, "next": "/console"}
+            assert request(server.port, "POST", "/console/login", form=form).status == 401
+        assert time.monotonic() - began >= 1.8, "refusals are not held back"
+        form = {"token": "right", "next": "/console"}
+        assert request(server.port, "POST", "/console/login", form=form).status == 303
+        wait_for(lambda: server.events("console_signed_in"))
+        (said,) = server.events("console_sign_in_refused")
+        assert said["remote"] == "127.0.0.1" and said["level"] == "warning", said
+        assert said["suppressed"] == 0, said  # the second is counted in the next line
+        assert "guess-" not in server.log_path.read_text()
+        (signed,) = server.events("console_signed_in")
+        assert signed["subject"] == "token", signed
+    finally:
+        server.kill()
+
+
+def wait_for(check: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not logged in time"
+        time.sleep(0.05)

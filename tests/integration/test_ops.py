@@ -292,10 +292,15 @@ def test_status_needs_the_bearer_token_when_one_is_configured(
         code, body = http_status(f"{base}/status")
         assert code == 401, body
         wrong = urllib.request.Request(f"{base}/status", headers={"Authorization": "Bearer nope"})
+        began = time.monotonic()
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(wrong, timeout=3)
+            urllib.request.urlopen(wrong, timeout=5)
         refused.value.close()
         assert refused.value.code == 401
+        # a wrong token is held back (guessing is slow) and said, once per address and window
+        assert time.monotonic() - began >= 0.9
+        (said,) = daemon.events("status_token_refused")
+        assert said["remote"] == "127.0.0.1" and said["level"] == "warning", said
         right = urllib.request.Request(
             f"{base}/status", headers={"Authorization": "Bearer s3cr3t-token"}
         )
