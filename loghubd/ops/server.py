@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from loghubd.console.refused import refused_credential
 from loghubd.ops.health import Verdict
-from loghubd.server.guard import ConnectionGuard
+from loghubd.server.guard import ConnectionGuard, GuardedSite
 
 if TYPE_CHECKING:
     from loghubd.console.daemon_app import DaemonConsole
@@ -109,19 +109,6 @@ async def _guarded(
         guard.request_done(request.transport, body_read=request.content.is_eof())
 
 
-class _Site(web.TCPSite):
-    """A site serving a server created beforehand, whose protocol factory is the guard."""
-
-    def __init__(self, runner: web.AppRunner, listener: asyncio.Server) -> None:
-        super().__init__(runner, "127.0.0.1", 0)
-        self._listener = listener
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
-        self._server = self._listener
-        await self._listener.start_serving()
-
-
 class ListenError(OSError):
     """`ops.listen` cannot be listened on (taken, not this host's address, not resolvable);
     the errno and reason are the socket's."""
@@ -143,17 +130,14 @@ async def serve_ops(
     app[GUARD] = guard
     await runner.setup()
     try:
+        address = host.strip("[]") or "127.0.0.1"
         try:
             listener = await asyncio.get_running_loop().create_server(
-                guard,
-                host.strip("[]") or "127.0.0.1",
-                int(port),
-                reuse_address=True,
-                start_serving=False,
+                guard, address, int(port), reuse_address=True, start_serving=False
             )
         except OSError as exc:
             raise ListenError(exc.errno, exc.strerror or str(exc)) from exc
-        await _Site(runner, listener).start()
+        await GuardedSite(runner, address, int(port), listener).start()
         task_status.started(listener.sockets[0].getsockname()[1])
         await anyio.sleep_forever()
     finally:

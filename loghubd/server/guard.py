@@ -27,8 +27,23 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from aiohttp import web
 
 log = structlog.get_logger("loghubd.server")
+
+
+class GuardedSite(web.TCPSite):
+    """A TCP site serving a server bound beforehand (`listener`, whose protocol factory is a
+    `ConnectionGuard`, so that its connections go through the guard first)."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, listener: asyncio.Server):
+        super().__init__(runner, host, port, reuse_address=True)
+        self._listener = listener
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        self._server = self._listener
+        await self._listener.start_serving()
 
 
 def raw_error(status: int, reason: str, code: str, message: str) -> bytes:

@@ -20,7 +20,7 @@ from anyio.abc import TaskStatus
 
 from loghubd.console import serve_app as console
 from loghubd.server import api, auth, datadir
-from loghubd.server.guard import ConnectionGuard
+from loghubd.server.guard import ConnectionGuard, GuardedSite
 from loghubd.server.metrics import ServerMetrics
 from loghubd.server.service import Limits, LogService
 from loghubd.server.storage import Storage
@@ -49,20 +49,6 @@ class ServeOptions:
     header_timeout: float = 20.0
     body_timeout: float = 120.0
     keepalive_timeout: float = 75.0
-
-
-class GuardedSite(web.TCPSite):
-    """A TCP site serving a server bound beforehand (`listener`, whose protocol factory is a
-    `ConnectionGuard`, so that its connections go through the guard first)."""
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int, listener: asyncio.Server):
-        super().__init__(runner, host, port, reuse_address=True)
-        self._listener = listener
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
-        self._server = self._listener
-        await self._listener.start_serving()
 
 
 def listen_problem(host: str, port: int, exc: OSError) -> str:
