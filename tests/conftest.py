@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,3 +46,19 @@ def immutable() -> Iterator[Callable[[Path], None]]:
     yield make
     for path in reversed(made):
         subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The umask most systems give (0022: files 0644, directories 0755), for this process and
+    the children it starts, so that a test of file modes does not depend on the runner's."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def file_mode(path: Path) -> int:
+    """The permission bits of `path` (0o644, ...)."""
+    return stat.S_IMODE(path.stat().st_mode)

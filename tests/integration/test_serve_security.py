@@ -12,17 +12,15 @@ docstring).
 from __future__ import annotations
 
 import json
-import os
-import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import requests
 
 from loghubd.protocol import signing
 from loghubd.testing.process import ServerProcess
 from loghubd.testing.waiting import wait_until
+from tests.conftest import file_mode
 from tests.integration.sls_http import RawClient, log_group
 
 PROJECT = "demo"
@@ -33,20 +31,6 @@ KEYS = f"""
 id = "{AK}"
 secret = "{SECRET}"
 """
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    """The child inherits the umask most systems give (0022): files 0644, directories 0755."""
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 def browser_post(
@@ -208,12 +192,12 @@ def test_a_data_dir_serve_makes_is_private_and_so_are_its_sqlite_files(
         client.create_logstore("app", shards=1)
         assert client.put_raw("app", log_group(["x"])).status == 200
         client.close()
-        assert mode(data) == 0o700
-        assert mode(data.parent) == 0o755  # only the data directory itself
+        assert file_mode(data) == 0o700
+        assert file_mode(data.parent) == 0o755  # only the data directory itself
         db = data / "loghubd.sqlite3"
         for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
-            assert mode(path) == 0o600, path
-        assert mode(data / "console-session.key") == 0o600
+            assert file_mode(path) == 0o600, path
+        assert file_mode(data / "console-session.key") == 0o600
         assert server.events("data_dir_open_to_others") == []
     finally:
         server.kill()
@@ -227,8 +211,8 @@ def test_an_existing_data_dir_keeps_its_mode_with_a_warning_if_others_may_enter(
     data.mkdir(mode=0o755)
     server = ServerProcess(data).start()
     try:
-        assert mode(data) == 0o755  # left as it was
-        assert mode(data / "loghubd.sqlite3") == 0o600  # a new store is private all the same
+        assert file_mode(data) == 0o755  # left as it was
+        assert file_mode(data / "loghubd.sqlite3") == 0o600  # a new store is private all the same
         (line,) = server.events("data_dir_open_to_others")
         assert (line["level"], line["data_dir"], line["mode"]) == ("warning", str(data), "0o755")
         assert f"chmod 700 {data}" in line["hint"]

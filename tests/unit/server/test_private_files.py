@@ -4,28 +4,15 @@ mode and `datadir.open_to_others` gives it when others have any access. Real fil
 
 from __future__ import annotations
 
-import os
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from loghubd.server import datadir
 from loghubd.server.storage import Storage
+from tests.conftest import file_mode
 
-
-@pytest.fixture(autouse=True)
-def umask_022() -> Iterator[None]:
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
+pytestmark = pytest.mark.usefixtures("umask_022")
 
 
 def test_a_data_dir_held_is_made_private_and_an_existing_one_keeps_its_mode(
@@ -34,13 +21,13 @@ def test_a_data_dir_held_is_made_private_and_an_existing_one_keeps_its_mode(
     made = tmp_path / "a" / "b"
     with datadir.held(made):
         pass
-    assert (mode(made), mode(made.parent)) == (0o700, 0o755)
+    assert (file_mode(made), file_mode(made.parent)) == (0o700, 0o755)
     assert datadir.open_to_others(made) is None
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o750)
     with datadir.held(shared):
         pass
-    assert mode(shared) == 0o750
+    assert file_mode(shared) == 0o750
     assert datadir.open_to_others(shared) == 0o750
     assert datadir.open_to_others(tmp_path / "missing") is None
 
@@ -51,7 +38,7 @@ def test_the_sqlite_files_are_the_owners_alone(tmp_path: Path) -> None:
     try:
         storage.create_project("demo", "", 0)  # a write: the -wal and -shm files exist
         for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
-            assert mode(path) == 0o600, path
+            assert file_mode(path) == 0o600, path
     finally:
         storage.close()
 
@@ -61,4 +48,4 @@ def test_an_existing_database_keeps_its_mode(tmp_path: Path) -> None:
     Storage(db).close()
     db.chmod(0o640)
     Storage(db).close()
-    assert mode(db) == 0o640
+    assert file_mode(db) == 0o640
