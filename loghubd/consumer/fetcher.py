@@ -44,8 +44,14 @@ from loghubd.ops.metrics import Metrics
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol import errors as E
 from loghubd.sls import Pulled, SlsClient
+from loghubd.sls.errors import AnswerTooLarge
 
 log = structlog.get_logger("loghubd.fetcher")
+
+# The largest PullLogs answer (on the wire, and decoded) a pull takes: 4 x the byte budget,
+# at least 256 MiB. The budget picks a count whose answer should fit it many times over (an
+# SLS log group is at most a few MB); past the cap, the endpoint is not behaving like SLS.
+MIN_ANSWER_CAP = 256 * 1024 * 1024
 
 # A pull this large is "full" even below the group count: the server capped it by size.
 FULL_PULL_BYTES = 4 * 1024 * 1024
@@ -302,21 +308,42 @@ async def _pull(
 ) -> tuple[Grant, Pulled]:
     """One pull within the byte budget: room is reserved before the request is sent, and the
     request asks for no more log groups than that room holds. A failed pull gives the room
-    back; after an answer the caller hands it over with its batch, or cancels it."""
-    grant = await budget.reserve(shard, settings.max_log_groups)
-    try:
-        pulled = await client.pull(
-            settings.logstore,
-            shard,
-            cursor,
-            grant.groups,
-            end_cursor=stop_at,
-            query=settings.query,
-        )
-    except BaseException:
-        budget.cancel(grant)
-        raise
-    return grant, pulled
+    back; after an answer the caller hands it over with its batch, or cancels it.
+
+    An answer above the cap (`MIN_ANSWER_CAP`) is refused unread and asked for again with
+    half as many log groups, down to one."""
+    cap = max(MIN_ANSWER_CAP, 4 * budget.limit)
+    groups = settings.max_log_groups
+    while True:
+        grant = await budget.reserve(shard, groups)
+        try:
+            pulled = await client.pull(
+                settings.logstore,
+                shard,
+                cursor,
+                grant.groups,
+                end_cursor=stop_at,
+                query=settings.query,
+                max_bytes=cap,
+            )
+        except AnswerTooLarge as exc:
+            budget.cancel(grant)
+            if grant.groups <= 1:
+                raise
+            groups = grant.groups // 2
+            log.warning(
+                "pull_answer_too_large",
+                logstore=settings.logstore,
+                shard=shard,
+                error=str(exc),
+                asked_groups=grant.groups,
+                next_groups=groups,
+            )
+            continue
+        except BaseException:
+            budget.cancel(grant)
+            raise
+        return grant, pulled
 
 
 async def _back_off(

@@ -33,7 +33,7 @@ from loghubd.protocol import signing
 from loghubd.proxy import proxy_for
 from loghubd.sls import network
 from loghubd.sls.endpoint import base_url, project_in_host
-from loghubd.sls.errors import Unreachable
+from loghubd.sls.errors import AnswerTooLarge, Unreachable
 
 API_VERSION = "0.6.0"
 USER_AGENT = "loghubd/0.1"
@@ -103,8 +103,10 @@ class SlsClient:
         body: bytes = b"",
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_body: int = 0,
     ) -> tuple[int, Mapping[str, str], bytes]:
-        """One SLS call with retries inside one deadline; returns (status, headers, body)."""
+        """One SLS call with retries inside one deadline; returns (status, headers, body).
+        `max_body` (0: no cap): a longer answer body is refused (`AnswerTooLarge`)."""
         params = dict(params or {})
         deadline = timeout if timeout is not None else self.request_timeout
         attempt = 0
@@ -115,7 +117,7 @@ class SlsClient:
                 creds = self._credentials()
                 try:
                     status, rheaders, rbody = await self._send(
-                        method, path, params, body, headers, creds
+                        method, path, params, body, headers, creds, max_body
                     )
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                     last_error = exc
@@ -158,6 +160,7 @@ class SlsClient:
         body: bytes,
         extra: Mapping[str, str] | None,
         creds: signing.Credentials,
+        max_body: int = 0,
     ) -> tuple[int, Mapping[str, str], bytes]:
         headers: dict[str, str] = {
             "host": self._host_header,
@@ -194,7 +197,7 @@ class SlsClient:
             proxy=self.proxy.url if self.proxy else None,
             proxy_headers=self.proxy.tunnel_headers if self.proxy else None,
         ) as resp:
-            data = await resp.read()
+            data = await (_read_capped(resp, max_body) if max_body else resp.read())
             return resp.status, {k.lower(): v for k, v in resp.headers.items()}, data
 
     async def _json(
@@ -307,7 +310,10 @@ class SlsClient:
         count: int,
         end_cursor: str | None = None,
         query: str | None = None,
+        max_bytes: int = 0,
     ) -> Pulled:
+        """`max_bytes` (0: no cap): an answer whose body or decoded size is larger is refused
+        (`AnswerTooLarge`) before it is read in full or decoded."""
         params = {"type": "log", "cursor": cursor, "count": str(count)}
         if end_cursor:
             params["end_cursor"] = end_cursor
@@ -319,6 +325,7 @@ class SlsClient:
             f"/logstores/{logstore}/shards/{shard}",
             params,
             headers={"accept": "application/x-protobuf", "accept-encoding": self._accept},
+            max_body=max_bytes,
         )
         try:
             count_got = int(h["x-log-count"])
@@ -326,6 +333,11 @@ class SlsClient:
             next_cursor = h["x-log-cursor"]
         except (KeyError, ValueError) as exc:
             raise E.SlsError(f"PullLogs answer lacks {exc}", code="BadResponse") from exc
+        if max_bytes and raw_size > max_bytes:
+            raise AnswerTooLarge(
+                f"PullLogs answer of {count_got} log groups decodes to {raw_size} bytes "
+                f"(x-log-bodyrawsize), above the {max_bytes} this pull takes"
+            )
         ctype = h.get("x-log-compresstype", "")
         try:
             data = codec.decompress(ctype, body, raw_size) if raw_size else b""
@@ -469,3 +481,18 @@ def _error(status: int, headers: Mapping[str, str], body: bytes) -> E.SlsError:
         return E.SlsError(
             f"HTTP {status}: {body[:200]!r}", status=status, code="BadResponse", request_id=rid
         )
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The answer's body, or AnswerTooLarge as soon as it is known to pass `cap` bytes: from
+    its Content-Length before anything is read, else while it is read."""
+    if resp.content_length is not None:
+        if resp.content_length > cap:
+            raise AnswerTooLarge(f"answer of {resp.content_length} bytes, above the cap of {cap}")
+        return await resp.read()
+    body = bytearray()
+    async for chunk in resp.content.iter_any():
+        body += chunk
+        if len(body) > cap:
+            raise AnswerTooLarge(f"answer of more than {cap} bytes (chunked)")
+    return bytes(body)

@@ -40,3 +40,13 @@ class CredentialsUnavailable(E.SlsError):
 
 class CredentialsError(ValueError):
     """A credentials file or command output is unusable; the message never holds a secret."""
+
+
+class AnswerTooLarge(E.SlsError):
+    """A PullLogs answer larger (on the wire or decoded) than the caller's cap: refused before
+    it is read in full or decoded, so that an endpoint that is not SLS (a man in the middle,
+    a broken proxy) cannot make the daemon allocate without bound. The caller asks for fewer
+    log groups (`consumer.fetcher._pull`)."""
+
+    code = "AnswerTooLarge"
+    status = 502
