@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -44,7 +44,7 @@ from loghubd.config import Config, SourceSpec
 from loghubd.consumer.tracking import StopFlag
 from loghubd.files import lock_exclusive
 from loghubd.models import Batch
-from loghubd.plugins.api import ProcessorContext
+from loghubd.plugins.api import ProcessorContext, Tracker
 from loghubd.plugins.loaded import LoadedFactory
 from loghubd.sls import provider_for
 
@@ -174,9 +174,14 @@ class _Tracker:
     done: bool = False
     acks: list[_Ack] = field(default_factory=list)
     stopping: StopFlag = field(default_factory=StopFlag)  # a replay is not stopped midway
+    problem: str = ""  # why the processor is still retrying the batch itself ("" once not)
 
     def save_checkpoint(self, persist: bool = True) -> None:
         self.done = True
+
+    def note_problem(self, reason: str) -> None:
+        # The processor logs its own retries (http_retry, postgres_retry): kept, not shown.
+        self.problem = reason
 
     def get_checkpoint(self) -> str:
         return self.cursor
@@ -189,6 +194,10 @@ class _Tracker:
     @property
     def finished(self) -> bool:
         return self.done or (bool(self.acks) and all(a.finished for a in self.acks))
+
+
+if TYPE_CHECKING:  # the replay hands processors what the daemon does: all of Tracker
+    _conforms: type[Tracker] = _Tracker
 
 
 @dataclass(slots=True)

@@ -225,9 +225,21 @@ def test_a_4xx_goes_to_the_failure_policy(daemon_pool: Pool) -> None:
 def test_rejected_batches_replay_to_the_endpoint_once_it_accepts(daemon_pool: Pool) -> None:
     """The operator's path after an endpoint refused logs (a 4xx: a bad token, a schema
     change): the batches wait in the dead-letter directory; once the endpoint is fixed,
-    `loghubd dead-letters replay` posts them and removes them."""
+    `loghubd dead-letters replay` posts them and removes them, retrying a request the
+    endpoint fails on the way (a replay once died there: its tracker had no
+    `note_problem`, which the processor calls on every retry)."""
     accepting = threading.Event()
-    receiver = Receiver(script=lambda n, now: 200 if accepting.is_set() else 403).start()
+    hiccup: list[int] = []  # the one request answered 503 during the replay
+
+    def script(n: int, now: float) -> int:
+        if not accepting.is_set():
+            return 403
+        if not hiccup:
+            hiccup.append(n)
+            return 503
+        return 200
+
+    receiver = Receiver(script=script).start()
     try:
         pool = daemon_pool
         pool.admin.create_logstore(LOGSTORE, 1)
@@ -263,6 +275,7 @@ def test_rejected_batches_replay_to_the_endpoint_once_it_accepts(daemon_pool: Po
             env={**os.environ, **daemon.env},
         )
         assert replay.returncode == 0, replay.stdout + replay.stderr
+        assert hiccup and "http_retry" in replay.stdout + replay.stderr
     finally:
         receiver.stop()
     delivered = Counter(i for r in receiver.received if r.status == 200 for i in r.ids)
