@@ -80,6 +80,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:  # serve() locks and checks the data directory before it binds the port
         anyio.run(lambda: serve(opts, shutdown_trigger=wait_for_signal))
+        from loghubd.shutdown import ignore_stop_signals
+
+        ignore_stop_signals()  # a stop's late second copy meets the exit, not the default action
     except AccessKeysError as exc:
         print(f"loghubd serve: --access-keys: {exc}", file=sys.stderr)
         return 2
@@ -193,7 +196,9 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
     if args.workers > 1:  # this process supervises N daemon processes
         from loghubd.workers import run_workers
 
-        return run_workers(args.workers, sys.argv[1:], cfg)
+        supervised = run_workers(args.workers, sys.argv[1:], cfg)
+        shutdown.ignore_stop_signals()
+        return supervised
     with startup():
         daemon = _build_daemon(cfg, args.debug, origin)
     if handed is not None and handed.failed is not None:
@@ -210,6 +215,7 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
         shutdown.reload_after(0 if daemon.failed_shards_only() else code, text)
     if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
         shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
+    shutdown.ignore_stop_signals()
     return code
 
 

@@ -80,6 +80,16 @@ def _on_second_signal(signum: int, _frame: FrameType | None) -> None:
     exit_now(1, "second_signal_exiting_now", signal=name)
 
 
+def ignore_stop_signals() -> None:
+    """The process is done and about to exit: a stop signal now (the late copy of one sent
+    twice: systemd's and a `--workers` supervisor's) is ignored. Python's finalization sets a
+    signal with a Python handler back to its default action, which for SIGTERM ends the
+    process (exit 143 after `shutdown_complete`); it leaves an ignored one ignored. Not before
+    `reexec`: an ignored signal stays ignored across an exec."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def _reload_during_shutdown(_signum: int, _frame: FrameType | None) -> None:
     from_signal_handler("warning", "reload_ignored", reason="the daemon is already shutting down")
 
