@@ -146,6 +146,7 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
                 "retry_initial_backoff_s": "first wait between retries (0.5)",
                 "retry_max_backoff_s": "longest wait between retries (30.0)",
                 "max_retries": "retryable failures in a row before the batch fails (0: for ever)",
+                "retry_statuses": "more 4xx statuses to retry, e.g. [401, 403] (5xx, 408, 429 are)",
                 "tls_ca_file": "PEM CA bundle to verify an https endpoint (the system's CAs)",
                 "tls_cert_file": "client certificate, PEM, for mutual TLS (none)",
                 "tls_key_file": "its private key, if not in tls_cert_file (none)",

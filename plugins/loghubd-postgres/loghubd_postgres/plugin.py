@@ -40,6 +40,7 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
                 "retry_initial_backoff_s": "first wait reconnecting (0.2)",
                 "retry_max_backoff_s": "longest wait reconnecting (10.0)",
                 "connect_timeout_s": "per connection attempt (10.0)",
+                "lock_timeout_s": "longest wait for a lock on the table, then retried (30.0)",
             },
         )
     ]

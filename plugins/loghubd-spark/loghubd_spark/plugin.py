@@ -94,6 +94,21 @@ def loghubd_register_processors() -> Iterable[ProcessorSpec]:
             NAME,
             SparkFactory,
             "Arrow micro-batches through a PySpark pipeline to Parquet/JSON lines, exactly once",
+            {
+                "master": "Spark master URL (local[*])",
+                "conf": "Spark configuration (table of strings)",
+                "sql": "Spark SQL reading the batch as {logs} (or function)",
+                "function": "module:callable taking the batch's DataFrame (or sql)",
+                "sink": "parquet or jsonl (parquet)",
+                "path": "output directory or Spark file system URI (required)",
+                "wal_dir": "local write-ahead log directory; required for a URI path",
+                "max_rows": "rows buffered before a write (100000)",
+                "max_bytes": "Arrow bytes buffered before a write (64 MiB)",
+                "max_delay": "seconds a row waits at most before a write (10.0)",
+                "write_timeout": "seconds a Spark write may take (600.0)",
+                "shutdown_budget": "seconds for the last write at a stop (25.0, at most 25)",
+                "convert_processes": "Arrow conversion child processes (one per spare core, 1-4)",
+            },
         )
     ]
 
