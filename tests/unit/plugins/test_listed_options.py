@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from loghubd_postgres import options as postgres_options
+from loghubd_spark import options as spark_options
 
 from loghubd.plugins.manager import Plugins
 from loghubd.processors import http
-from loghubd_postgres import options as postgres_options
-from loghubd_spark import options as spark_options
 
 PLUGINS = Plugins()
 SPECS = PLUGINS.processors()
