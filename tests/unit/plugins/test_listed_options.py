@@ -25,10 +25,12 @@ SPECS = PLUGINS.processors()
 def test_every_listed_key_is_accepted(name: str, key: str) -> None:
     """Given with a value of no type any option takes, the key is refused for its type (or
     for another key missing), never as unknown."""
+    refusal = ""
     try:
         SPECS[name].factory({key: frozenset()})
     except Exception as exc:  # the factory's own refusal, whatever its class
-        assert f"{key}: unknown key" not in str(exc), exc
+        refusal = str(exc)
+    assert f"{key}: unknown key" not in refusal, refusal
 
 
 @pytest.mark.parametrize(
