@@ -94,7 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return UNREACHABLE
     except OSError as exc:
         print(f"loghubd serve: {listen_problem(opts.host, opts.port, exc)}", file=sys.stderr)
-        return UNREACHABLE  # README, "Exit codes": a local port is taken
+        return UNREACHABLE  # docs/operations.md, "Exit codes and errors": a port is taken
     return 0
 
 

@@ -43,7 +43,7 @@ def _derive(consumer: dict[str, Any], warnings: list[str], label: Callable[[str]
             )
 
 
-# consumer key → the keys it stands for now (docs/configuration.md, "Retries").
+# consumer key → the keys it stands for now (docs/retries.md, "`retry_max_backoff` (deprecated)").
 _DEPRECATED = {"retry_max_backoff": ("pull_retry_max_backoff", "processor_retry_max_backoff")}
 
 

@@ -25,7 +25,7 @@ class StartupError(Exception):
     """A source cannot start: a permanent error (bad credentials, missing logstore, a
     request the service refuses). Retrying would not help; the message says what to fix.
 
-    `exit_code` follows the commands' table (README, "Exit codes"): 3 when the project,
+    `exit_code` follows the commands' table (docs/operations.md, "Exit codes and errors"): 3 when the project,
     logstore or group does not exist, 2 when the service refuses a name or a parameter of
     the configuration (or the processor's `start()` refuses its options), 4 when the
     processor's `start()` cannot reach its sink, 1 otherwise (credentials refused: keys can
