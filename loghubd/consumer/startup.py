@@ -26,11 +26,11 @@ class StartupError(Exception):
     request the service refuses). Retrying would not help; the message says what to fix.
 
     `exit_code` follows the commands' table (docs/operations.md, "Exit codes and errors"):
-    3 when the project, logstore or group does not exist, 2 when the service refuses a name or a parameter of
-    the configuration (or the processor's `start()` refuses its options), 4 when the
-    processor's `start()` cannot reach its sink, 1 otherwise (credentials refused: keys can
-    be fixed or rotated without touching the configuration, so a supervisor may well try
-    again)."""
+    3 when the project, logstore or group does not exist, 2 when the service refuses a name
+    or a parameter of the configuration (or the processor's `start()` refuses its options),
+    4 when the processor's `start()` cannot reach its sink, 1 otherwise (credentials
+    refused: keys can be fixed or rotated without touching the configuration, so a
+    supervisor may well try again)."""
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
