@@ -53,15 +53,20 @@ def logstores(server: ServerProcess) -> list[str]:
         client.close()
 
 
+def with_app_logstore(server: ServerProcess) -> RawClient:
+    """A client of `server`'s project, which it has just made with a one-shard `app`."""
+    client = RawClient(server.port, PROJECT)
+    client.create_project()
+    client.create_logstore("app", shards=1)
+    return client
+
+
 def test_cross_site_requests_are_refused_without_access_keys(
     loghubd_server_factory: Callable[..., ServerProcess],
 ) -> None:
     """Before: 200, a logstore `pwned` made by another site's page."""
     server = loghubd_server_factory()
-    client = RawClient(server.port, PROJECT)
-    client.create_project()
-    client.create_logstore("app", shards=1)
-    client.close()
+    with_app_logstore(server).close()
     create = json.dumps({"logstoreName": "pwned", "ttl": 1, "shardCount": 1}).encode()
 
     refused = [
@@ -156,9 +161,7 @@ def test_a_deeply_nested_json_body_is_a_400_without_a_traceback(
 ) -> None:
     """Before: 500 InternalServerError, and a RecursionError traceback in the log."""
     server = loghubd_server_factory()
-    client = RawClient(server.port, PROJECT)
-    client.create_project()
-    client.create_logstore("app", shards=1)
+    client = with_app_logstore(server)
     nested = b"[" * 200_000 + b"]" * 200_000
     answer = client.request(
         "POST",
@@ -187,9 +190,7 @@ def test_a_data_dir_serve_makes_is_private_and_so_are_its_sqlite_files(
     data = tmp_path / "new" / "data"
     server = ServerProcess(data, log_path=tmp_path / "serve.log").start()
     try:
-        client = RawClient(server.port, PROJECT)
-        client.create_project()
-        client.create_logstore("app", shards=1)
+        client = with_app_logstore(server)
         assert client.put_raw("app", log_group(["x"])).status == 200
         client.close()
         assert file_mode(data) == 0o700
