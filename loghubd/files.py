@@ -55,19 +55,22 @@ def prove_writable(directory: Path) -> None:
     os.unlink(probe)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Create or replace `path` with `data`, whole or not at all (`write_atomically`)."""
-    write_atomically(path, lambda fd: write_all(fd, data))
+    write_atomically(path, lambda fd: write_all(fd, data), mode=mode)
 
 
-def write_atomically(path: Path, write: Callable[[int], T], *, sync: bool = True) -> T:
+def write_atomically(
+    path: Path, write: Callable[[int], T], *, sync: bool = True, mode: int = 0o644
+) -> T:
     """Create or replace `path` with what `write(fd)` writes, whole or not at all: into a
     temporary file of its own beside it (a hidden name, never mistaken for the file; two
     writers of one path never share it), fsynced, renamed over it, and the directory
     fsynced (`sync=False`: neither fsync). A failed write leaves the old file (or none) and
-    no temporary file. Returns what `write` returned."""
+    no temporary file. Returns what `write` returned. `mode`: the new file's permissions
+    (less what the umask takes away)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         try:
             result = write(fd)

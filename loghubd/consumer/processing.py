@@ -38,6 +38,10 @@ from loghubd.plugins.loaded import LoadedProcessor
 
 log = structlog.get_logger("loghubd.worker")
 
+# Dead letters (the raw batch and its note): readable by the daemon's user and group only,
+# less what the umask takes away. They hold the logs outside the output's own permissions.
+LETTER_MODE = 0o640
+
 
 PROCESSOR_BACKOFF = Backoff(initial=0.5, cap=30.0, jitter=0.5)
 
@@ -275,7 +279,9 @@ def _write_dead_letter(
     not send it twice."""
     folder = policy.dead_letter_dir / f"shard-{batch.shard}"
     if not folder.is_dir():
-        folder.mkdir(parents=True, exist_ok=True)
+        # Made owner-and-group only, as the letters are (LETTER_MODE): they hold raw logs.
+        policy.dead_letter_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        folder.mkdir(mode=0o750, exist_ok=True)
         for made in (folder.parent, folder.parent.parent):  # the new names, before a
             fsync_dir(made)  # checkpoint passes the batch
     cursor_part = batch.cursor.rstrip("=")
@@ -300,8 +306,9 @@ def _write_dead_letter(
     }
     # The data first, then the note that names it (what the commands list): each whole or
     # not there at all, so a crash never leaves a note cut short.
-    atomic_write(raw_path, batch.raw)
-    atomic_write(folder / f"{stem}.json", json.dumps(meta, indent=2).encode())
+    # Raw logs, outside the output's own permissions: owner and group only.
+    atomic_write(raw_path, batch.raw, mode=LETTER_MODE)
+    atomic_write(folder / f"{stem}.json", json.dumps(meta, indent=2).encode(), mode=LETTER_MODE)
     for note in earlier:  # the note first: a .pb without one is listed as incomplete
         note.unlink(missing_ok=True)
         note.with_suffix(".pb").unlink(missing_ok=True)

@@ -17,6 +17,7 @@ from loghubd.consumer.processing import RetryPolicy, _write_dead_letter
 from loghubd.models import Batch
 from loghubd.plugins.loaded import load_factory
 from loghubd.protocol import cursor as cursors
+from tests.conftest import file_mode
 from tests.unit.admin.test_dead_letter_dirs import dead_letters
 from tests.unit.admin.test_replay_declined import log_groups
 
@@ -140,3 +141,13 @@ def test_a_processor_failing_on_one_shard_fails_only_that_shards_letters(
     assert ok == 1 and len(failures) == 1, failures
     assert failures[0].startswith(f"{on_zero}: ") and f"{stage} fails on shard 0" in failures[0]
     assert on_zero.exists() and not on_one.exists()
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_letters_are_not_readable_by_other_users(tmp_path: Path) -> None:
+    """A dead letter is the raw batch: owner and group only, whatever the output's modes."""
+    letters = tmp_path / "dl"
+    note = set_aside(letters, "alpha")
+    for path in (note, note.with_suffix(".pb")):
+        assert file_mode(path) == 0o640, path
+    assert (file_mode(letters), file_mode(note.parent)) == (0o750, 0o750)
