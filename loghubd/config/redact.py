@@ -5,15 +5,16 @@ how a message quotes a value a user gave, in the words of a config file).
 Plugin tables have no schema the core knows, so a secret is recognised two ways:
 
 - by its key: a key holding one of `SECRET_WORDS` (`password`, `token`, `authorization`,
-  `signature`, ...) or whose last word (split at `-`, `_`, `.`) is one of `SECRET_LAST_WORDS`
-  (`X-Auth`, `X-Access-Key`, `X-Session`, `sig`; not `access_key_id` or `auth_version`) has
-  its whole value replaced by "***", at any depth of a table (a header named
-  `Authorization` under `[processor.http.headers]` as well as `bearer_token`);
+  ...), a header-style name whose last word is one of `SECRET_LAST_WORDS` (`X-Auth`,
+  `X-Access-Key`, `X-Session`, `X-Amz-Signature`; not `access_key_id`, `auth_version` or
+  `primary_key`), or `sig` has its whole value replaced by "***", at any depth of a table (a
+  header named `Authorization` under `[processor.http.headers]` as well as `bearer_token`);
 - by its shape, whatever the key: the password of a URL's user information
   (`postgresql://app:pw@db/logs`, `s3://KEY:SECRET@bucket/logs`), the value of a
   `name=value` pair whose name is a secret's (a libpq `password=pw`, a query string's
   `access_token=...` or `sig=...`, a JDBC URL's `&password=...`), and the word after a
-  command-line option named so (`--password pw`).
+  command-line option named so (`--password pw`; not `--token-file /run/token`, which says
+  where the secret is).
 
 Pure functions, no I/O.
 """
@@ -40,33 +41,46 @@ SECRET_WORDS = (
     "api-key",
     "apikey",
     "cookie",
-    "signature",
 )
-# A name whose last word is one of these (`X-Auth`, `X-Auth-Key`, `X-Access-Key`, `X-Session`,
-# an Azure SAS's `sig`); as a substring they would catch `auth_version` or `access_key_id`.
-SECRET_LAST_WORDS = ("auth", "key", "session", "sig")
+# A header-style name (words joined by `-`) whose last word is one of these: `X-Auth`,
+# `X-Auth-Key`, `X-Access-Key`, `X-Session`, `X-Amz-Signature`. Anywhere in a name they would
+# catch `auth_version`, `access_key_id`, `primary_key` or `SignatureVersion`.
+SECRET_LAST_WORDS = ("auth", "key", "session", "signature")
+# Names that are a secret as they stand: an Azure SAS's `sig`, an OSS signed URL's `Signature`.
+SECRET_NAMES = ("sig", "signature")
 
-_WORDS = "|".join(re.escape(w) for w in SECRET_WORDS)
-_LAST = "|".join(re.escape(w) for w in SECRET_LAST_WORDS)
-# The name of a secret in running text: a secret word anywhere in it, or a last word.
-_NAME = rf"(?:[\w.-]*(?:{_WORDS})[\w.-]*|(?<![\w.-])(?:[\w.-]*[_.-])?(?:{_LAST})(?![\w.-]))"
-# `name=value` with a secret's name; the value is quoted (libpq: '...' with \' escapes) or
-# runs to the next space, `&`, `;`, `#` or quote.
-_PAIR = re.compile(rf"(?i)(?P<name>{_NAME}\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s&;#'\"]+)")
-# `--password VALUE` in a command line (`--password=VALUE` is a pair).
-_OPTION = re.compile(
-    rf"(?i)(?P<name>(?<!\S)--?(?:[\w-]*(?:{_WORDS})[\w-]*|(?:[\w-]*[_-])?(?:{_LAST}))\s+)"
-    rf"(?P<value>(?!-)[^\s'\"]+)"
-)
+# A quoted value (libpq: '...' with \' escapes; "..." likewise), or one that runs to the next
+# space, `&`, `;`, `#` or quote.
+_VALUE = r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s&;#'"]+"""
+# Every `name=value` of running text; which are secrets, `is_secret_name` decides. A name
+# starts only where a word does (a match tried at every character of a long word took time
+# quadratic in its length).
+_PAIR = re.compile(rf"(?<![\w.-])(?P<name>[\w.-]+\s*=\s*)(?P<value>{_VALUE})")
+# Every `--option VALUE` of a command line (`--option=VALUE` is a pair).
+_OPTION = re.compile(rf"(?<!\S)(?P<name>--?(?P<option>[\w-]+)\s+)(?P<value>(?!-)(?:{_VALUE}))")
+# Options that name where a secret is, not the secret: `--token-file /run/token`.
+_WHERE = ("file", "path", "dir")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def is_secret_name(name: str) -> bool:
     """Whether a key's name says its value is a secret."""
-    low = name.lower()
-    if any(word in low for word in SECRET_WORDS):
+    low = name.strip().lower()
+    if any(word in low for word in SECRET_WORDS) or low in SECRET_NAMES:
         return True
-    return re.split(r"[-_.]", low)[-1] in SECRET_LAST_WORDS
+    return "-" in low and low.rsplit("-", 1)[1] in SECRET_LAST_WORDS
+
+
+def _masked_pair(m: re.Match[str]) -> str:
+    name = m.group("name").rstrip().rstrip("=")
+    return m.group("name") + MASK if is_secret_name(name) else m.group(0)
+
+
+def _masked_option(m: re.Match[str]) -> str:
+    option = m.group("option")
+    if not is_secret_name(option) or re.split(r"[-_]", option.lower())[-1] in _WHERE:
+        return m.group(0)
+    return m.group("name") + MASK
 
 
 def _url_passwords(text: str) -> str:
@@ -98,9 +112,9 @@ def _url_passwords(text: str) -> str:
 def redact_text(text: str) -> str:
     """`text` with URL passwords and secret `name=value` values masked (see the module)."""
     if "=" in text:
-        text = _PAIR.sub(lambda m: m.group("name") + MASK, text)
+        text = _PAIR.sub(_masked_pair, text)
     if "-" in text:
-        text = _OPTION.sub(lambda m: m.group("name") + MASK, text)
+        text = _OPTION.sub(_masked_option, text)
     if "://" in text:
         text = _url_passwords(text)
     return text

@@ -51,12 +51,27 @@ from loghubd.config.redact import MASK, described, is_secret_name, redact_text, 
         # a command line: `--name value` as well as `--name=value`
         ("vault-login --password Pw1 --token=T2 -v", "vault-login --password *** --token=*** -v"),
         ("get-keys --api-key K --sig S --region r", "get-keys --api-key *** --sig *** --region r"),
+        # quoted values, as shlex takes them in a credentials_command
+        ("get --password 'Pw 1' --x", "get --password *** --x"),
+        ('get --password "Pw 1" y', "get --password *** y"),
+        ('password="abc def" z', "password=*** z"),
+        (
+            "https://oss/o?OSSAccessKeyId=AK&Signature=s1g",
+            "https://oss/o?OSSAccessKeyId=AK&Signature=***",
+        ),
         # names that only look like one: left alone
         (
             "auth_version=v4 access_key_id=AK tls_key_file=/k",
             "auth_version=v4 access_key_id=AK tls_key_file=/k",
         ),
         ("--keyring x --monkey y --auth-method=ldap", "--keyring x --monkey y --auth-method=ldap"),
+        ("unknown key=host session=2 auth=basic", "unknown key=host session=2 auth=basic"),
+        (
+            "SignatureVersion=1 x-log-signaturemethod=hmac-sha1",
+            "SignatureVersion=1 x-log-signaturemethod=hmac-sha1",
+        ),
+        # where a secret is, not the secret
+        ("c --token-file /run/t --password-file /p", "c --token-file /run/t --password-file /p"),
         # nothing secret: unchanged
         ("postgresql://app@db/logs", "postgresql://app@db/logs"),
         ("http://[::1]:8080/x", "http://[::1]:8080/x"),
@@ -127,7 +142,13 @@ def test_described(name: str, value: object, shown: str) -> None:
         ("X-Signature", True),
         ("X-Session", True),
         ("sig", True),
+        ("Signature", True),
+        ("X-Amz-Signature", True),
         ("auth_version", False),
+        ("primary_key", False),
+        ("sort_key", False),
+        ("session", False),
+        ("SignatureVersion", False),
         ("tls_key_file", False),
         ("Session-Id", False),
         ("monkey", False),
