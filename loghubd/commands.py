@@ -35,16 +35,25 @@ if TYPE_CHECKING:
     from loghubd.server.runner import ServeOptions
 
 
+SERVE_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_early_stops: list[int] = []  # stop signals that came before `wait_for_signal` listened
+
+
+def _remember_stop(signum: int, _frame: object) -> None:
+    _early_stops.append(signum)
+
+
 async def wait_for_signal() -> None:
-    """`loghubd serve`'s shutdown trigger: return at the first SIGTERM, SIGINT or SIGHUP.
-    SIGHUP (a terminal's hang-up; serve has no file to reload) stops it cleanly too, where
-    its default action would end the process at once, closing no connection."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            structlog.get_logger("loghubd.serve").info(
-                "stopping", signal=signal.Signals(signum).name
-            )
-            return
+    """`loghubd serve`'s shutdown trigger: return at the first SIGTERM, SIGINT or SIGHUP,
+    including one that came while it started (`cmd_serve` remembers those). SIGHUP (a
+    terminal's hang-up; serve has no file to reload) stops it cleanly too, where its default
+    action would end the process at once, closing no connection."""
+    from loghubd.shutdown import stop_signals_after_the_first
+
+    with anyio.open_signal_receiver(*SERVE_STOPS) as signals:
+        signum = _early_stops[0] if _early_stops else await signals.__anext__()
+        structlog.get_logger("loghubd.serve").info("stopping", signal=signal.Signals(signum).name)
+    stop_signals_after_the_first()  # the receiver gave the default actions back
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -78,11 +87,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from loghubd.server.datadir import DataDirInUse, DataDirUnusable
     from loghubd.server.runner import listen_problem
 
+    for stop in SERVE_STOPS:  # until `wait_for_signal` listens: a stop then is not lost
+        signal.signal(stop, _remember_stop)
     try:  # serve() locks and checks the data directory before it binds the port
         anyio.run(lambda: serve(opts, shutdown_trigger=wait_for_signal))
-        from loghubd.shutdown import ignore_stop_signals
+        from loghubd.shutdown import exiting
 
-        ignore_stop_signals()  # a stop's late second copy meets the exit, not the default action
+        exiting(0)  # a stop's late second copy meets the exit, not the default action
     except AccessKeysError as exc:
         print(f"loghubd serve: --access-keys: {exc}", file=sys.stderr)
         return 2
@@ -197,7 +208,7 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
         from loghubd.workers import run_workers
 
         supervised = run_workers(args.workers, sys.argv[1:], cfg)
-        shutdown.ignore_stop_signals()
+        shutdown.exiting(supervised)
         return supervised
     with startup():
         daemon = _build_daemon(cfg, args.debug, origin)
@@ -215,7 +226,7 @@ def _run(args: argparse.Namespace, handed: ReloadState | None) -> int:
         shutdown.reload_after(0 if daemon.failed_shards_only() else code, text)
     if daemon.abandoned():  # their worker threads would be joined at exit, maybe for ever
         shutdown.exit_now(code, "exiting_without_stuck_threads", shards=daemon.abandoned())
-    shutdown.ignore_stop_signals()
+    shutdown.exiting(code)
     return code
 
 

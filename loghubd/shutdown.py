@@ -31,6 +31,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -80,14 +81,36 @@ def _on_second_signal(signum: int, _frame: FrameType | None) -> None:
     exit_now(1, "second_signal_exiting_now", signal=name)
 
 
-def ignore_stop_signals() -> None:
-    """The process is done and about to exit: a stop signal now (the late copy of one sent
-    twice: systemd's and a `--workers` supervisor's) is ignored. Python's finalization sets a
-    signal with a Python handler back to its default action, which for SIGTERM ends the
-    process (exit 143 after `shutdown_complete`); it leaves an ignored one ignored. Not before
-    `reexec`: an ignored signal stays ignored across an exec."""
+# How long the process may take to end once its work is done (joining threads, atexit hooks
+# of plugin code: pyspark stops its JVM there) before it is ended anyway.
+EXIT_GRACE_S = 15.0
+
+
+def exiting(code: int) -> None:
+    """The process is done and about to exit with `code`: a stop signal now (the late copy of
+    one sent twice: systemd's and a `--workers` supervisor's) is ignored, and an exit that
+    hangs (a thread that never ends, an atexit hook) ends after `EXIT_GRACE_S` by itself,
+    since no signal can interrupt it any more. Python's finalization sets a signal with a
+    Python handler back to its default action, which for SIGTERM ends the process (exit 143
+    after `shutdown_complete`); it leaves an ignored one ignored. Not before `reexec`: an
+    ignored signal stays ignored across an exec."""
     for signum in SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    timer = threading.Timer(
+        EXIT_GRACE_S, exit_now, (code, "exit_did_not_finish"), {"waited_s": EXIT_GRACE_S}
+    )
+    timer.daemon = True
+    timer.start()
+
+
+def stop_signals_after_the_first() -> None:
+    """A process whose first SIGTERM/SIGINT began a graceful shutdown: a copy of it within
+    `SAME_STOP_S` is only logged (`stop_signal_repeated`), a later one ends the process at
+    once (exit 1, `second_signal_exiting_now`), as for `loghubd run`; a SIGHUP is ignored."""
+    _stop_began()
+    for signum in SIGNALS:
+        signal.signal(signum, _on_second_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def _reload_during_shutdown(_signum: int, _frame: FrameType | None) -> None:

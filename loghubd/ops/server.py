@@ -33,7 +33,10 @@ TOKEN = web.AppKey("status_token", str)
 GUARD = web.AppKey("guard", ConnectionGuard)
 
 # Prometheus, the probes and a few console pages need a handful; a scrape's answer is small.
+# No one address may hold more than MAX_PER_ADDRESS, so that one client cannot take every
+# slot from the probes.
 MAX_CONNECTIONS = 128
+MAX_PER_ADDRESS = 16
 HEADER_TIMEOUT_S = 10.0
 
 
@@ -125,7 +128,10 @@ async def serve_ops(
         return runner.server()
 
     guard = ConnectionGuard(
-        protocol, max_connections=MAX_CONNECTIONS, header_timeout=HEADER_TIMEOUT_S
+        protocol,
+        max_connections=MAX_CONNECTIONS,
+        header_timeout=HEADER_TIMEOUT_S,
+        max_per_address=MAX_PER_ADDRESS,
     )
     app[GUARD] = guard
     await runner.setup()

@@ -5,8 +5,9 @@ aiohttp's server has neither (its keep-alive timer is reset by every byte, so a 
 sends one header byte every few seconds holds a connection forever). `ConnectionGuard` wraps
 the protocol factory aiohttp's `AppRunner` builds:
 
-- past `max_connections` a new connection gets a complete `503 ServerBusy` answer (which the
-  SLS SDKs retry) and is closed before any of it is read;
+- past `max_connections` (or past `max_per_address` from one client address, when that is
+  set) a new connection gets a complete `503 ServerBusy` answer (which the SLS SDKs retry)
+  and is closed before any of it is read;
 - a request head (from the connection's first byte, or the first byte after the previous
   request) must be complete within `header_timeout` seconds; if not, the client gets
   `408 RequestTimeout` and the connection is closed. A head is complete when its blank line
@@ -66,9 +67,12 @@ class ConnectionGuard:
         max_connections: int,
         header_timeout: float,
         lingering_time: float = 10.0,
+        max_per_address: int = 0,  # 0: no limit per client address
     ) -> None:
         self._factory = factory
         self.max_connections = max_connections
+        self.max_per_address = max_per_address
+        self._by_address: dict[str, int] = {}
         self.header_timeout = header_timeout
         self.lingering_time = lingering_time
         self.open = 0
@@ -103,6 +107,7 @@ class _Guarded(asyncio.Protocol):
         self._inner = inner
         self._guard = guard
         self._transport: asyncio.Transport | None = None
+        self._address = ""  # the client's, for the per-address count
         self._timer: asyncio.TimerHandle | None = None
         self._in_request = False
         self._counted = False
@@ -116,12 +121,18 @@ class _Guarded(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         guard = self._guard
-        if guard.open >= guard.max_connections:
+        peer = transport.get_extra_info("peername")
+        self._address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        held = guard._by_address.get(self._address, 0)
+        if guard.open >= guard.max_connections or (
+            guard.max_per_address and held >= guard.max_per_address
+        ):
             guard.refused += 1
             transport.write(_BUSY)
             transport.close()
             return
         guard.open += 1
+        guard._by_address[self._address] = held + 1
         self._counted = True
         guard._by_transport[transport] = self
         self._arm()
@@ -151,6 +162,11 @@ class _Guarded(asyncio.Protocol):
         self._counted = False
         self._disarm()
         self._guard.open -= 1
+        left = self._guard._by_address.get(self._address, 1) - 1
+        if left > 0:
+            self._guard._by_address[self._address] = left
+        else:
+            self._guard._by_address.pop(self._address, None)
         if self._transport is not None:
             self._guard._by_transport.pop(self._transport, None)
         self._inner.connection_lost(exc)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
+from loghubd.testing import ServerProcess
 from tests.integration.daemon_harness import Pool
 
 pytestmark = pytest.mark.slow
@@ -28,3 +30,16 @@ def test_a_second_sigterm_as_the_daemon_exits_leaves_exit_code_0(
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0, daemon.log_tail()
     assert daemon.events("shutdown_complete"), daemon.log_tail()
+
+
+@pytest.mark.parametrize("gap_s", [0.001, 0.01, 0.2])
+def test_serve_takes_a_stop_sent_twice_as_one(tmp_path: Path, gap_s: float) -> None:
+    """`loghubd serve` likewise: a second copy while it shuts down (or as it exits) is
+    logged, not the default action (it died with 143)."""
+    server = ServerProcess(tmp_path / "data").start()
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(gap_s)
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(30) == 0, server.log_path.read_text()[-2000:]
