@@ -117,13 +117,25 @@ def masked(text: str, dsn: str = "") -> str:
     text = redact_text(text)
     secrets = dsn_secrets(dsn)
     pieces = {piece for secret in secrets for piece in _PIECES.split(secret) if piece}
+    # What the DSN shows anyway (a dev setup's `postgres:postgres@db/postgres`): masking it
+    # would hide `database "postgres"` and tell nothing that the user name does not.
+    shown = _shown_names(dsn)
     # Longest first: a piece masked first would leave the rest of a longer one showing.
-    for secret in sorted({*secrets, *pieces}, key=len, reverse=True):
-        if len(secret) >= _SHORTEST:
-            text = text.replace(secret, MASK)
+    for secret in sorted({*secrets, *pieces} - shown, key=len, reverse=True):
+        if len(secret) >= _SHORTEST:  # as a word of its own, not inside another
+            text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", MASK, text)
         else:  # too short to mask everywhere: only where quoted on its own
             text = re.sub(rf"""(["']){re.escape(secret)}\1""", rf"\1{MASK}\1", text)
     return text
+
+
+def _shown_names(dsn: str) -> set[str]:
+    """The user, database and host names of `dsn` (what a message may name plainly)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn) if dsn else {}
+    except psycopg.Error:
+        return set()
+    return {str(info[k]) for k in ("user", "dbname", "host") if info.get(k)}
 
 
 # Where libpq's parser cuts a DSN (spaces, quotes, `=`, percent-escapes): a piece of a password
