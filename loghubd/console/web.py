@@ -140,7 +140,9 @@ async def login(request: web.Request, frame: H.Frame, gate: Gate) -> web.Respons
     try:
         subject = gate.sign_in(key_id, secret, token, now)
     except ValueError as exc:
-        await refused_credential(request, "console_sign_in_refused", str(exc), key_id=key_id)
+        # The key id only if it is one: a secret pasted in the wrong field is not logged.
+        named = {"key_id": key_id} if key_id in gate.keys else {}
+        await refused_credential(request, "console_sign_in_refused", str(exc), **named)
         view = login_view(frame, gate, str(form.get("next", "")), str(exc))
         return answer(request, frame, view, Viewer(""))
     log.info("console_signed_in", remote=request.remote or "", subject=subject)

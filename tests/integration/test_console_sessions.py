@@ -66,7 +66,8 @@ def test_wrong_credentials_are_held_back_and_said_once_per_window(tmp_path: Path
     try:
         began = time.monotonic()
         for guess in ("guess-1", "guess-2"):
-            form = {"token": guess, "next": "/console"}
+            # a secret typed into the key id field is not one of the keys: never logged
+            form = {"token": guess, "key_id": "pasted-secret-1", "next": "/console"}
             assert request(server.port, "POST", "/console/login", form=form).status == 401
         assert time.monotonic() - began >= 1.8, "refusals are not held back"
         form = {"token": "right", "next": "/console"}
@@ -76,6 +77,7 @@ def test_wrong_credentials_are_held_back_and_said_once_per_window(tmp_path: Path
         assert said["remote"] == "127.0.0.1" and said["level"] == "warning", said
         assert said["suppressed"] == 0, said  # the second is counted in the next line
         assert "guess-" not in server.log_path.read_text()
+        assert "pasted-secret" not in server.log_path.read_text()
         (signed,) = server.events("console_signed_in")
         assert signed["subject"] == "token", signed
     finally:
