@@ -182,6 +182,7 @@ async def run_fetcher(
     behind = False  # the last pull was full: there is a backlog (see CaughtUp)
     delivered = False  # something was handed on since we were last caught up
     empty_in_a_row = 0  # pulls that brought no log group at all, the last one included
+    ceiling: list[int] = []  # the log groups an answer past the cap was cut down to (_pull)
     async with send:
         while True:
             if window_end is not None and stop_at is None:
@@ -200,7 +201,9 @@ async def run_fetcher(
                 return
             started = time.perf_counter()
             try:
-                grant, pulled = await _pull(client, settings, budget, shard, cursor, stop_at)
+                grant, pulled = await _pull(
+                    client, settings, budget, shard, cursor, stop_at, ceiling
+                )
             except E.InvalidCursor as exc:
                 try:
                     fresh = await start_position()
@@ -305,15 +308,17 @@ async def _pull(
     shard: int,
     cursor: str,
     stop_at: str | None,
+    ceiling: list[int] | None = None,
 ) -> tuple[Grant, Pulled]:
     """One pull within the byte budget: room is reserved before the request is sent, and the
     request asks for no more log groups than that room holds. A failed pull gives the room
     back; after an answer the caller hands it over with its batch, or cancels it.
 
     An answer above the cap (`MIN_ANSWER_CAP`) is refused unread and asked for again with
-    half as many log groups, down to one."""
+    half as many log groups, down to one. `ceiling` (the shard's, one item) keeps the count
+    that fitted for the shard's next pulls, so a large answer is not downloaded again."""
     cap = max(MIN_ANSWER_CAP, 4 * budget.limit)
-    groups = settings.max_log_groups
+    groups = min([settings.max_log_groups, *(ceiling or [])])
     while True:
         grant = await budget.reserve(shard, groups)
         try:
@@ -331,6 +336,8 @@ async def _pull(
             if grant.groups <= 1:
                 raise
             groups = grant.groups // 2
+            if ceiling is not None:
+                ceiling[:] = [groups]
             log.warning(
                 "pull_answer_too_large",
                 logstore=settings.logstore,

@@ -101,10 +101,16 @@ def test_fewer_log_groups_are_asked_for_until_the_answer_fits() -> None:
     async def pull(client: SlsClient) -> object:
         budget = ByteBudget(64 * MiB, Metrics())
         settings = fetcher.FetchSettings(logstore="ls", max_log_groups=100, fetch_interval=0.1)
-        grant, pulled = await fetcher._pull(client, settings, budget, 0, "MA==", None)
+        ceiling: list[int] = []
+        grant, pulled = await fetcher._pull(client, settings, budget, 0, "MA==", None, ceiling)
         assert pulled.count == 0 and grant.groups == asked[-1]
         budget.cancel(grant)
         assert budget.used == 0  # every refused pull gave its room back
+        # the shard's next pull asks for what fitted at once: no large answer again
+        before = len(asked)
+        grant, _pulled = await fetcher._pull(client, settings, budget, 0, "MA==", None, ceiling)
+        budget.cancel(grant)
+        assert asked[before:] == [1], asked
         return None
 
     anyio.run(with_client, big_unless_few, pull)
