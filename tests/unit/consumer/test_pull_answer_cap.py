@@ -111,6 +111,7 @@ def test_fewer_log_groups_are_asked_for_until_the_answer_fits() -> None:
         grant, _pulled = await fetcher._pull(client, settings, budget, 0, "MA==", None, ceiling)
         budget.cancel(grant)
         assert asked[before:] == [1], asked
+        del asked[before:]  # (the halving is checked below, on the first pull's requests)
         return None
 
     anyio.run(with_client, big_unless_few, pull)
