@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from loghubd.console.refused import refused_credential
 from loghubd.ops.health import Verdict
-from loghubd.server.guard import ConnectionGuard, GuardedSite
+from loghubd.server.guard import ConnectionGuard, GuardedSite, attach
 
 if TYPE_CHECKING:
     from loghubd.console.daemon_app import DaemonConsole
@@ -30,7 +30,6 @@ METRICS = web.AppKey("metrics", CollectorRegistry)
 READINESS = web.AppKey[Callable[[], Verdict]]("readiness")
 STATUS = web.AppKey[Callable[[], dict[str, Any]]]("status")
 TOKEN = web.AppKey("status_token", str)
-GUARD = web.AppKey("guard", ConnectionGuard)
 
 # Prometheus, the probes and a few console pages need a handful; a scrape's answer is small.
 # No one address may hold more than MAX_PER_ADDRESS, so that one client cannot take every
@@ -82,7 +81,7 @@ def make_app(
     """`registry` is what /metrics serves, `verdict` what /readyz answers (computed per
     request from live state), `status_view` what /status shows; `console` adds the web
     console's routes (/, /login, /logout, /static/...)."""
-    app = web.Application(middlewares=[_guarded])
+    app = web.Application()
     app[METRICS] = registry
     app[READINESS] = verdict
     app[STATUS] = status_view
@@ -94,22 +93,6 @@ def make_app(
     if console is not None:
         console.add_routes(app)
     return app
-
-
-@web.middleware
-async def _guarded(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Tell the connection guard (if the app is served through one) that a request's head is
-    complete, and when its answer is ready."""
-    guard = request.app.get(GUARD)
-    if guard is None:
-        return await handler(request)
-    guard.head_done(request.transport)
-    try:
-        return await handler(request)
-    finally:
-        guard.request_done(request.transport, body_read=request.content.is_eof())
 
 
 class ListenError(OSError):
@@ -133,7 +116,7 @@ async def serve_ops(
         header_timeout=HEADER_TIMEOUT_S,
         max_per_address=MAX_PER_ADDRESS,
     )
-    app[GUARD] = guard
+    attach(app, guard)
     await runner.setup()
     try:
         address = host.strip("[]") or "127.0.0.1"

@@ -30,13 +30,12 @@ from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from loghubd.protocol import errors as E
 from loghubd.server import auth, bodies, refusals, routes
 from loghubd.server.call import Call, json_response
-from loghubd.server.guard import ConnectionGuard
+from loghubd.server.guard import ConnectionGuard, attach
 from loghubd.server.metrics import ServerMetrics
 from loghubd.server.service import LogService
 
@@ -64,7 +63,6 @@ SETTINGS = web.AppKey("settings", HttpSettings)
 METRICS = web.AppKey("metrics", ServerMetrics)
 BUDGET = web.AppKey("body_budget", bodies.BodyBudget)
 LIMITS = web.AppKey("body_limits", bodies.BodyLimits)
-GUARD = web.AppKey("guard", ConnectionGuard)
 REFUSALS = web.AppKey("refusals", refusals.RefusalThrottle)
 
 
@@ -132,18 +130,6 @@ def project_from_host(
     """The project of a request: the one its Host names, else `default_project` ("" none)."""
     named = host_project(host, service_hosts)
     return default_project if named is None else named
-
-
-@web.middleware
-async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Outermost: tell the connection guard a request's head is complete and when its answer
-    is ready, for every request the app serves (the console's too)."""
-    guard = request.app[GUARD]
-    guard.head_done(request.transport)
-    try:
-        return await handler(request)
-    finally:
-        guard.request_done(request.transport, body_read=request.content.is_eof())
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -253,8 +239,7 @@ def make_app(
     app[BUDGET] = bodies.BodyBudget(settings.max_inflight_body_bytes)
     app[REFUSALS] = refusals.RefusalThrottle()
     if guard is not None:
-        app[GUARD] = guard
-        app.middlewares.insert(0, _guarded)  # first: around every other middleware
+        attach(app, guard)
     metrics.watch(service)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app

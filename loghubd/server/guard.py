@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -92,6 +92,29 @@ class ConnectionGuard:
         guarded = self._by_transport.get(transport)
         if guarded is not None:
             guarded.request_done(body_read)
+
+
+GUARD = web.AppKey("guard", ConnectionGuard)
+
+
+def attach(app: web.Application, guard: ConnectionGuard) -> None:
+    """Have `app` (not yet set up) tell `guard` when each request's head is complete and when
+    its answer is ready: outermost, around every other middleware, the console's requests
+    included."""
+    app[GUARD] = guard
+    app.middlewares.insert(0, _guarded)
+
+
+@web.middleware
+async def _guarded(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    guard = request.app[GUARD]
+    guard.head_done(request.transport)
+    try:
+        return await handler(request)
+    finally:
+        guard.request_done(request.transport, body_read=request.content.is_eof())
 
 
 _BUSY = raw_error(503, "Service Unavailable", "ServerBusy", "too many open connections")
