@@ -59,11 +59,13 @@ def _lookup(environ: Mapping[str, str], name: str) -> tuple[str, str]:
     return "", ""
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name, or an address with or without an IPv6 `%scope`) is this
+    machine's loopback: `localhost`, `*.localhost`, 127.0.0.0/8, ::1."""
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
     except ValueError:
         return False
 
@@ -111,7 +113,7 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> Proxy | None:
     variable when the proxy it gives cannot be used."""
     target = urlsplit(url)
     host = target.hostname or ""
-    if _loopback(host):
+    if is_loopback(host):
         return None
     _, no_proxy = _lookup(environ, "no")
     if no_proxy and bypassed(host, target.port, no_proxy):

@@ -52,7 +52,7 @@ from loghubd.plugins.api import (
     Tracker,
 )
 from loghubd.processors.options import check_options
-from loghubd.proxy import proxy_for
+from loghubd.proxy import is_loopback, proxy_for
 
 log = structlog.get_logger("loghubd.http")
 
@@ -226,7 +226,7 @@ def sends_credentials_in_clear(o: HttpOptions) -> bool:
     `headers` or a user:password in the URL) over plain http:// to a host that is not this
     one, where anyone on the path can read them."""
     url = URL(o.url)
-    if url.scheme != "http" or url.host in ("localhost", "127.0.0.1", "::1"):
+    if url.scheme != "http" or is_loopback(url.host or ""):
         return False
     return url.user is not None or any(k.lower() == "authorization" for k in o.headers)
 

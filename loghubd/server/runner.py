@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import ipaddress
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -19,6 +18,7 @@ from aiohttp import web
 from anyio.abc import TaskStatus
 
 from loghubd.console import serve_app as console
+from loghubd.proxy import is_loopback
 from loghubd.server import api, auth, datadir
 from loghubd.server.guard import ConnectionGuard, GuardedSite
 from loghubd.server.metrics import ServerMetrics
@@ -75,12 +75,8 @@ def exposed_addresses(bound: Iterable[Any]) -> list[str]:
     out = []
     for name in bound:
         host, port = str(name[0]), int(name[1])
-        try:
-            if ipaddress.ip_address(host.split("%", 1)[0]).is_loopback:
-                continue
-        except ValueError:  # not an IP address (a socket family without one): say it
-            pass
-        out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        if not is_loopback(host):  # (not an IP address, a socket family without one: said)
+            out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     return out
 
 
