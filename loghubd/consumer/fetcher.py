@@ -182,7 +182,7 @@ async def run_fetcher(
     behind = False  # the last pull was full: there is a backlog (see CaughtUp)
     delivered = False  # something was handed on since we were last caught up
     empty_in_a_row = 0  # pulls that brought no log group at all, the last one included
-    ceiling: list[int] = []  # the log groups an answer past the cap was cut down to (_pull)
+    max_groups = settings.max_log_groups  # fewer once an answer was past the cap (_pull)
     async with send:
         while True:
             if window_end is not None and stop_at is None:
@@ -201,8 +201,8 @@ async def run_fetcher(
                 return
             started = time.perf_counter()
             try:
-                grant, pulled = await _pull(
-                    client, settings, budget, shard, cursor, stop_at, ceiling
+                grant, pulled, max_groups = await _pull(
+                    client, settings, budget, shard, cursor, stop_at, max_groups
                 )
             except E.InvalidCursor as exc:
                 try:
@@ -308,17 +308,18 @@ async def _pull(
     shard: int,
     cursor: str,
     stop_at: str | None,
-    ceiling: list[int] | None = None,
-) -> tuple[Grant, Pulled]:
+    max_groups: int,
+) -> tuple[Grant, Pulled, int]:
     """One pull within the byte budget: room is reserved before the request is sent, and the
     request asks for no more log groups than that room holds. A failed pull gives the room
     back; after an answer the caller hands it over with its batch, or cancels it.
 
     An answer above the cap (`MIN_ANSWER_CAP`) is refused unread and asked for again with
-    half as many log groups, down to one. `ceiling` (the shard's, one item) keeps the count
-    that fitted for the shard's next pulls, so a large answer is not downloaded again."""
+    half as many log groups, down to one. Returns the grant, the answer and the most log
+    groups the shard's next pulls may ask for (`max_groups`, or the count that fitted), so
+    that a large answer is not downloaded again."""
     cap = max(MIN_ANSWER_CAP, 4 * budget.limit)
-    groups = min([settings.max_log_groups, *(ceiling or [])])
+    groups = max_groups
     while True:
         grant = await budget.reserve(shard, groups)
         try:
@@ -335,9 +336,7 @@ async def _pull(
             budget.cancel(grant)
             if grant.groups <= 1:
                 raise
-            groups = grant.groups // 2
-            if ceiling is not None:
-                ceiling[:] = [groups]
+            groups = max_groups = grant.groups // 2
             log.warning(
                 "pull_answer_too_large",
                 logstore=settings.logstore,
@@ -350,7 +349,7 @@ async def _pull(
         except BaseException:
             budget.cancel(grant)
             raise
-        return grant, pulled
+        return grant, pulled, max_groups
 
 
 async def _back_off(

@@ -101,14 +101,13 @@ def test_fewer_log_groups_are_asked_for_until_the_answer_fits() -> None:
     async def pull(client: SlsClient) -> object:
         budget = ByteBudget(64 * MiB, Metrics())
         settings = fetcher.FetchSettings(logstore="ls", max_log_groups=100, fetch_interval=0.1)
-        ceiling: list[int] = []
-        grant, pulled = await fetcher._pull(client, settings, budget, 0, "MA==", None, ceiling)
-        assert pulled.count == 0 and grant.groups == asked[-1]
+        grant, pulled, kept = await fetcher._pull(client, settings, budget, 0, "MA==", None, 100)
+        assert pulled.count == 0 and grant.groups == asked[-1] == kept
         budget.cancel(grant)
         assert budget.used == 0  # every refused pull gave its room back
         # the shard's next pull asks for what fitted at once: no large answer again
         before = len(asked)
-        grant, _pulled = await fetcher._pull(client, settings, budget, 0, "MA==", None, ceiling)
+        grant, _pulled, _kept = await fetcher._pull(client, settings, budget, 0, "MA==", None, kept)
         budget.cancel(grant)
         assert asked[before:] == [1], asked
         del asked[before:]  # (the halving is checked below, on the first pull's requests)
@@ -124,7 +123,7 @@ def test_a_single_log_group_past_the_cap_is_an_error() -> None:
         budget = ByteBudget(64 * MiB, Metrics())
         settings = fetcher.FetchSettings(logstore="ls", max_log_groups=8, fetch_interval=0.1)
         with pytest.raises(AnswerTooLarge):
-            await fetcher._pull(client, settings, budget, 0, "MA==", None)
+            await fetcher._pull(client, settings, budget, 0, "MA==", None, 8)
         assert budget.used == 0
         return None
 
