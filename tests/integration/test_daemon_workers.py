@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -78,19 +79,11 @@ format = "json"
         wait_until(lambda: sorted(len(s) for s in _held(admin).values()) == [2, 2], 15)
         Producer(loghubd_server.endpoint, "pool", count=4_000, prefix="w").start().wait()
         # kill -9 one worker: the parent restarts it under the same name
-        out_pids = subprocess.run(
-            ["pgrep", "-f", "--", "--name host-0"], capture_output=True, text=True
-        ).stdout.split()
-        pids = [int(p) for p in out_pids if int(p) != parent.pid]
+        pids = _pids("host-0", parent.pid, config)
         assert pids, "worker host-0 not found"
         os.kill(pids[0], signal.SIGKILL)
         wait_until(
-            lambda: any(
-                int(p) not in pids
-                for p in subprocess.run(
-                    ["pgrep", "-f", "--", "--name host-0"], capture_output=True, text=True
-                ).stdout.split()
-            ),
+            lambda: any(p not in pids for p in _pids("host-0", parent.pid, config)),
             20,
             "host-0 not restarted",
         )
@@ -101,7 +94,7 @@ format = "json"
         # A stop while a dead worker waits for its restart (1 s back-off) cancels the restart:
         # a worker started after the stop would never get the signal, and the parent would
         # wait for it for ever (it did, when the back-off was a sleep in its loop).
-        os.kill(_pids("host-1", parent.pid)[0], signal.SIGKILL)
+        os.kill(_pids("host-1", parent.pid, config)[0], signal.SIGKILL)
         wait_until(
             lambda: (
                 '"worker_died"' in (tmp_path / "workers.log").read_text()
@@ -111,7 +104,7 @@ format = "json"
         )
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(40) == 0
-        assert not _pids("host-1", parent.pid), "a worker was started after the stop"
+        assert not _pids("host-1", parent.pid, config), "a worker was started after the stop"
         wait_until(lambda: consumers() == [], 10)
     finally:
         if parent.poll() is None:
@@ -193,8 +186,11 @@ format = "json"
         assert any(e["event"] == "left_group" and e["consumer"] == "host-0" for e in events)
 
 
-def _pids(name: str, parent: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-f", "--", f"--name {name}"], capture_output=True, text=True)
+def _pids(name: str, parent: int, config: Path) -> list[int]:
+    """The workers named `name` of this test's daemon (its config file in their command
+    line: a test running beside it may have a `host-1` of its own)."""
+    pattern = f"{re.escape(str(config))}.*--name {name}"
+    found = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True)
     return [int(p) for p in found.stdout.split() if int(p) != parent]
 
 
