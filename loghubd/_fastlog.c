@@ -89,6 +89,10 @@ typedef struct {
     PyObject *tmpl;
     Py_ssize_t tmpl_n;
     int tmpl_ns;
+    /* The template's keys are all distinct (no content key repeats another or a key of the
+     * group's or __time__): then a value whose object is the template's at that position is
+     * already in the copy, and is not stored again (a lookup and two reference counts). */
+    int tmpl_exact;
     unsigned fails; /* tries in a row that found another key */
     unsigned skip;  /* logs of the template's size that will not try */
 } State;
@@ -137,18 +141,25 @@ new_dict(Py_ssize_t n)
 }
 
 /* __time__ (reusing the previous object while the value repeats) and, when not 0,
- * __time_ns__ of `rec`. */
+ * __time_ns__ of `rec`. With `as_template` (`rec` a copy of an exact template), a repeated
+ * __time__ is already there. */
 static int
-set_times(State *st, PyObject *rec, uint32_t time, uint32_t time_ns)
+set_times(State *st, PyObject *rec, uint32_t time, uint32_t time_ns, int as_template)
 {
-    if (st->time_obj == NULL || st->time != time) {
+    if (as_template && st->time_obj != NULL && st->time == time) {
+        /* the template's __time__ is st->time_obj: it was set from it, and the object only
+         * changes with the value */
+    }
+    else if (st->time_obj == NULL || st->time != time) {
         PyObject *t = PyLong_FromUnsignedLong(time);
         if (t == NULL)
             return -1;
         Py_XSETREF(st->time_obj, t);
         st->time = time;
+        if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
+            return -1;
     }
-    if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
+    else if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
         return -1;
     if (time_ns) {
         PyObject *t = PyLong_FromUnsignedLong(time_ns);
@@ -175,7 +186,7 @@ set_contents(State *st, PyObject *rec, Span msg, int as_template)
     while (next_message(&p, end, 2, &content) > 0) {
         Span k, v;
         Pair *pair;
-        PyObject *key, *value, *was;
+        PyObject *key, *value, *was, *was_value;
         if (read_pair(content, &k, &v) < 0)
             return malformed();
         if ((pair = pair_at(st, i++)) == NULL)
@@ -186,8 +197,11 @@ set_contents(State *st, PyObject *rec, Span msg, int as_template)
         if (as_template && key != was)
             return 0;
         /* Values: what the Python path yields after its Raw-schema fallback. */
+        was_value = pair->value.obj;
         if ((value = cached_str(&pair->value, v, "surrogateescape")) == NULL)
             return -1;
+        if (as_template && value == was_value && st->tmpl_exact)
+            continue; /* the template's value at this position: the copy holds it */
         if (PyDict_SetItem(rec, key, value) < 0)
             return -1;
     }
@@ -241,7 +255,7 @@ decode_log(State *st, PyObject *base, Span msg)
     if (try_template) {
         if ((rec = PyDict_Copy(st->tmpl)) == NULL)
             return -1;
-        if (set_times(st, rec, time, time_ns) < 0 ||
+        if (set_times(st, rec, time, time_ns, st->tmpl_exact) < 0 ||
             (r = set_contents(st, rec, msg, 1)) < 0) {
             Py_DECREF(rec);
             return -1;
@@ -257,13 +271,15 @@ decode_log(State *st, PyObject *base, Span msg)
     rec = new_dict(2 + PyDict_GET_SIZE(base) + ncontents);
     if (rec == NULL)
         return -1;
-    if (set_times(st, rec, time, time_ns) < 0 || PyDict_Update(rec, base) < 0 ||
+    if (set_times(st, rec, time, time_ns, 0) < 0 || PyDict_Update(rec, base) < 0 ||
         set_contents(st, rec, msg, 0) < 0) {
         Py_DECREF(rec);
         return -1;
     }
     st->tmpl_n = ncontents;
     st->tmpl_ns = time_ns != 0;
+    st->tmpl_exact =
+        PyDict_GET_SIZE(rec) == 1 + (time_ns != 0) + PyDict_GET_SIZE(base) + ncontents;
     return append_record(st, rec);
 }
 

@@ -229,6 +229,35 @@ def test_logs_of_alternating_shapes_then_one_shape(alternating: int) -> None:
     assert fast_items(raw) == python_items(raw)
 
 
+@pytest.mark.parametrize(
+    ("keys", "first", "second"),
+    [
+        # A key repeated in a log: the later value wins, and an earlier one that changed
+        # while the later did not must not show through the copy.
+        pytest.param(["a", "a"], ["x", "y"], ["z", "y"], id="repeated key, first changes"),
+        pytest.param(["a", "b", "a"], ["x", "1", "y"], ["z", "1", "y"], id="repeated apart"),
+        # A content named like a field of the record itself overwrites it.
+        pytest.param(["__time__", "a"], ["5", "x"], ["6", "x"], id="content __time__"),
+        pytest.param(["__topic__"], ["x"], ["x"], id="content __topic__, unchanged"),
+        pytest.param(["__tag__:h"], ["x"], ["y"], id="content shadows a tag"),
+        pytest.param(["a", "b"], ["x", "y"], ["x", "y"], id="nothing changes"),
+    ],
+)
+def test_values_kept_from_the_record_before_are_the_right_ones(
+    keys: list[str], first: list[str], second: list[str]
+) -> None:
+    """A record built as a copy of the one before keeps the values that did not change; that
+    must hold when the record's keys are not all distinct, too."""
+    group = pb.LogGroup(Topic="t")
+    group.LogTags.add(Key="h", Value="tag")
+    for time, values in ((7, first), (7, second), (8, second), (8, first)):
+        log = group.Logs.add(Time=time)
+        for key, value in zip(keys, values, strict=True):
+            log.Contents.add(Key=key, Value=value)
+    raw = pb.LogGroupList(LogGroups=[group]).SerializeToString()
+    assert fast_items(raw) == python_items(raw)
+
+
 def test_records_built_as_copies_are_independent_dicts() -> None:
     group = pb.LogGroup(Topic="t")
     for i in range(4):
