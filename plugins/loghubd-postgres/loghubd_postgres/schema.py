@@ -108,6 +108,22 @@ _PASSING = (
 )
 
 
+# What libpq says, before it sends anything, of a setting in the DSN (or its service file) that
+# it cannot use: the same DSN gets the same answer on every start.
+_UNUSABLE_SETTING = re.compile(
+    r'definition of service ".*" not found|service file ".*" not found'
+    r"|invalid \w+ value|invalid port number|invalid integer value"
+    r"|could not parse network address|could not match \d+ "
+)
+
+
+def unusable_setting(exc: BaseException) -> bool:
+    """Whether libpq refused a connection over a setting of the DSN: an unknown `service=`, a
+    value it does not take (`sslmode=bogus`, `port=99999`), host and port lists that do not
+    pair up. Not a Unix socket that is missing (its server may be starting)."""
+    return _UNUSABLE_SETTING.search(str(exc)) is not None
+
+
 def _a(kind: str) -> str:
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
@@ -142,8 +158,11 @@ def _connect(options: Options) -> psycopg.Connection[Any]:
         )
     except psycopg.Error as exc:
         why = f"{PREFIX}.dsn: cannot connect: {first_line(exc, options.dsn)}"
-        if isinstance(exc, psycopg.ProgrammingError) and exc.sqlstate is None:
-            # libpq could not read the DSN (`options.parse` checks it first): no restart helps.
+        if (isinstance(exc, psycopg.ProgrammingError) and exc.sqlstate is None) or (
+            unusable_setting(exc)
+        ):
+            # libpq could not read the DSN (`options.parse` checks it first), or cannot use a
+            # setting of it: no restart helps.
             raise ConfigError([why]) from None
         if refused_by_the_server(exc):  # a wrong password, an unknown database or role
             raise ValueError(why) from None
@@ -172,12 +191,25 @@ def plaintext_exposed(host: str, ssl: bool) -> bool:
     return not address.is_loopback
 
 
+def _gssapi_encrypted(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the session is encrypted by GSSAPI (`gssencmode`, Kerberos), which protects it
+    as TLS does. psycopg does not expose libpq's `PQgssEncInUse`; the server's view of this
+    backend (PostgreSQL 12 and later) says it. False where the view is missing."""
+    try:
+        row = conn.execute(
+            "SELECT encrypted FROM pg_stat_gssapi WHERE pid = pg_backend_pid()"
+        ).fetchone()
+    except psycopg.Error:
+        return False
+    return bool(row and row[0])
+
+
 def _warn_if_plaintext(conn: psycopg.Connection[Any]) -> None:
     """Log `postgres_plaintext` once, at start, when the session is not encrypted and crosses a
     network: libpq's default `sslmode=prefer` falls back to plaintext without a word (and
     never checks a certificate). TLS as libpq sees it (`PQsslInUse`): behind a pooler,
     pg_stat_ssl would describe the pooler's own connection to the server."""
-    ssl = bool(conn.pgconn.ssl_in_use)
+    ssl = bool(conn.pgconn.ssl_in_use) or _gssapi_encrypted(conn)
     host = conn.info.host
     try:
         address = conn.info.hostaddr  # the address connected to ("" over a Unix socket)

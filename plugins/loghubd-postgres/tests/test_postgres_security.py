@@ -23,6 +23,7 @@ from loghubd_postgres.schema import plaintext_exposed
 from pg_server import PgServer
 from test_postgres_sink import factory
 
+from loghubd import SinkUnreachable
 from loghubd.config import ConfigError
 
 PASSWORD = "PlainPgPass999"
@@ -137,6 +138,56 @@ def test_the_cli_exits_2_on_an_unparsable_dsn_without_the_password(
         assert "PgPass" not in out
 
 
+# DSNs libpq reads, with a setting it will not use: it says so before sending anything.
+UNUSABLE = [
+    f"service=loghubd_no_such_service password={PASSWORD}",  # not in any pg_service.conf
+    f"host=127.0.0.1 port=99999 password={PASSWORD}",
+    f"host=127.0.0.1 port=1 sslmode=bogus password={PASSWORD}",
+    f"host=127.0.0.1 port=1 target_session_attrs=bogus password={PASSWORD}",
+    f"hostaddr=300.1.1.1 port=1 password={PASSWORD}",
+    f"host=127.0.0.1,127.0.0.2 port=1,2,3 password={PASSWORD}",
+]
+
+
+@pytest.mark.parametrize("dsn", UNUSABLE)
+def test_a_setting_libpq_will_not_use_is_the_configuration(dsn: str) -> None:
+    """Read fine, refused by libpq at once: a ConfigError (exit 2), not "cannot reach" (exit
+    4, restarted for ever with the same DSN); masked."""
+    options = dataclasses.replace(parse({"dsn": dsn, "table": "t"}), connect_timeout_s=1)
+    with pytest.raises(ConfigError) as info:
+        schema.check(options)
+    assert str(info.value).startswith("processor.postgres.dsn: cannot connect: ")
+    assert PASSWORD not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=/nonexistent/loghubd-socket-dir port=5432",  # a local server not started yet
+        "host=127.0.0.1 port=1",  # nobody listening
+    ],
+)
+def test_a_server_not_there_yet_is_not_the_configuration(dsn: str) -> None:
+    options = dataclasses.replace(parse({"dsn": dsn, "table": "t"}), connect_timeout_s=1)
+    with pytest.raises(SinkUnreachable, match=r"processor\.postgres\.dsn: cannot connect"):
+        schema.check(options)
+
+
+def test_the_cli_exits_2_on_an_unknown_service(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f'{BASE}[processor.postgres]\ndsn = "{UNUSABLE[0]}"\ntable = "t"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "loghubd", "check-config", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, (done.stdout[-2000:], done.stderr)
+    assert 'definition of service "loghubd_no_such_service" not found' in done.stderr
+    assert "Traceback" not in done.stderr
+    assert PASSWORD not in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize(
     ("host", "ssl", "exposed"),
     [
@@ -189,3 +240,22 @@ def test_the_warning_names_the_host_and_never_the_password(
     assert warning["host"] == "127.0.0.1"
     assert "sslmode=verify-full" in warning["detail"]
     assert PASSWORD not in repr(logs)
+
+
+def test_the_server_says_whether_the_session_is_gssapi_encrypted(pg_dsn: str) -> None:
+    """The query behind the GSSAPI check runs on a real server (PostgreSQL 12+): a session over
+    TCP without GSSAPI is not encrypted by it."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert schema._gssapi_encrypted(conn) is False
+
+
+def test_no_warning_for_a_gssapi_encrypted_session(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gssencmode` encrypts the session as TLS does: a remote server reached so (the decisions
+    forced: no Kerberos here) is not warned of."""
+    monkeypatch.setattr(schema, "plaintext_exposed", lambda host, ssl: not ssl)
+    monkeypatch.setattr(schema, "_gssapi_encrypted", lambda conn: True)
+    with structlog.testing.capture_logs() as logs:
+        factory(pg_dsn)
+    assert [e for e in logs if e["event"] == "postgres_plaintext"] == []
