@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from loghubd.console.refused import refused_credential
 from loghubd.ops.health import Verdict
+from loghubd.server import http_errors
 from loghubd.server.guard import ConnectionGuard, GuardedSite, attach
 
 if TYPE_CHECKING:
@@ -105,13 +106,8 @@ async def serve_ops(
 ) -> None:
     host, _, port = listen.rpartition(":")
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
-
-    def protocol() -> asyncio.Protocol:  # aiohttp's, once the runner is set up
-        assert runner.server is not None
-        return runner.server()
-
     guard = ConnectionGuard(
-        protocol,
+        http_errors.protocol_factory(runner),
         max_connections=MAX_CONNECTIONS,
         header_timeout=HEADER_TIMEOUT_S,
         max_per_address=MAX_PER_ADDRESS,

@@ -19,7 +19,7 @@ from anyio.abc import TaskStatus
 
 from loghubd.console import serve_app as console
 from loghubd.proxy import is_loopback
-from loghubd.server import api, auth, datadir
+from loghubd.server import api, auth, datadir, http_errors
 from loghubd.server.guard import ConnectionGuard, GuardedSite
 from loghubd.server.metrics import ServerMetrics
 from loghubd.server.service import Limits, LogService
@@ -112,8 +112,7 @@ async def _serve(
     runner: web.AppRunner
 
     def protocol() -> asyncio.Protocol:  # aiohttp's, built once the runner is set up
-        assert runner.server is not None
-        return runner.server()
+        return answering()
 
     # How long aiohttp drains a body it was answered without reading (401, 413, 503), so that
     # the client can read the answer: not longer than any body may take.
@@ -160,6 +159,7 @@ async def _serve(
             keepalive_timeout=opts.keepalive_timeout,
             lingering_time=lingering,
         )
+        answering = http_errors.protocol_factory(runner)
         await runner.setup()
         try:
             site = GuardedSite(runner, opts.host, opts.port, listener)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -236,3 +237,29 @@ def ids_in_group(raw: bytes) -> list[str]:
         for c in log.Contents
         if c.Key == "id"
     ]
+
+
+def raw_exchange(port: int, head: bytes, *, wait: float = 5.0) -> bytes:
+    """Send `head` (and nothing more) and return what the server answers within `wait`."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
+        sock.sendall(head)
+        data = b""
+        deadline = time.monotonic() + wait
+        while b"\r\n\r\n" not in data or not _complete(data):
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def _complete(data: bytes) -> bool:
+    head, _, body = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":")[1])
+    return True

@@ -20,7 +20,7 @@ from aliyun.log import LogClient, LogException, LogItem, PutLogsRequest
 
 from loghubd.protocol import signing
 from loghubd.testing.process import ServerProcess
-from tests.integration.sls_http import RawClient, log_group
+from tests.integration.sls_http import RawClient, log_group, raw_exchange
 from tests.reliability import attack
 
 AK, SECRET = "LTAIhardening01", "hardening-secret"
@@ -68,32 +68,6 @@ def client(server: ServerProcess) -> Iterator[RawClient]:
     c = RawClient(server.port, PROJECT, creds=signing.Credentials(AK, SECRET))
     yield c
     c.close()
-
-
-def raw_exchange(port: int, head: bytes, *, wait: float = 5.0) -> bytes:
-    """Send `head` (and nothing more) and return what the server answers within `wait`."""
-    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
-        sock.sendall(head)
-        data = b""
-        deadline = time.monotonic() + wait
-        while b"\r\n\r\n" not in data or not _complete(data):
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                chunk = sock.recv(65536)
-            except TimeoutError:
-                break
-            if not chunk:
-                break
-            data += chunk
-        return data
-
-
-def _complete(data: bytes) -> bool:
-    head, _, body = data.partition(b"\r\n\r\n")
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            return len(body) >= int(line.split(b":")[1])
-    return True
 
 
 def signed_head(method: str, path: str, headers: dict[str, str], body: bytes) -> dict[str, str]:
