@@ -268,7 +268,14 @@ decode_log(State *st, PyObject *base, Span msg)
         st->skip = skip_for(++st->fails);
     }
 
-    rec = new_dict(2 + PyDict_GET_SIZE(base) + ncontents);
+    /* The first record of a group is the template of those after it, which are copies of it
+     * and have its layout: grown from empty, its keys table has CPython's layout for str keys
+     * (16-byte entries; 13 keys in 416 bytes, which pymalloc serves, and lookups that compare
+     * str keys only), where a presized one has the general layout (24-byte entries; 584
+     * bytes, past pymalloc's 512, so every copy's table is a malloc and a free). Growing
+     * costs two resizes, once a group. A record built afresh mid-group (another shape) is
+     * presized: with shapes that keep changing, most records are built so. */
+    rec = st->tmpl == NULL ? PyDict_New() : new_dict(2 + PyDict_GET_SIZE(base) + ncontents);
     if (rec == NULL)
         return -1;
     if (set_times(st, rec, time, time_ns, 0) < 0 || PyDict_Update(rec, base) < 0 ||
