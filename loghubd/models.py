@@ -18,8 +18,9 @@ runs, not with this module: a daemon whose batches the C extensions read never b
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,13 @@ class Batch:
         The Python path reads the UTF-8 schema without a validation pass; if a value turns out
         not to be UTF-8, iteration continues on the Raw schema after the records already
         yielded, and non-UTF-8 bytes are kept losslessly (surrogateescape)."""
+        # A chain over the chunks: the next record is the list iterator's, a C call, rather
+        # than a generator frame resumed for each record (~16 ns a record).
+        return itertools.chain.from_iterable(self._log_chunks())
+
+    def _log_chunks(self) -> Iterator[Iterable[Record]]:
+        """`logs()`'s records in chunks: the C extension's lists, then (when it refuses the
+        rest, or is not there) the Python path's records after those already given."""
         done = 0
         if _fastlog is not None:
             offset, end = 0, len(self.raw)
@@ -102,12 +110,16 @@ class Batch:
                     break  # the Python path decides, exactly as without the extension
                 if offset == end:  # the last chunk: the count is known
                     self._cache["log_count"] = done + len(records)
-                yield from records
+                yield records
                 done += len(records)
                 del records  # the next chunk is decoded without this one alive
             else:
                 self._cache["log_count"] = done
                 return
+        yield self._python_logs(done)
+
+    def _python_logs(self, skip: int) -> Iterator[Record]:
+        """The records of the Python path, after the first `skip` (yielded by the C path)."""
         from loghubd.protocol import pb
 
         lgl = self._cache.get("lgl")
@@ -116,7 +128,7 @@ class Batch:
                 lgl = pb.LogGroupList.FromString(self.raw)
             except pb.DecodeError:
                 lgl = pb.LogGroupListRaw.FromString(self.raw)
-        skip, done = done, 0  # the C path yielded the first `skip` records
+        done = 0
         try:
             for record in _flatten(lgl):
                 if done >= skip:
