@@ -188,9 +188,11 @@ static int read_group_header(Out *o, Span group, Span *topic, Span *source) {
     Span pair[2];
     Field f = {0};
     int r;
+    Ahead a = ahead_of(group);
     *topic = *source = EMPTY_SPAN;
     o->tags.len = 0;
     while ((r = next_field(&p, end, &f)) > 0) {
+        ahead(&a, p);
         if (f.wt != 2) continue;
         if (f.num == 3) {
             *topic = f.s;

@@ -503,7 +503,9 @@ encode_group(State *st, Span msg)
      * spans are set once it stops moving). */
     st->tag_keys.len = 0;
     st->base.len = 0;
+    Ahead a = ahead_of(msg);
     while ((r = next_field(&p, end, &f)) > 0) {
+        ahead(&a, p);
         if (f.tag == TAG(3, 2))
             topic = f.s;
         else if (f.tag == TAG(4, 2))

@@ -306,7 +306,9 @@ decode_group(State *st, Span msg)
         PyDict_SetItem(base, s_source, s_empty) < 0)
         goto error;
     p = msg.p;
+    Ahead a = ahead_of(msg);
     while ((r = next_field(&p, end, &f)) > 0) {
+        ahead(&a, p);
         if (f.tag == TAG(3, 2)) {
             topic = f.s;
         }
@@ -464,8 +466,10 @@ count_group(Span msg, Py_ssize_t *count, Checked *seen)
     Field f;
     int r;
     Span topic = EMPTY_SPAN, source = EMPTY_SPAN, k, v;
+    Ahead a = ahead_of(msg);
 
     while ((r = next_field(&p, end, &f)) > 0) {
+        ahead(&a, p);
         if (f.tag == TAG(1, 2)) {
             if (check_log(f.s, seen) < 0)
                 return -1;
