@@ -9,8 +9,9 @@ request of garbage, one traceback; a stream of them, a flood.
 
 Here those answers are JSON error bodies, as an SLS SDK expects of every error
 (`{"errorCode", "errorMessage"}`: `BadRequest` for a request that is not HTTP,
-`InternalServerError` for a failure), naming what was wrong without echoing the request's
-bytes. A request that cannot be parsed is logged at debug level
+`InternalServerError` for a failure), saying what kind of thing was wrong in words of its own,
+never aiohttp's message (which may be the request's bytes themselves: an invalid request
+target is its whole text). A request that cannot be parsed is logged at debug level
 (`http_request_malformed`), at most one line per `REFUSAL_WINDOW_S` for each status (see
 `RefusalThrottle`); a failure at error level (`request_failed`), its traceback only under
 `--debug`.
@@ -23,13 +24,13 @@ no state, only `handle_error`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-import re
 from collections.abc import Callable
 
 import structlog
-from aiohttp import web, web_protocol
+from aiohttp import http_exceptions, web, web_protocol
 from aiohttp.web_request import BaseRequest
 
 from loghubd.errors import describe_error
@@ -39,25 +40,34 @@ from loghubd.server.refusals import RefusalThrottle
 log = structlog.get_logger("loghubd.server")
 
 _CODES = {500: "InternalServerError", 504: "RequestTimeout"}
-# Where aiohttp's complaint begins to quote the request: a colon, a bytes or bytearray repr,
-# any quote.
-_QUOTED = re.compile(r"""[:'"]|\bb'|bytearray\(""")
+
+# What was wrong, by the parser's exception (most specific first): its message is not used.
+_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (http_exceptions.LineTooLong, "a request line or header line is too long"),
+    (http_exceptions.InvalidURLError, "invalid request target"),
+    (http_exceptions.BadHttpMethod, "invalid method"),
+    (http_exceptions.BadStatusLine, "invalid request line"),
+    (http_exceptions.InvalidHeader, "invalid header"),
+    (http_exceptions.TransferEncodingError, "invalid chunked body"),
+    (http_exceptions.ContentLengthError, "invalid Content-Length"),
+    (http_exceptions.ContentEncodingError, "invalid Content-Encoding"),
+)
 
 
-def reason(message: str | None, status: int) -> str:
-    """aiohttp's complaint without the request's bytes it quotes: its first line, up to where
-    the quote begins ("Invalid header token", "Got more than 8190 bytes when reading")."""
-    first = (message or "").strip().split("\n", 1)[0]
-    text = _QUOTED.split(first, 1)[0].rstrip(" .")[:200]
-    if text:
-        return text
-    return "internal error" if status >= 500 else "not an HTTP request"
+def reason(exc: BaseException | None, status: int) -> str:
+    """What was wrong with a request aiohttp could not take, in words of our own."""
+    if status >= 500:
+        return "request timed out" if status == 504 else "internal error"
+    for kind, words in _KINDS:
+        if isinstance(exc, kind):
+            return words
+    return "the request could not be parsed"
 
 
-def error_body(status: int, message: str | None) -> tuple[str, bytes]:
+def error_body(status: int, exc: BaseException | None) -> tuple[str, bytes]:
     """The error code and the JSON body of an answer aiohttp gives on its own."""
     code = _CODES.get(status, "InternalServerError" if status >= 500 else "BadRequest")
-    text = reason(message, status) if status < 500 else "internal error"
+    text = reason(exc, status)
     if status < 500:
         text = f"malformed HTTP request: {text}"
     return code, json.dumps({"errorCode": code, "errorMessage": text}).encode()
@@ -75,31 +85,40 @@ class _Answering(web_protocol.RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         if request.writer.output_size > 0:  # as aiohttp: part of an answer went already
+            if exc is not None:
+                _log_failure(request, status, exc)
             raise ConnectionError("an answer was partly sent: no error answer can follow")
-        code, body = error_body(status, message)
-        remote = request.remote or ""
+        code, body = error_body(status, exc)
         if status >= 500:
-            log.error(
-                "request_failed",
-                method=request.method,
-                path=request.path[:200],
-                status=status,
-                error=describe_error(exc)[:500] if exc is not None else code,
-                **(traceback_of(exc) if exc is not None else {}),
-            )
-        elif log.is_enabled_for(logging.DEBUG):
-            admitted = self.throttle.admit((status, code, ""))
-            if admitted is not None:
-                log.debug(
-                    "http_request_malformed",
-                    status=status,
-                    reason=reason(message, status),
-                    client=remote,
-                    suppressed=admitted[0],
-                )
+            _log_failure(request, status, exc)
+        with contextlib.suppress(Exception):  # the answer matters more than its log line
+            if status < 500 and log.is_enabled_for(logging.DEBUG):
+                admitted = self.throttle.admit((status, code, ""))
+                if admitted is not None:
+                    log.debug(
+                        "http_request_malformed",
+                        status=status,
+                        reason=reason(exc, status),
+                        client=request.remote or "",
+                        suppressed=admitted[0],
+                    )
         answer = web.Response(status=status, body=body, content_type="application/json")
         answer.force_close()
         return answer
+
+
+def _log_failure(request: BaseRequest, status: int, exc: BaseException | None) -> None:
+    """The `request_failed` line; never raises (a failure here would reach aiohttp's own
+    logging, traceback and all, and cost the client its answer)."""
+    with contextlib.suppress(Exception):
+        log.error(
+            "request_failed",
+            method=request.method,
+            path=request.path[:200],
+            status=status,
+            error=describe_error(exc)[:500] if exc is not None else reason(None, status),
+            **(traceback_of(exc) if exc is not None else {}),
+        )
 
 
 def protocol_factory(runner: web.AppRunner) -> Callable[[], asyncio.Protocol]:

@@ -23,31 +23,37 @@ from tests.integration.sls_http import raw_exchange
 
 SECRET = "TopSecretTokenValue"
 
-# (what is sent, what aiohttp's parser says of it)
+# (what is sent, what the answer says of it)
 MALFORMED = [
     pytest.param(
         b"GET /logstores HTTP/1.1\r\nHost: p.x\r\nAuthorization: LOG "
         + SECRET.encode() * 500
         + b"\r\n\r\n",
-        "Got more than 8190 bytes when reading",
+        "a request line or header line is too long",
         id="header line over 8 KB",
     ),
     pytest.param(
         b"GET /" + SECRET.encode() * 500 + b" HTTP/1.1\r\nHost: p.x\r\n\r\n",
-        "Got more than 8190 bytes when reading",
+        "a request line or header line is too long",
         id="request line over 8 KB",
     ),
-    pytest.param(b"GARBAGE" + SECRET.encode() + b"\r\n\r\n", "Invalid method", id="not HTTP"),
+    pytest.param(b"GARBAGE" + SECRET.encode() + b"\r\n\r\n", "invalid method", id="not HTTP"),
+    # aiohttp's complaint is the request target itself, unquoted (the review's case)
+    pytest.param(
+        b"CONNECT " + SECRET.encode() + b"[ HTTP/1.1\r\nHost: x\r\n\r\n",
+        "invalid request target",
+        id="bad request target",
+    ),
     pytest.param(
         b"GET / HTTP/1.1\r\nHost: p.x\r\nBad " + SECRET.encode() + b"\r\n\r\n",
-        "Invalid header token",
+        "the request could not be parsed",
         id="bad header",
     ),
     pytest.param(
         b"POST / HTTP/1.1\r\nHost: p.x\r\nTransfer-Encoding: chunked\r\n\r\n"
         + SECRET.encode()
         + b"\r\n",
-        "Invalid character in chunk size",
+        "the request could not be parsed",
         id="bad chunk size",
     ),
 ]
@@ -67,7 +73,7 @@ def check_answer(raw: bytes, says: str) -> None:
     assert status == 400, raw[:300]
     assert headers["Content-Type"].startswith("application/json"), headers
     assert body["errorCode"] == "BadRequest", body
-    assert body["errorMessage"].startswith(f"malformed HTTP request: {says}"), body
+    assert body["errorMessage"] == f"malformed HTTP request: {says}", body
 
 
 def check_log(text: str) -> None:
@@ -117,7 +123,7 @@ def test_the_ops_listener_answers_the_same_and_logs_one_line_per_window(
             check_answer(raw_exchange(daemon.ops_port, raw), says)  # type: ignore[arg-type]
         with urllib.request.urlopen(f"http://127.0.0.1:{daemon.ops_port}/healthz") as resp:
             assert resp.status == 200
-        # five malformed requests within the window: one line, at debug level
+        # six malformed requests within the window: one line, at debug level
         said = daemon.events("http_request_malformed")
         assert len(said) == 1, said
         assert said[0]["level"] == "debug" and said[0]["status"] == 400, said

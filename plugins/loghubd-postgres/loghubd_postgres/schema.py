@@ -109,9 +109,10 @@ _PASSING = (
 
 
 # What libpq says, before it sends anything, of a setting in the DSN (or its service file) that
-# it cannot use: the same DSN gets the same answer on every start.
+# it cannot use: the same DSN gets the same answer on every start. Not a service file that is
+# missing: it may be on a volume mounted after the daemon starts (restarted, exit 4).
 _UNUSABLE_SETTING = re.compile(
-    r'definition of service ".*" not found|service file ".*" not found'
+    r'definition of service ".*" not found'
     r"|invalid \w+ value|invalid port number|invalid integer value"
     r"|could not parse network address|could not match \d+ "
 )
@@ -194,7 +195,9 @@ def plaintext_exposed(host: str, ssl: bool) -> bool:
 def _gssapi_encrypted(conn: psycopg.Connection[Any]) -> bool:
     """Whether the session is encrypted by GSSAPI (`gssencmode`, Kerberos), which protects it
     as TLS does. psycopg does not expose libpq's `PQgssEncInUse`; the server's view of this
-    backend (PostgreSQL 12 and later) says it. False where the view is missing."""
+    backend (PostgreSQL 12 and later) says it. False where the view is missing. Behind a
+    pooler this is the pooler's own session to the server; poolers (pgbouncer) do not offer
+    GSSAPI encryption, so there it says False and the warning stands."""
     try:
         row = conn.execute(
             "SELECT encrypted FROM pg_stat_gssapi WHERE pid = pg_backend_pid()"

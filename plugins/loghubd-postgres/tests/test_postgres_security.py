@@ -173,6 +173,17 @@ def test_a_server_not_there_yet_is_not_the_configuration(dsn: str) -> None:
         schema.check(options)
 
 
+def test_a_service_file_not_there_yet_is_not_the_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service file that is missing (on a volume mounted after the daemon starts): "cannot
+    reach" (exit 4, restarted), not a refused configuration."""
+    monkeypatch.setenv("PGSERVICEFILE", str(tmp_path / "not-mounted-yet" / "pg_service.conf"))
+    options = dataclasses.replace(parse({"dsn": "service=logs", "table": "t"}), connect_timeout_s=1)
+    with pytest.raises(SinkUnreachable, match=r"service file .* not found"):
+        schema.check(options)
+
+
 def test_the_cli_exits_2_on_an_unknown_service(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(f'{BASE}[processor.postgres]\ndsn = "{UNUSABLE[0]}"\ntable = "t"\n')
