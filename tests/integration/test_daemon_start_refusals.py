@@ -107,9 +107,11 @@ def test_with_several_sources_the_refusal_names_the_sources_own_keys(
         f"check the [[sources]] 'web-app' of {daemon.config_path}, or "
         "LOGHUBD_SOURCES_WEB_APP__ACCESS_KEY_ID and LOGHUBD_SOURCES_WEB_APP__ACCESS_KEY_SECRET"
     ) in error, error
+    # the other source's own start is not this test's: readiness is read once it has joined
+    # (under load it was still "starting" when read, ci105)
+    wait_until(lambda: daemon.source_status("ok")["joined"], 30, daemon.log_tail)
     code, body = daemon.readiness()
     assert code == 503 and body["reasons"] == [f"source web-app: cannot start: {error}"], body
-    wait_until(lambda: daemon.source_status("ok")["joined"], 30, daemon.log_tail)
     assert daemon.stop() == 1, daemon.log_tail()
 
 
