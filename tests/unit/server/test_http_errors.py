@@ -4,8 +4,8 @@ problem, never aiohttp's message (which may quote the request, or be the request
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -58,17 +58,16 @@ def test_the_error_body_is_an_sls_error(status: int, code: str, text: str) -> No
     assert json.loads(body) == {"errorCode": code, "errorMessage": text}
 
 
-def test_a_handler_that_raises_past_the_app_gets_an_sls_error_and_one_line() -> None:
-    """Through the factory, on a real socket: aiohttp's own 500 (a handler that raised past
-    every middleware) is an SLS error body, and the log line carries the error, not a
-    traceback (none without --debug)."""
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-    async def broken(request: web.Request) -> web.Response:
-        raise RuntimeError("boom")
 
-    async def main() -> tuple[int, str, bytes]:
+def get_once(handler: Handler) -> tuple[int, str, bytes] | None:
+    """GET / once from `handler`, served through `protocol_factory` on a real socket: the
+    answer's status, content type and body, or None when the connection broke."""
+
+    async def main() -> tuple[int, str, bytes] | None:
         app = web.Application()
-        app.router.add_get("/", broken)
+        app.router.add_get("/", handler)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         factory = protocol_factory(runner)
         await runner.setup()
@@ -80,12 +79,26 @@ def test_a_handler_that_raises_past_the_app_gets_an_sls_error_and_one_line() -> 
                 session.get(f"http://127.0.0.1:{port}/") as resp,
             ):
                 return resp.status, resp.content_type, await resp.read()
+        except aiohttp.ClientError:
+            return None
         finally:
             server.close()
             await runner.cleanup()
 
+    return asyncio.run(main())
+
+
+def test_a_handler_that_raises_past_the_app_gets_an_sls_error_and_one_line() -> None:
+    """aiohttp's own 500 (a handler that raised past every middleware) is an SLS error body,
+    and the log line carries the error, not a traceback (none without --debug)."""
+
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError("boom")
+
     with structlog.testing.capture_logs() as logs:
-        status, content_type, body = asyncio.run(main())
+        answer = get_once(broken)
+    assert answer is not None
+    status, content_type, body = answer
     assert (status, content_type) == (500, "application/json")
     assert json.loads(body) == {
         "errorCode": "InternalServerError",
@@ -107,24 +120,7 @@ def test_a_handler_that_fails_after_its_answer_began_is_still_logged() -> None:
         await answer.write(b"partial")
         raise RuntimeError("boom after the head")
 
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_get("/", streaming)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        factory = protocol_factory(runner)
-        await runner.setup()
-        server = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            async with aiohttp.ClientSession() as session:
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(f"http://127.0.0.1:{port}/") as resp:
-                        await resp.read()
-        finally:
-            server.close()
-            await runner.cleanup()
-
     with structlog.testing.capture_logs() as logs:
-        asyncio.run(main())
+        get_once(streaming)
     (line,) = [e for e in logs if e["event"] == "request_failed"]
     assert "boom after the head" in line["error"], line
