@@ -96,6 +96,9 @@ def test_a_processor_that_cannot_start_stops_the_shard(
         assert daemon.metric("loghubd_processor_errors_total") == 4  # 2 shards x 2 attempts
         events = daemon.events("shard_stopped_on_failure")
         assert len(events) == 2 and all(str(out) in e["reason"] for e in events)
+        # a shard is parked when its task has ended, just after its status reads "failed"
+        # (ci106: read before, and found none)
+        wait_until(lambda: len(daemon.events("shard_parked")) == 2, 10, daemon.log_tail)
         parked = daemon.events("shard_parked")
         assert {(e["group"], e["consumer"]) for e in parked} == {(GROUP, "stopping")}, parked
         if then == "sigterm":
