@@ -146,20 +146,17 @@ new_dict(Py_ssize_t n)
 static int
 set_times(State *st, PyObject *rec, uint32_t time, uint32_t time_ns, int as_template)
 {
-    if (as_template && st->time_obj != NULL && st->time == time) {
-        /* the template's __time__ is st->time_obj: it was set from it, and the object only
-         * changes with the value */
-    }
-    else if (st->time_obj == NULL || st->time != time) {
+    int repeated = st->time_obj != NULL && st->time == time;
+    if (!repeated) {
         PyObject *t = PyLong_FromUnsignedLong(time);
         if (t == NULL)
             return -1;
         Py_XSETREF(st->time_obj, t);
         st->time = time;
-        if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
-            return -1;
     }
-    else if (PyDict_SetItem(rec, s_time, st->time_obj) < 0)
+    /* A copy of the template already holds it: the template's __time__ was set from
+     * st->time_obj, which only changes with the value. */
+    if (!(as_template && repeated) && PyDict_SetItem(rec, s_time, st->time_obj) < 0)
         return -1;
     if (time_ns) {
         PyObject *t = PyLong_FromUnsignedLong(time_ns);
