@@ -25,6 +25,9 @@ included), logs per CPU-second (also after start-up: minus the CPU spent until t
 /readyz first answered 200 or the SDK's worker started), peak RSS (VmHWM), and the server's
 CPU share over the run.
 Report: min / median / max over rounds, and the daemon/SDK ratios of the medians.
+
+`WIRE_BENCH_CONSUMER` adds lines to the daemons' `[consumer]` table, for A/B runs of one
+setting (for example `max_fetch_log_groups = 100`).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ def daemon_config(work: Path, port: int, name: str, kind: str) -> tuple[Path, in
         group=name,
         processor=processor,
         options=options,
+        consumer=os.environ.get("WIRE_BENCH_CONSUMER", ""),
     )
     return cfg, ops
 
