@@ -1,5 +1,6 @@
 """Start-up checks against the database: reachable; each table present (created only when it
-is missing and ours to create); the role's privileges on each; the data table's columns known.
+is missing and ours to create); the role's privileges on each; no row-level security in the
+way; the data table's columns known.
 
 Runs once, synchronously, when the daemon builds the processor: a refusal is a `ValueError`
 naming the key (`processor.postgres.dsn: cannot connect: ...`), so `loghubd run` and
@@ -83,6 +84,14 @@ def set_aside_ddl(options: Options) -> sql.Composed:
         " rows_written bigint,"
         " PRIMARY KEY (project, consumer_group, logstore, shard, start_position))"
     ).format(set_aside_name(options))
+
+
+def copy_statement(options: Options) -> sql.Composed:
+    """The COPY that writes a batch's rows (`sink.Statements.copy`, and the start-up probe)."""
+    return sql.SQL("COPY {} ({}) FROM STDIN").format(
+        table_name(options.schema, options.table),
+        sql.SQL(", ").join(sql.Identifier(n) for n, _ in options.all_columns),
+    )
 
 
 def table_ddl(options: Options) -> sql.Composed:
@@ -298,12 +307,18 @@ def _problems(conn: psycopg.Connection[Any], options: Options) -> list[str]:
     *positions, data = _tables(options)
     problems: list[str] = []
     for table in positions:
-        problems += _check_table(conn, table, role)[1]
+        oid, lines = _check_table(conn, table, role)
+        problems += lines
+        if oid is not None and not lines and _row_security_active(conn, oid):
+            problems.append(_positions_hidden(conn, table, oid, role))
     oid, lines = _check_table(conn, data, role)
     problems += lines
     if oid is not None:
-        problems += _column_problems(options, _columns(conn, oid))
+        columns = _column_problems(options, _columns(conn, oid))
+        problems += columns
         problems += _sequence_problems(conn, data, oid, role, {n for n, _ in options.all_columns})
+        if not lines and not columns and _row_security_active(conn, oid):
+            problems += _copy_refused(conn, options, oid, role)
     # Both positions tables live in one schema: a schema's problem is said once.
     return list(dict.fromkeys(problems))
 
@@ -340,6 +355,57 @@ def _check_table(
     return oid, _privilege_problems(conn, table, oid, role)
 
 
+def _row_security_active(conn: psycopg.Connection[Any], oid: int) -> bool:
+    """Whether row-level security policies apply to this role's statements on the table
+    (enabled on it, and the role neither owns it without FORCE nor has BYPASSRLS)."""
+    found = conn.execute("SELECT row_security_active(%s::oid)", (oid,)).fetchone()
+    return found is not None and bool(found[0])
+
+
+def _copy_refused(
+    conn: psycopg.Connection[Any], options: Options, oid: int, role: _Role
+) -> list[str]:
+    """The line saying why the batches' COPY cannot write to a table under row-level security,
+    or nothing where it can. PostgreSQL up to 18 refuses COPY FROM whenever a policy applies
+    ("COPY FROM not supported with row-level security"), before reading any row: so the probe
+    is the daemon's own COPY with no rows, in a transaction rolled back."""
+    try:
+        with conn.transaction(force_rollback=True), conn.cursor().copy(copy_statement(options)):
+            pass
+    except (psycopg.errors.FeatureNotSupported, psycopg.errors.InsufficientPrivilege) as exc:
+        ident, quoted = _names(conn, oid)
+        return [
+            f"{PREFIX}.table: row-level security applies to role {_dq(role.name)} on table "
+            f"{ident}, and COPY refuses it: {first_line(exc)} (ALTER ROLE {role.quoted} "
+            f"BYPASSRLS, or ALTER TABLE {quoted} DISABLE ROW LEVEL SECURITY, or write as the "
+            "table's owner where it is not FORCE ROW LEVEL SECURITY)"
+        ]
+    return []
+
+
+def _positions_hidden(conn: psycopg.Connection[Any], table: _Table, oid: int, role: _Role) -> str:
+    """The line for a positions table under row-level security: a policy that hides a shard's
+    row from the role would break the fence that keeps rows from being written twice."""
+    ident, quoted = _names(conn, oid)
+    return (
+        f"{PREFIX}.{table.key}: row-level security applies to role {_dq(role.name)} on table "
+        f"{ident}; the daemon must see every position row (ALTER TABLE {quoted} DISABLE ROW "
+        f"LEVEL SECURITY, or ALTER ROLE {role.quoted} BYPASSRLS)"
+    )
+
+
+def _names(conn: psycopg.Connection[Any], oid: int) -> tuple[str, str]:
+    """A table's schema-qualified name as PostgreSQL's messages show it, and as SQL spells it."""
+    found = conn.execute(
+        "SELECT n.nspname, c.relname, quote_ident(n.nspname) || '.' || quote_ident(c.relname)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
+        (oid,),
+    ).fetchone()
+    assert found is not None
+    schema, name, quoted = (str(v) for v in found)
+    return f"{_dq(schema)}.{_dq(name)}", quoted
+
+
 def _may_use_schema(conn: psycopg.Connection[Any], schema: str) -> bool:
     """False only for a schema that exists and the role may not look into (without USAGE, its
     tables are out of reach whatever their own grants); a missing schema is a missing table."""
@@ -374,18 +440,12 @@ def _privilege_problems(
     ]
     if not missing:
         return []
-    found = conn.execute(
-        "SELECT n.nspname, c.relname, quote_ident(n.nspname) || '.' || quote_ident(c.relname)"
-        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
-        (oid,),
-    ).fetchone()
-    assert found is not None
-    schema, name, quoted = (str(v) for v in found)
+    ident, quoted = _names(conn, oid)
     privileges = ", ".join(missing)
     may_not = "may not INSERT into" if missing == ["INSERT"] else f"lacks {privileges} on"
     return [
-        f"{PREFIX}.{table.key}: role {_dq(role.name)} {may_not} table "
-        f"{_dq(schema)}.{_dq(name)} (GRANT {privileges} ON {quoted} TO {role.quoted})"
+        f"{PREFIX}.{table.key}: role {_dq(role.name)} {may_not} table {ident} "
+        f"(GRANT {privileges} ON {quoted} TO {role.quoted})"
     ]
 
 

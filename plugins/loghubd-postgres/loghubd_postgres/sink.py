@@ -74,7 +74,7 @@ from loghubd_postgres.failures import Kind
 from loghubd_postgres.metrics import PostgresMetrics
 from loghubd_postgres.options import Options
 from loghubd_postgres.rows import BadRow, RowEncoder
-from loghubd_postgres.schema import positions_name, set_aside_name, table_name
+from loghubd_postgres.schema import copy_statement, positions_name, set_aside_name
 
 log = structlog.get_logger("loghubd.postgres")
 
@@ -173,10 +173,7 @@ class Statements:
         self.replayed = sql.SQL(
             "UPDATE {} SET replayed_at = now(), rows_written = %s WHERE {}"
         ).format(aside, key + at)
-        self.copy = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            table_name(options.schema, options.table),
-            sql.SQL(", ").join(sql.Identifier(n) for n, _ in options.all_columns),
-        )
+        self.copy = copy_statement(options)
 
 
 class PostgresProcessor:

@@ -71,6 +71,10 @@ NO_CREATE = (
     "or create the table beforehand: {ddl})"
 )
 P = "processor.postgres"
+RLS_LOGS = (
+    "CREATE TABLE logs (id text, n bigint, ts timestamptz, rest jsonb)",
+    "ALTER TABLE logs ENABLE ROW LEVEL SECURITY",
+)
 
 CASES = [
     Case(
@@ -177,6 +181,34 @@ CASES = [
         ),
     ),
     Case(
+        "row-level security on the data table: COPY refuses it, said at start with the way out",
+        LEAST,
+        (
+            f'{P}.table: row-level security applies to role "{{role}}" on table "public"."logs",'
+            " and COPY refuses it: COPY FROM not supported with row-level security (ALTER ROLE"
+            " {role} BYPASSRLS, or ALTER TABLE public.logs DISABLE ROW LEVEL SECURITY, or write"
+            " as the table's owner where it is not FORCE ROW LEVEL SECURITY)",
+        ),
+        setup=(*RLS_LOGS, "CREATE POLICY anyone ON logs USING (true) WITH CHECK (true)"),
+    ),
+    Case(
+        "row-level security on the data table, no policy at all (so no row may be written)",
+        LEAST,
+        (
+            f'{P}.table: row-level security applies to role "{{role}}" on table "public"."logs",'
+            " and COPY refuses it: COPY FROM not supported with row-level security (ALTER ROLE"
+            " {role} BYPASSRLS, or ALTER TABLE public.logs DISABLE ROW LEVEL SECURITY, or write"
+            " as the table's owner where it is not FORCE ROW LEVEL SECURITY)",
+        ),
+        setup=RLS_LOGS,
+    ),
+    Case(
+        "row-level security on the data table, a role with BYPASSRLS: passes",
+        (*LEAST, "ALTER ROLE {role} BYPASSRLS"),
+        (),
+        setup=RLS_LOGS,
+    ),
+    Case(
         "no USAGE on the positions tables' schema: said once for both",
         ("GRANT INSERT ON logs TO {role}",),
         (
@@ -220,6 +252,29 @@ def test_a_role_with_exactly_the_privileges_asked_for_runs_the_whole_sink(pg_dsn
     ids = sorted(row[0] for row in query(pg_dsn, "SELECT id FROM logs"))
     assert ids == ["b0", "b1", "i0", "i1"]
     assert query(pg_dsn, "SELECT tableowner FROM pg_tables WHERE tablename = 'logs'") != [(role,)]
+
+
+@pytest.mark.parametrize("table", ["loghubd_positions", "loghubd_positions_set_aside"])
+def test_row_level_security_on_a_positions_table_is_refused_at_start(
+    pg_dsn: str, table: str
+) -> None:
+    """A policy could hide a shard's position row from the role, and with it the fence that
+    keeps a batch from being written twice: the check refuses, whatever the policies say."""
+    assert check_lines(pg_dsn) == []  # the tables, made by their owner
+    superuser(
+        pg_dsn,
+        f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+        f"CREATE POLICY anyone ON {table} USING (true) WITH CHECK (true)",
+    )
+    assert check_lines(pg_dsn) == []  # the owner, without FORCE: no policy applies to it
+    role, dsn = make_role(pg_dsn, LEAST)
+    assert check_lines(dsn) == [
+        f'{P}.positions_table: row-level security applies to role "{role}" on table'
+        f' "public"."{table}"; the daemon must see every position row (ALTER TABLE'
+        f" public.{table} DISABLE ROW LEVEL SECURITY, or ALTER ROLE {role} BYPASSRLS)"
+    ]
+    superuser(pg_dsn, f"ALTER ROLE {role} BYPASSRLS")
+    assert check_lines(dsn) == []
 
 
 @pytest.mark.parametrize(
