@@ -89,6 +89,13 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
         help="open connections at once; past it a new one is answered 503 ServerBusy",
     )
     serve.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=0,
+        help="open connections at once from one client address (0: no limit); past it a new "
+        "one from that address is answered 503 ServerBusy",
+    )
+    serve.add_argument(
         "--header-timeout",
         type=float,
         default=20.0,

@@ -77,6 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         service_hosts=(*DEFAULT_SERVICE_HOSTS, *(h.lower().rstrip(".") for h in args.service_host)),
         max_inflight_body_bytes=args.max_inflight_body_bytes,
         max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
     )
@@ -132,6 +133,11 @@ def _serve_limits_problem(opts: ServeOptions) -> str:
     ):
         if value <= 0:
             return f"{flag} must be positive, not {value}"
+    if opts.max_connections_per_address < 0:
+        return (
+            "--max-connections-per-address must be 0 (no limit) or more, "
+            f"not {opts.max_connections_per_address}"
+        )
     return ""
 
 

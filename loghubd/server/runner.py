@@ -46,6 +46,7 @@ class ServeOptions:
     service_hosts: tuple[str, ...] = api.DEFAULT_SERVICE_HOSTS
     max_inflight_body_bytes: int = 64 * 1024 * 1024
     max_connections: int = 512
+    max_connections_per_address: int = 0  # 0: no limit per client address
     header_timeout: float = 20.0
     body_timeout: float = 120.0
     keepalive_timeout: float = 75.0
@@ -120,6 +121,7 @@ async def _serve(
     guard = ConnectionGuard(
         protocol,
         max_connections=opts.max_connections,
+        max_per_address=opts.max_connections_per_address,
         header_timeout=opts.header_timeout,
         lingering_time=lingering,
     )
