@@ -147,6 +147,12 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
         help="without --access-keys or --console-token, let the console answer clients "
         "that are not on loopback",
     )
+    serve.add_argument(
+        "--metrics-open",
+        action="store_true",
+        help="with --access-keys, let /metrics (unsigned; its labels name every project and "
+        "logstore) answer clients that are not on loopback",
+    )
     serve.set_defaults(func=commands.cmd_serve)
 
     run = sub.add_parser("run", formatter_class=Fmt, help="run the consumer daemon")

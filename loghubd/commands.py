@@ -74,6 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         fsync=args.fsync,
         console_token=args.console_token,
         console_open=args.console_open,
+        metrics_open=args.metrics_open,
         service_hosts=(*DEFAULT_SERVICE_HOSTS, *(h.lower().rstrip(".") for h in args.service_host)),
         max_inflight_body_bytes=args.max_inflight_body_bytes,
         max_connections=args.max_connections,

@@ -56,6 +56,7 @@ class HttpSettings:
     service_hosts: tuple[str, ...] = DEFAULT_SERVICE_HOSTS
     body_timeout: float = 120.0
     max_inflight_body_bytes: int = 64 * 1024 * 1024
+    metrics_open: bool = False  # with access keys, /metrics answers clients off loopback too
 
 
 SERVICE = web.AppKey("service", LogService)
@@ -107,6 +108,27 @@ def cross_site(origin: str, host: str) -> bool:
     return (page.hostname, page_port) != (own.hostname, own_port)
 
 
+# /metrics is unsigned (a scraper cannot sign SLS requests) and its labels name every project
+# and logstore: where keys guard the data, it answers loopback only unless --metrics-open.
+METRICS_CLOSED = {
+    "errorCode": "Unauthorized",
+    "errorMessage": "/metrics answers loopback clients only when serve has --access-keys "
+    "(its labels name every project and logstore); start serve with --metrics-open to let "
+    "other hosts scrape it",
+}
+
+
+def _loopback(remote: str | None) -> bool:
+    """Whether a client address is this machine's (an IPv4 address mapped into IPv6 too)."""
+    try:
+        address = ipaddress.ip_address((remote or "").split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
 def refuse_cross_site(headers: Mapping[str, str]) -> None:
     """Without `--access-keys`: a request a web page of another site sent is refused (403
     Unauthorized), so that a page cannot write to, or delete from, a serve on this machine
@@ -141,6 +163,8 @@ async def _answer(request: web.Request, settings: HttpSettings) -> web.StreamRes
     host = request.headers.get("host", "")
     named = host_project(host, settings.service_hosts)
     if named is None and request.path == "/metrics" and request.method == "GET":
+        if settings.access_keys and not settings.metrics_open and not _loopback(request.remote):
+            return json_response(METRICS_CLOSED, status=403)
         data = generate_latest(app[METRICS].exposed)
         return web.Response(body=data, headers={"content-type": CONTENT_TYPE_LATEST})
     project = settings.default_project if named is None else named

@@ -43,6 +43,7 @@ class ServeOptions:
     fsync: bool = False
     console_token: str = ""  # signs in to /console (besides the access keys)
     console_open: bool = False  # without credentials, /console answers more than loopback
+    metrics_open: bool = False  # with access keys, /metrics answers more than loopback
     service_hosts: tuple[str, ...] = api.DEFAULT_SERVICE_HOSTS
     max_inflight_body_bytes: int = 64 * 1024 * 1024
     max_connections: int = 512
@@ -144,6 +145,7 @@ async def _serve(
             service_hosts=opts.service_hosts,
             body_timeout=opts.body_timeout,
             max_inflight_body_bytes=opts.max_inflight_body_bytes,
+            metrics_open=opts.metrics_open,
         )
         app = api.make_app(service, settings, metrics=ServerMetrics(), guard=guard)
         console.mount(

@@ -1,7 +1,8 @@
 """Who the consoles answer, end to end, by the client's source address (issue #17): a real
 `loghubd serve` without `--access-keys` listening on every address answers `/console` to
 loopback clients only, while its SLS API keeps answering everyone; `--console-open` opens
-the console. The daemon's ops `/` follows `/status`: open without `[ops] status_token`,
+the console. With `--access-keys`, serve's unsigned `/metrics` answers loopback clients only
+unless `--metrics-open`. The daemon's ops `/` follows `/status`: open without `[ops] status_token`,
 a sign-in with it (docs/console.md says why).
 
 Requests come from this machine's own non-loopback address (aiohttp bound to it as its
@@ -94,6 +95,9 @@ def test_serve_console_answers_loopback_only_unless_opened(tmp_path: Path) -> No
                     cursor = await sls.get_cursor("wide", sh["shardID"], "begin")
                     read += (await sls.pull("wide", sh["shardID"], cursor, 10)).count
                 assert read == 1, read
+            # Without --access-keys anyone may read the data, and /metrics too.
+            status, text = await get(outside, far + "/metrics")
+            assert status == 200 and "loghubd_serve" in text, (status, text[:300])
             # A loopback client gets the console, with what was written.
             status, text = await get("127.0.0.1", near + "/console")
             assert status == 200 and "wide" in text, (status, text[:300])
@@ -103,6 +107,33 @@ def test_serve_console_answers_loopback_only_unless_opened(tmp_path: Path) -> No
             far_open = f"http://{outside}:{opened.port}"
             status, text = await get(outside, far_open + "/console")
             assert status == 200 and "Projects and logstores" in text, (status, text[:300])
+
+        anyio.run(main)
+    finally:
+        closed.kill()
+        opened.kill()
+
+
+def test_serve_metrics_with_access_keys_answer_loopback_only_unless_opened(
+    tmp_path: Path,
+) -> None:
+    """With --access-keys, the unsigned /metrics (its labels name every project and
+    logstore) is refused off loopback, saying which flag opens it; --metrics-open opens it."""
+    outside = outside_address()
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[[keys]]\nid = "LTAImetrics0001"\nsecret = "metrics-secret"\n')
+    closed = serve(tmp_path, "closed", "--access-keys", str(keys))
+    opened = serve(tmp_path, "opened", "--access-keys", str(keys), "--metrics-open")
+    try:
+
+        async def main() -> None:
+            status, text = await get(outside, f"http://{outside}:{closed.port}/metrics")
+            assert status == 403, (status, text[:300])
+            assert '"errorCode": "Unauthorized"' in text and "--metrics-open" in text, text
+            status, text = await get("127.0.0.1", f"http://127.0.0.1:{closed.port}/metrics")
+            assert status == 200 and "loghubd_serve" in text, (status, text[:300])
+            status, text = await get(outside, f"http://{outside}:{opened.port}/metrics")
+            assert status == 200 and "loghubd_serve" in text, (status, text[:300])
 
         anyio.run(main)
     finally:
