@@ -309,7 +309,7 @@ def _problems(conn: psycopg.Connection[Any], options: Options) -> list[str]:
     for table in positions:
         oid, lines = _check_table(conn, table, role)
         problems += lines
-        if oid is not None and not lines and _row_security_active(conn, oid):
+        if oid is not None and _row_security_active(conn, oid):
             problems.append(_positions_hidden(conn, table, oid, role))
     oid, lines = _check_table(conn, data, role)
     problems += lines
@@ -317,8 +317,8 @@ def _problems(conn: psycopg.Connection[Any], options: Options) -> list[str]:
         columns = _column_problems(options, _columns(conn, oid))
         problems += columns
         problems += _sequence_problems(conn, data, oid, role, {n for n, _ in options.all_columns})
-        if not lines and not columns and _row_security_active(conn, oid):
-            problems += _copy_refused(conn, options, oid, role)
+        if _row_security_active(conn, oid):
+            problems += _copy_refused(conn, options, oid, role, not lines and not columns)
     # Both positions tables live in one schema: a schema's problem is said once.
     return list(dict.fromkeys(problems))
 
@@ -362,36 +362,74 @@ def _row_security_active(conn: psycopg.Connection[Any], oid: int) -> bool:
     return found is not None and bool(found[0])
 
 
+# The first PostgreSQL that might take COPY FROM under row-level security (a patch was
+# proposed for it); every release before refuses it whenever a policy applies.
+_COPY_UNDER_RLS_FROM = 190000
+
+
 def _copy_refused(
-    conn: psycopg.Connection[Any], options: Options, oid: int, role: _Role
+    conn: psycopg.Connection[Any], options: Options, oid: int, role: _Role, privileged: bool
 ) -> list[str]:
-    """The line saying why the batches' COPY cannot write to a table under row-level security,
-    or nothing where it can. PostgreSQL up to 18 refuses COPY FROM whenever a policy applies
-    ("COPY FROM not supported with row-level security"), before reading any row: so the probe
-    is the daemon's own COPY with no rows, in a transaction rolled back."""
-    try:
-        with conn.transaction(force_rollback=True), conn.cursor().copy(copy_statement(options)):
-            pass
-    except (psycopg.errors.FeatureNotSupported, psycopg.errors.InsufficientPrivilege) as exc:
-        ident, quoted = _names(conn, oid)
-        return [
-            f"{PREFIX}.table: row-level security applies to role {_dq(role.name)} on table "
-            f"{ident}, and COPY refuses it: {first_line(exc)} (ALTER ROLE {role.quoted} "
-            f"BYPASSRLS, or ALTER TABLE {quoted} DISABLE ROW LEVEL SECURITY, or write as the "
-            "table's owner where it is not FORCE ROW LEVEL SECURITY)"
-        ]
-    return []
+    """The line saying that the batches' COPY cannot write to a table under row-level
+    security, or nothing where it can. Up to PostgreSQL 18 it never can ("COPY FROM not
+    supported with row-level security"): said without trying. A later server is asked with
+    the daemon's own COPY carrying no row, in a transaction rolled back, waiting for locks no
+    longer than `lock_timeout_s` (a lock it cannot get is no answer: nothing is said), and
+    only once the role has its privileges (else the refusal would be theirs)."""
+    if conn.info.server_version < _COPY_UNDER_RLS_FROM:
+        why = "COPY FROM not supported with row-level security"
+    elif not privileged:
+        return []
+    else:
+        try:
+            with conn.transaction(force_rollback=True):
+                conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true)",
+                    (f"{max(1, round(options.lock_timeout_s * 1000))}ms",),
+                )
+                with conn.cursor().copy(copy_statement(options)):
+                    pass
+            return []
+        except (psycopg.errors.FeatureNotSupported, psycopg.errors.InsufficientPrivilege) as exc:
+            why = first_line(exc)
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
+            return []
+    ident, _quoted = _names(conn, oid)
+    return [
+        f"{PREFIX}.table: row-level security applies to role {_dq(role.name)} on table "
+        f"{ident}, and COPY refuses it: {why} ({_rls_way_out(conn, oid, role)})"
+    ]
 
 
 def _positions_hidden(conn: psycopg.Connection[Any], table: _Table, oid: int, role: _Role) -> str:
     """The line for a positions table under row-level security: a policy that hides a shard's
     row from the role would break the fence that keeps rows from being written twice."""
-    ident, quoted = _names(conn, oid)
+    ident, _quoted = _names(conn, oid)
     return (
         f"{PREFIX}.{table.key}: row-level security applies to role {_dq(role.name)} on table "
-        f"{ident}; the daemon must see every position row (ALTER TABLE {quoted} DISABLE ROW "
-        f"LEVEL SECURITY, or ALTER ROLE {role.quoted} BYPASSRLS)"
+        f"{ident}; the daemon must see every position row ({_rls_way_out(conn, oid, role)})"
     )
+
+
+def _rls_way_out(conn: psycopg.Connection[Any], oid: int, role: _Role) -> str:
+    """The statements that take row-level security out of the role's way on a table. A role
+    that owns it is held only by FORCE ROW LEVEL SECURITY, so that comes first for it."""
+    found = conn.execute(
+        "SELECT c.relforcerowsecurity AND pg_has_role(c.relowner, 'USAGE')"
+        " FROM pg_class c WHERE c.oid = %s",
+        (oid,),
+    ).fetchone()
+    owner_forced = found is not None and bool(found[0])
+    _ident, quoted = _names(conn, oid)
+    ways = [f"ALTER TABLE {quoted} NO FORCE ROW LEVEL SECURITY"] if owner_forced else []
+    ways += [
+        f"ALTER ROLE {role.quoted} BYPASSRLS",
+        f"ALTER TABLE {quoted} DISABLE ROW LEVEL SECURITY",
+    ]
+    way_out = ", or ".join(ways)
+    if not owner_forced:
+        way_out += ", or write as the table's owner where it is not FORCE ROW LEVEL SECURITY"
+    return way_out
 
 
 def _names(conn: psycopg.Connection[Any], oid: int) -> tuple[str, str]:
