@@ -313,7 +313,13 @@ def _problems(conn: psycopg.Connection[Any], options: Options) -> list[str]:
             problems.append(_positions_hidden(conn, table, oid, role))
     oid, lines = _check_table(conn, data, role)
     problems += lines
-    if oid is not None:
+    if oid is not None and (kind := _not_copyable(conn, oid)):
+        ident, _quoted = _names(conn, oid)
+        problems.append(
+            f"{PREFIX}.table: {ident} is {kind}; COPY writes to a table, a partitioned or "
+            "foreign table, or a view with an INSTEAD OF INSERT row trigger (name the table)"
+        )
+    elif oid is not None:
         columns = _column_problems(options, _columns(conn, oid))
         problems += columns
         problems += _sequence_problems(conn, data, oid, role, {n for n, _ in options.all_columns})
@@ -353,6 +359,28 @@ def _check_table(
                 "created (by another session?): start again"
             ]
     return oid, _privilege_problems(conn, table, oid, role)
+
+
+_RELKINDS = {"v": "a view", "m": "a materialized view", "S": "a sequence", "i": "an index"}
+
+
+def _not_copyable(conn: psycopg.Connection[Any], oid: int) -> str:
+    """What the relation is, when COPY FROM cannot write to it ("" when it can): a plain,
+    partitioned or foreign table, or a view with an INSTEAD OF INSERT row trigger."""
+    found = conn.execute(
+        "SELECT c.relkind, EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid"
+        "   AND t.tgtype::int & 69 = 69)"  # ROW (1) | INSERT (4) | INSTEAD (64)
+        " FROM pg_class c WHERE c.oid = %s",
+        (oid,),
+    ).fetchone()
+    if found is None:
+        return ""
+    kind, instead = str(found[0]), bool(found[1])
+    if kind in ("r", "p", "f") or (kind == "v" and instead):
+        return ""
+    return _RELKINDS.get(kind, f"a relation of kind {kind!r}") + (
+        " without an INSTEAD OF INSERT trigger" if kind == "v" else ""
+    )
 
 
 def _row_security_active(conn: psycopg.Connection[Any], oid: int) -> bool:

@@ -329,6 +329,35 @@ def test_a_server_that_may_take_copy_under_rls_is_asked_with_an_empty_copy(
     assert query(pg_dsn, "SELECT count(*) FROM logs") == [(0,)]
 
 
+def test_a_view_without_an_instead_of_trigger_is_refused_and_one_with_it_is_written(
+    pg_dsn: str,
+) -> None:
+    """COPY cannot write to a plain view ("cannot copy to view"): said at start. A view with
+    an INSTEAD OF INSERT row trigger takes the rows, through the trigger."""
+    superuser(
+        pg_dsn,
+        "CREATE TABLE stored (id text, n bigint, ts timestamptz, rest jsonb)",
+        "CREATE VIEW logs AS SELECT * FROM stored",
+    )
+    assert check_lines(pg_dsn) == [
+        f'{P}.table: "public"."logs" is a view without an INSTEAD OF INSERT trigger; COPY'
+        " writes to a table, a partitioned or foreign table, or a view with an INSTEAD OF"
+        " INSERT row trigger (name the table)"
+    ]
+    superuser(
+        pg_dsn,
+        "CREATE FUNCTION into_stored() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$BEGIN INSERT INTO stored VALUES (NEW.*); RETURN NEW; END$$",
+        "CREATE TRIGGER into_stored INSTEAD OF INSERT ON logs FOR EACH ROW"
+        " EXECUTE FUNCTION into_stored()",
+    )
+    assert check_lines(pg_dsn) == []
+    f = PostgresFactory(sink_options(pg_dsn))
+    f.bind(make_context(project="p", logstore="ls", group="g", consumer="c1"))
+    assert run(f(SHARD), ids_batch(0, range(2))) == [None]
+    assert sorted(r[0] for r in query(pg_dsn, "SELECT id FROM stored")) == ["i0", "i1"]
+
+
 @pytest.mark.parametrize("table", ["loghubd_positions", "loghubd_positions_set_aside"])
 def test_row_level_security_on_a_positions_table_is_refused_at_start(
     pg_dsn: str, table: str
