@@ -1,12 +1,14 @@
 """A/B of a C extension between a git revision and the work tree, in one process, interleaved.
 
-Both versions of the module's source are compiled with Python's own CFLAGS into temporary
-directories and loaded side by side; each repetition runs the module's hot call over
-views_bench's batch (1,000 groups of 200 logs, 9 fields) with one, then the other:
+Both versions of the module's source and of `_wire.h` are compiled with Python's own CFLAGS
+into temporary directories and loaded side by side; each repetition runs the module's hot
+call over views_bench's batch (1,000 groups of 200 logs, 9 fields) with one, then the other:
 
 - `_fastlog`: `decode_chunk` in `Batch.logs()`'s chunks (the records of `Batch.logs()`);
 - `_fastarrow`: `fields` over the whole batch (`batch.arrow()`'s pivot, into one Arrow
-  buffer, with jemalloc as in the daemon).
+  buffer, with jemalloc as in the daemon);
+- `_fastjsonl`: `write_chunk` to /dev/null over the batch in the `jsonl` processor's chunk
+  size (`batch.write_jsonl()`'s lines, without the kernel's copy into a file).
 
 Prints ns per log (CPU, min / median / max) and the per-pair ratio base/new. The two must
 give equal results.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shlex
 import statistics
 import subprocess
@@ -35,14 +38,18 @@ import _common  # noqa: F401  (chooses Arrow's allocator as the daemon does, bef
 import pyarrow as pa
 from views_bench import make_raw
 
+from loghubd.models import CHUNK_BYTES as JSONL_CHUNK_BYTES
 from loghubd.models import CHUNK_LOGS
 
 ROOT = Path(__file__).resolve().parent.parent
+WIRE = "loghubd/_wire.h"
 
 
-def build(name: str, source: str, into: Path) -> ModuleType:
+def build(name: str, source: str, wire: str, into: Path) -> ModuleType:
+    """`wire`: the `_wire.h` it includes (found beside the source before loghubd/'s)."""
     into.mkdir()
     (into / f"{name}.c").write_text(source)
+    (into / "_wire.h").write_text(wire)
     so = into / f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
     cflags = shlex.split(sysconfig.get_config_var("CFLAGS") or "-O3")
     include = sysconfig.get_paths()["include"]
@@ -72,10 +79,37 @@ def columns(module: ModuleType, raw: bytes) -> tuple[int, Any]:
     return sum(rows), (names, nulls, data)  # a pa.Buffer compares by value
 
 
+def lines(module: ModuleType, raw: bytes) -> tuple[int, Any]:
+    """`_fastjsonl`: the number of logs, and the JSON lines in chunks. Timed as the `jsonl`
+    processor calls it (`write_chunk`, from the extension's own buffer), to /dev/null so that
+    the kernel's copy into a file is left out; the lines compared are `encode_chunk`'s."""
+    offset, count, chunks = 0, 0, []
+    while offset < len(raw):
+        chunk, offset, logs = module.encode_chunk(raw, offset, JSONL_CHUNK_BYTES)
+        chunks.append(chunk)
+        count += logs
+    return count, chunks
+
+
+def lines_timed(module: ModuleType, raw: bytes) -> tuple[int, Any]:
+    offset, count, size = 0, 0, 0
+    with open(os.devnull, "wb") as sink:
+        while offset < len(raw):
+            written, offset, logs = module.write_chunk(
+                raw, offset, JSONL_CHUNK_BYTES, sink.fileno()
+            )
+            size += written
+            count += logs
+    return count, size
+
+
 CALLS: dict[str, Callable[[ModuleType, bytes], tuple[int, Any]]] = {
     "_fastlog": records,
     "_fastarrow": columns,
+    "_fastjsonl": lines_timed,
 }
+# What the two versions' results are compared with, where it is not the timed call.
+COMPARED: dict[str, Callable[[ModuleType, bytes], tuple[int, Any]]] = {"_fastjsonl": lines}
 
 
 def ns_per_log(
@@ -101,19 +135,26 @@ def main() -> int:
     args = parser.parse_args()
     name, call = args.module, CALLS[args.module]
     source = f"loghubd/{name}.c"
-    base_source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{args.base}:{source}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+
+    def at_base(path: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{args.base}:{path}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    base_source, base_wire = at_base(source), at_base(WIRE)
     raw = make_raw(args.groups, vary=args.vary)
     with tempfile.TemporaryDirectory() as tmp:
         versions = {
-            "base": build(name, base_source, Path(tmp, "base")),
-            "new": build(name, (ROOT / source).read_text(), Path(tmp, "new")),
+            "base": build(name, base_source, base_wire, Path(tmp, "base")),
+            "new": build(
+                name, (ROOT / source).read_text(), (ROOT / WIRE).read_text(), Path(tmp, "new")
+            ),
         }
-        if call(versions["base"], raw) != call(versions["new"], raw):
+        same = COMPARED.get(name, call)
+        if same(versions["base"], raw) != same(versions["new"], raw):
             print("the two versions decode differently", file=sys.stderr)
             return 1
         times: dict[str, list[float]] = {version: [] for version in versions}

@@ -15,6 +15,11 @@
  * rules (last occurrence of a singular field wins, unknown fields skipped, groups refused)
  * are loghubd/_fastlog.c's, whose helpers live in _wire.h.
  *
+ * Structured logs repeat their keys in the same order: a log whose keys are the previous
+ * log's (already checked: UTF-8, distinct, none of the record's own) and whose Time comes
+ * first is written in one pass (encode_log_fast); any other takes encode_log, which parses
+ * the log first and builds the record where a key repeats or shadows one of the record's.
+ *
  * The encoding runs without the GIL, in a malloc'd buffer; the caller's buffer is held
  * (PyObject_GetBuffer) for the whole call.
  */
@@ -65,34 +70,6 @@ grow(Out *o, size_t extra)
     return 0;
 }
 
-/* memcpy for the short runs a record is made of (keys, values, separators: mostly under 16
- * bytes), without a call into libc: two overlapping loads and stores cover 4..16 bytes. */
-static inline void
-copy_short(uint8_t *dst, const uint8_t *src, size_t n)
-{
-    if (n >= 8 && n <= 16) {
-        uint64_t a, b;
-        memcpy(&a, src, 8);
-        memcpy(&b, src + n - 8, 8);
-        memcpy(dst, &a, 8);
-        memcpy(dst + n - 8, &b, 8);
-    }
-    else if (n >= 4 && n < 8) {
-        uint32_t a, b;
-        memcpy(&a, src, 4);
-        memcpy(&b, src + n - 4, 4);
-        memcpy(dst, &a, 4);
-        memcpy(dst + n - 4, &b, 4);
-    }
-    else if (n < 4) {
-        for (size_t i = 0; i < n; i++)
-            dst[i] = src[i];
-    }
-    else {
-        memcpy(dst, src, n);
-    }
-}
-
 static inline void
 put(Out *o, const char *s, size_t n)
 {
@@ -131,17 +108,49 @@ init_tables(void)
 /* Whether any of the 8 bytes at p is not PLAIN (SWAR: 0x80 of a byte is set in `hit` when
  * that byte is < 0x20, '"', '\\', 0x7f or >= 0x80). */
 static inline int
-needs_escape8(const uint8_t *p)
+needs_escape_word(uint64_t w)
 {
     const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
-    uint64_t w, hit;
-    memcpy(&w, p, 8);
+    uint64_t hit;
 #define HAS_ZERO(x) (((x) - ones) & ~(x) & highs)
     hit = (w - ones * 0x20) & ~w;         /* bytes < 0x20 (and some >= 0x80: caught below) */
     hit |= HAS_ZERO(w ^ (ones * '"')) | HAS_ZERO(w ^ (ones * '\\')) | HAS_ZERO(w ^ (ones * 0x7f));
     hit |= w;                             /* bytes >= 0x80 */
 #undef HAS_ZERO
     return (hit & highs) != 0;
+}
+
+static inline int
+needs_escape8(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return needs_escape_word(w);
+}
+
+/* Whether any of the n (<= 16) bytes at p is not PLAIN, with at most two word loads, none
+ * outside [p, p + n): the short values of structured logs (levels, codes, ids) in a few
+ * instructions instead of a loop per byte. */
+static inline int
+needs_escape_short(const uint8_t *p, size_t n)
+{
+    if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, p, 8);
+        memcpy(&b, p + n - 8, 8);
+        return needs_escape_word(a) || needs_escape_word(b);
+    }
+    uint64_t w = 0x6161616161616161u; /* 'a' where there is no byte of the string */
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        w = (uint64_t)a | (uint64_t)b << 32;
+    }
+    else if (n > 0) {
+        w = (w & ~(uint64_t)0xffffff) | p[0] | (uint64_t)p[n >> 1] << 8 | (uint64_t)p[n - 1] << 16;
+    }
+    return needs_escape_word(w);
 }
 
 /* The length of the well-formed UTF-8 sequence at p (2..4 bytes, with its code point in
@@ -194,10 +203,20 @@ put_string(Out *o, Span s)
     if ((size_t)s.n > (SIZE_MAX - 2) / 6 || reserve(o, (size_t)s.n * 6 + 2) < 0)
         return -1;
     o->p[o->len++] = '"';
+    if (s.n <= 16 && !needs_escape_short(p, (size_t)s.n)) { /* most values of most logs */
+        copy_short(o->p + o->len, p, (size_t)s.n);
+        o->len += (size_t)s.n;
+        o->p[o->len++] = '"';
+        return 0;
+    }
     while (p < end) {
         const uint8_t *run = p;
         while (end - p >= 8 && !needs_escape8(p))
             p += 8;
+        /* the last 0..7 bytes in one word that ends at `end` (it takes in bytes before p,
+         * so an escaped one there sends this to the loop below) */
+        if (p < end && s.n >= 8 && !needs_escape8(end - 8))
+            p = end;
         while (p < end && PLAIN[*p])
             p++;
         if (p > run) {
@@ -313,7 +332,7 @@ static const uint8_t K_TIME[] = "__time__", K_NS[] = "__time_ns_part__",
 #define LIT_SPAN(a) ((Span){(a), (Py_ssize_t)sizeof(a) - 1})
 
 /* Why the call fails, for the caller to raise once the GIL is back. */
-enum { OK = 0, E_NOMEM, E_MALFORMED, E_NOT_UTF8 };
+enum { OK = 0, E_NOMEM, E_MALFORMED, E_NOT_UTF8, E_SLOW };
 
 /* `, "key": ` of the content at one position in the previous log, to reuse when the next
  * log has the same key there (structured logs repeat their keys in the same order). */
@@ -332,6 +351,9 @@ typedef struct {
     Entries contents; /* the contents of the current log */
     Out tag_keys;     /* "__tag__:" + key of each tag of the current group */
     Out fragment;     /* `"__topic__": ..., "__source__": ..., tags` of the current group */
+    uint32_t time;    /* the last __time__ written, and its digits (logs share seconds) */
+    uint8_t time_text[10];
+    size_t time_len;  /* 0 until the first */
     Py_ssize_t logs;
 } State;
 
@@ -389,6 +411,101 @@ put_content(State *st, size_t i)
     return put_string(&st->out, x->value);
 }
 
+/* `t` in decimal, as put_uint writes it; the digits are kept for the next log's. */
+static int
+put_time(State *st, uint32_t t)
+{
+    if (st->time_len == 0 || t != st->time) {
+        uint8_t tmp[10];
+        size_t n = 0;
+        uint32_t v = t;
+        do {
+            tmp[9 - n++] = (uint8_t)('0' + v % 10);
+            v /= 10;
+        } while (v);
+        memcpy(st->time_text, tmp + 10 - n, n);
+        st->time_len = n;
+        st->time = t;
+    }
+    if (reserve(&st->out, sizeof st->time_text) < 0)
+        return -1;
+    /* all of time_text (room was reserved): a copy of fixed size, only time_len of it kept */
+    memcpy(st->out.p + st->out.len, st->time_text, sizeof st->time_text);
+    st->out.len += st->time_len;
+    return 0;
+}
+
+/* The usual log in one pass, straight into the output: its Time comes first (and once), and
+ * its keys are the cached ones at their positions, among the first `clean` (so distinct and
+ * none a key of the record's own, which is what encode_log checks for). OK; E_SLOW with
+ * nothing of the log left in the output when the log is not that (encode_log decides); or
+ * E_NOMEM. */
+static int
+encode_log_fast(State *st, Span msg)
+{
+    const uint8_t *p = msg.p, *end = msg.p + msg.n;
+    Out *o = &st->out;
+    size_t start = o->len, time_end, i = 0;
+    uint32_t time_ns = 0;
+    Field f = {0};
+    int r;
+
+    if (st->clean == 0 || msg.n == 0 || p[0] != TAG(1, 0) || next_field(&p, end, &f) <= 0)
+        return E_SLOW;
+    if (reserve(o, 24) < 0)
+        return E_NOMEM;
+    PUT_LIT(o, "{\"__time__\": ");
+    if (put_time(st, (uint32_t)f.v) < 0 || reserve(o, st->fragment.len + 2) < 0)
+        return E_NOMEM;
+    time_end = o->len;
+    PUT_LIT(o, ", ");
+    put(o, (const char *)st->fragment.p, st->fragment.len);
+    while ((r = next_field(&p, end, &f)) > 0) {
+        if (f.tag == TAG(2, 2)) {
+            Span k, v;
+            if (i >= st->clean || read_pair(f.s, &k, &v) < 0 || !span_eq(st->keys[i].key, k))
+                goto slow;
+            const Out *text = &st->keys[i++].text;
+            if (reserve(o, text->len) < 0)
+                return E_NOMEM;
+            put(o, (const char *)text->p, text->len);
+            if (put_string(o, v) < 0)
+                return E_NOMEM;
+        }
+        else if (f.tag == TAG(4, 5))
+            time_ns = (uint32_t)f.v;
+        else if (f.tag == TAG(1, 0))
+            goto slow; /* a second Time: the last one wins, and it was written already */
+    }
+    if (r < 0)
+        goto slow;
+    if (time_ns) { /* after the contents on the wire, before them in the record */
+        static const char lit[] = ", \"__time_ns_part__\": ";
+        uint8_t tmp[sizeof lit - 1 + 10];
+        size_t n = 0;
+        memcpy(tmp, lit, sizeof lit - 1);
+        do {
+            tmp[sizeof tmp - 1 - n++] = (uint8_t)('0' + time_ns % 10);
+            time_ns /= 10;
+        } while (time_ns);
+        memmove(tmp + sizeof lit - 1, tmp + sizeof tmp - n, n);
+        n += sizeof lit - 1;
+        if (reserve(o, n) < 0)
+            return E_NOMEM;
+        memmove(o->p + time_end + n, o->p + time_end, o->len - time_end);
+        memcpy(o->p + time_end, tmp, n);
+        o->len += n;
+    }
+    if (reserve(o, 2) < 0)
+        return E_NOMEM;
+    PUT_LIT(o, "}\n");
+    st->logs++;
+    return OK;
+slow:
+    o->len = start;
+    return E_SLOW;
+}
+
 static int
 encode_log(State *st, Span msg)
 {
@@ -439,7 +556,7 @@ encode_log(State *st, Span msg)
         if (reserve(o, 64 + st->fragment.len) < 0)
             return E_NOMEM;
         PUT_LIT(o, "{\"__time__\": ");
-        if (put_uint(o, time) < 0)
+        if (put_time(st, time) < 0)
             return E_NOMEM;
         if (time_ns) {
             if (reserve(o, 24) < 0)
@@ -557,7 +674,9 @@ encode_group(State *st, Span msg)
     /* Pass 2: the logs (the framing was checked by pass 1). */
     p = msg.p;
     while ((rc = next_message(&p, end, 1, &log)) > 0) {
-        if ((rc = encode_log(st, log)) != OK)
+        if ((rc = encode_log_fast(st, log)) == E_SLOW)
+            rc = encode_log(st, log);
+        if (rc != OK)
             return rc;
     }
     return OK;

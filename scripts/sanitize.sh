@@ -41,7 +41,7 @@ import pytest  # noqa: E402
 
 tests = ["tests/unit/test_fastlog.py", "tests/unit/test_fastjsonl.py",
          "tests/unit/test_fastarrow.py", "tests/unit/test_arrow_view.py",
-         "tests/unit/test_fastlz4.py"]
+         "tests/unit/test_fastlz4.py", "tests/unit/test_wire_forms.py"]
 opts = ["-q", "-p", "no:cacheprovider"]
 # loghubd was imported above (to check which one): its pytest plugin cannot be rewritten
 opts += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
