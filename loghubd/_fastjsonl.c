@@ -213,9 +213,10 @@ put_string(Out *o, Span s)
         const uint8_t *run = p;
         while (end - p >= 8 && !needs_escape8(p))
             p += 8;
-        /* the last 0..7 bytes in one word that ends at `end` (it takes in bytes before p,
-         * so an escaped one there sends this to the loop below) */
-        if (p < end && s.n >= 8 && !needs_escape8(end - 8))
+        /* the last 1..7 bytes, when the loop above ran out of words (not when it stopped at
+         * a byte to escape), in one word that ends at `end`: it takes in bytes before p too,
+         * so an escaped one there sends this to the loop below */
+        if (p < end && end - p < 8 && s.n >= 8 && !needs_escape8(end - 8))
             p = end;
         while (p < end && PLAIN[*p])
             p++;

@@ -329,3 +329,19 @@ def test_loghubd_no_c_disables_the_extension() -> None:
 
     assert run(LOGHUBD_NO_C="1") == "True"
     assert run() == "False"
+
+
+@pytest.mark.parametrize("special", [b"\x00", b"\x1f", b'"', b"\\", b"\x7f", "é".encode(), b"\xff"])
+def test_one_byte_to_escape_at_every_position_of_every_length(special: bytes) -> None:
+    """Values and keys of 1 to 40 bytes with one byte (or sequence) to escape at each place:
+    the word-at-a-time scans (short values, the tail of longer ones) must not skip it."""
+    lgl = pb.LogGroupListRaw()
+    group = lgl.LogGroups.add()
+    for n in range(1, 41):
+        for i in range(n):
+            text = b"a" * i + special + b"b" * (n - i - 1)
+            log = group.Logs.add(Time=1)
+            log.Contents.add(Key=b"k", Value=text)
+            if special.isascii():  # keys must be UTF-8: only those are keys too
+                log.Contents.add(Key=text, Value=b"v")
+    check(lgl.SerializeToString())
