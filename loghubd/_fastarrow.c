@@ -104,7 +104,7 @@ static int buf_grow(Buf *b, size_t extra) {
 static inline int buf_put(Buf *b, const void *data, size_t n) {
     if (n == 0) return OK;
     if (b->cap - b->len < n && buf_grow(b, n) != OK) return NOMEM;
-    memcpy(b->p + b->len, data, n);
+    copy_short((uint8_t *)b->p + b->len, data, n); /* mostly short: no call into libc */
     b->len += n;
     return OK;
 }

@@ -249,7 +249,22 @@ is_utf8(Span s)
 {
     const uint8_t *p = s.p, *end = s.p + s.n;
     uint8_t any = 0;
-    /* Keys are almost always ASCII: one branch-free pass instead of one branch per byte. */
+    /* Keys and most values are ASCII. Up to 16 bytes: two (overlapping) word loads. */
+    if (s.n >= 8 && s.n <= 16) {
+        uint64_t a, b;
+        memcpy(&a, p, 8);
+        memcpy(&b, end - 8, 8);
+        if (((a | b) & 0x8080808080808080u) == 0)
+            return 1;
+    }
+    else if (s.n >= 4 && s.n < 8) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, end - 4, 4);
+        if (((a | b) & 0x80808080u) == 0)
+            return 1;
+    }
+    /* Longer ones: one branch-free pass instead of one branch per byte. */
     for (Py_ssize_t i = 0; i < s.n; i++)
         any |= p[i];
     if (any < 0x80)

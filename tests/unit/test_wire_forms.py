@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loghubd import arrow, arrow_view
+from loghubd.models import Batch
+from loghubd.protocol import cursor as cursors
 from tests.unit import test_fastarrow as arrow_checks
 from tests.unit import test_fastjsonl as jsonl_checks
 from tests.unit import test_fastlog as log_checks
 from tests.unit.test_fastlog import f32, ld, varint, vi
 
+C_PARSE, C_FIELDS = arrow.c_parse, arrow_view.c_fields
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -102,3 +107,33 @@ def test_each_content_form_after_a_canonical_log(form: str) -> None:
     assert log_checks.fast_items(raw) == log_checks.python_items(raw)
     result: Any = arrow_checks.same(raw)
     assert not isinstance(result, type)
+
+
+def view(raw: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch) -> pa.RecordBatch:
+    """batch.arrow() with or without the C pivot (_fastarrow.fields)."""
+    monkeypatch.setattr(arrow, "c_parse", C_PARSE if fast else None)
+    monkeypatch.setattr(arrow_view, "c_fields", C_FIELDS if fast else None)
+    return Batch(0, cursors.encode(1), cursors.encode(2), raw, 1).arrow()
+
+
+@pytest.mark.parametrize("special", [b"\xff", "é".encode(), b"\xc3", b"\x00", b'"'])
+@pytest.mark.parametrize("where", ["value", "key"])
+def test_one_odd_byte_at_every_position_of_every_length(
+    special: bytes, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Strings of 1 to 24 bytes with one byte (or sequence) that is not plain ASCII at each
+    place, as a value or a key: the word-at-a-time checks (UTF-8, escapes) must see it. Each is
+    a list of its own: a byte the C paths refuse refuses the whole list, and would hide the
+    places after it. The log before it has the same key, so the short cuts are taken."""
+    for n in range(1, 25):
+        for i in range(n):
+            text = b"a" * i + special + b"b" * (n - i - 1)
+            pair = (b"k", text) if where == "value" else (text, b"v")
+            logs = [ld(1, vi(1, 1) + ld(2, CONTENT_FORMS["key, value"](*p))) for p in (pair, pair)]
+            raw = ld(1, b"".join(logs))
+            jsonl_checks.check(raw)
+            assert log_checks.outcome(raw, True, monkeypatch) == log_checks.outcome(
+                raw, False, monkeypatch
+            )
+            arrow_checks.same(raw)
+            assert view(raw, True, monkeypatch).equals(view(raw, False, monkeypatch))
