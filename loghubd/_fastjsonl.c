@@ -193,22 +193,21 @@ utf8_seq(const uint8_t *p, const uint8_t *end, unsigned *cp)
     return more + 1;
 }
 
-/* `s` as a JSON string (quotes included), as json.dumps(s.decode("utf-8",
- * "surrogateescape")) writes it. -1 when out of memory. */
-static int
-put_string(Out *o, Span s)
+#if defined(__GNUC__) || defined(__clang__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE
+#endif
+
+/* put_string for any string: words of plain bytes at a time, escapes one by one. */
+static NOINLINE int
+put_string_any(Out *o, Span s)
 {
     const uint8_t *p = s.p, *end = s.p + s.n;
     /* worst case: 6 output bytes per input byte, plus the quotes */
     if ((size_t)s.n > (SIZE_MAX - 2) / 6 || reserve(o, (size_t)s.n * 6 + 2) < 0)
         return -1;
     o->p[o->len++] = '"';
-    if (s.n <= 16 && !needs_escape_short(p, (size_t)s.n)) { /* most values of most logs */
-        copy_short(o->p + o->len, p, (size_t)s.n);
-        o->len += (size_t)s.n;
-        o->p[o->len++] = '"';
-        return 0;
-    }
     while (p < end) {
         const uint8_t *run = p;
         while (end - p >= 8 && !needs_escape8(p))
@@ -263,6 +262,26 @@ put_string(Out *o, Span s)
     }
     o->p[o->len++] = '"';
     return 0;
+}
+
+/* `s` as a JSON string (quotes included), as json.dumps(s.decode("utf-8",
+ * "surrogateescape")) writes it. -1 when out of memory. Inlined for what most values of most
+ * logs are, up to 16 bytes with nothing to escape; put_string_any for the rest. */
+static inline int
+put_string(Out *o, Span s)
+{
+    size_t n = (size_t)s.n;
+    if (n <= 16 && !needs_escape_short(s.p, n)) {
+        if (reserve(o, 18) < 0)
+            return -1;
+        uint8_t *q = o->p + o->len;
+        q[0] = '"';
+        copy_short(q + 1, s.p, n);
+        q[n + 1] = '"';
+        o->len += n + 2;
+        return 0;
+    }
+    return put_string_any(o, s);
 }
 
 static int
@@ -412,22 +431,28 @@ put_content(State *st, size_t i)
     return put_string(&st->out, x->value);
 }
 
-/* `t` in decimal, as put_uint writes it; the digits are kept for the next log's. */
-static int
+/* Keep the decimal digits of `t` (as put_uint writes them) for put_time. */
+static NOINLINE void
+time_digits(State *st, uint32_t t)
+{
+    uint8_t tmp[10];
+    size_t n = 0;
+    uint32_t v = t;
+    do {
+        tmp[9 - n++] = (uint8_t)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(st->time_text, tmp + 10 - n, n);
+    st->time_len = n;
+    st->time = t;
+}
+
+/* `t` in decimal; the digits are kept for the next log's (logs share seconds). */
+static inline int
 put_time(State *st, uint32_t t)
 {
-    if (st->time_len == 0 || t != st->time) {
-        uint8_t tmp[10];
-        size_t n = 0;
-        uint32_t v = t;
-        do {
-            tmp[9 - n++] = (uint8_t)('0' + v % 10);
-            v /= 10;
-        } while (v);
-        memcpy(st->time_text, tmp + 10 - n, n);
-        st->time_len = n;
-        st->time = t;
-    }
+    if (st->time_len == 0 || t != st->time)
+        time_digits(st, t);
     if (reserve(&st->out, sizeof st->time_text) < 0)
         return -1;
     /* all of time_text (room was reserved): a copy of fixed size, only time_len of it kept */
