@@ -45,6 +45,10 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.optimizer.plannedWrite.enabled": "false",
     "spark.sql.maxConcurrentOutputFileWriters": "8",
 }
+# A call's waiter wakes this often to repeat a cancel (`SparkRunner._wait`), and waits this long
+# for a cancelled call to end before giving up on it (it then stays `busy`).
+CANCEL_POLL_S = 0.5
+CANCEL_WAIT_S = 60.0
 OOM_MARKERS = ("OutOfMemoryError", "Java heap space", "GC overhead limit exceeded")
 # The driver JVM's quiet log4j2 configuration (`quiet_jvm_logging`): FATAL lines only.
 LOG4J2_QUIET = Path(__file__).with_name("log4j2-quiet.properties")
@@ -125,6 +129,8 @@ class SparkRunner:
         self._lock = threading.Lock()
         self._closed = False
         self._current: concurrent.futures.Future[Any] | None = None
+        # A cancel asked for while this call runs, and its tag: repeated until the call ends.
+        self._cancel_asked: tuple[concurrent.futures.Future[Any], str] | None = None
         self.started_s = 0.0
         self.restarts = 0
 
@@ -191,11 +197,11 @@ class SparkRunner:
         future = self._submit(job)
         self._current = future
         try:
-            return future.result(timeout)
+            return self._wait(future, timeout)
         except concurrent.futures.TimeoutError:
             self.cancel(tag)
             try:
-                future.result(60)
+                self._wait(future, CANCEL_WAIT_S)
             except Exception as exc:
                 log.warning("spark_job_cancelled", tag=tag, error=repr(exc)[:300])
             raise SparkTimeout(
@@ -212,6 +218,26 @@ class SparkRunner:
                     "a new session was started and the write will be retried"
                 ) from exc
             raise SparkError(explain(exc, arrow_bytes)) from exc
+
+    def _wait(self, future: concurrent.futures.Future[T], timeout: float | None) -> T:
+        """`future.result(timeout)`, in slices: after a cancel, each slice cancels again.
+
+        `cancelJobsWithTag` stops only the jobs already submitted; a call that was still
+        planning its query (or is between two jobs) submits its next job after the cancel,
+        and that one would run to its end. Cancelling again until the call ends catches it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = CANCEL_POLL_S
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            try:
+                return future.result(wait)
+            except concurrent.futures.TimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+            asked = self._cancel_asked
+            if asked is not None and asked[0] is future:
+                self._cancel_jobs(asked[1])
 
     def _restart_session(self, cause: BaseException) -> None:
         log.error("spark_jvm_exited", error=repr(cause)[:500], restarts=self.restarts)
@@ -252,7 +278,14 @@ class SparkRunner:
         self._create()
 
     def cancel(self, tag: str = TAG) -> None:
-        """Cancel the running jobs with this tag (all of ours by default); any thread."""
+        """Cancel the running jobs with this tag (all of ours by default); any thread. While
+        the current call runs, its waiter cancels again every CANCEL_POLL_S (see `_wait`)."""
+        current = self._current
+        if current is not None and not current.done():
+            self._cancel_asked = (current, tag)
+        self._cancel_jobs(tag)
+
+    def _cancel_jobs(self, tag: str) -> None:
         session = self._session
         if session is None:
             return

@@ -372,6 +372,29 @@ def test_timeouts_cancel_the_jvm_job_by_tag(spark: Any) -> None:
     assert not spark.sparkContext._jsc.sc().isStopped()  # a borrowed session stays up
 
 
+def test_a_job_submitted_after_the_cancel_is_cancelled_too(spark: Any) -> None:
+    # ci run on b1ab850: the query was still being planned when the 1 s timeout cancelled its
+    # tag, so no job had that tag yet and the endless one submitted afterwards ran on. Here
+    # the call sleeps past its timeout before it submits the job: only a repeated cancel
+    # stops it.
+    runner = SparkRunner("local[1]", {}, session=spark)
+    runner.start()
+
+    def late(s: Any) -> Any:
+        time.sleep(2.0)
+        return s.range(0, 10**13, numPartitions=1).selectExpr("sum(id)").collect()
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(SparkTimeout, match="write_timeout"):
+            runner.run(late, tag="late", timeout=1.0)
+        assert time.monotonic() - started < 30, "the job submitted after the cancel ran on"
+        assert not runner.busy
+        assert runner.run(lambda s: s.range(3).count(), tag="after-late") == 3  # not cancelled
+    finally:
+        runner.stop()
+
+
 def test_jobs_run_on_one_thread_with_their_tags(spark: Any) -> None:
     runner = SparkRunner("local[1]", {}, session=spark)
     runner.start()
