@@ -162,6 +162,9 @@ def _one(exc: BaseException, ctx: Context) -> tuple[int, str] | None:
         return NOT_FOUND, f"{exc.message}: `loghubd group describe` lists the shards"
     if isinstance(exc, E.InvalidCursor):
         return USAGE, f"the service refused the cursor: {exc.message}"
+    if isinstance(exc, Unreachable) and exc.wrong_scheme:
+        # Not the service being down: the URL is wrong, which waiting will not mend (as `run`).
+        return USAGE, f"{where}: {exc.cause} ({ctx.key('endpoint', '{flag}, {key}')})"
     if isinstance(exc, Unreachable):
         why = f" ({exc.cause})" if exc.cause else ""
         return UNREACHABLE, (

@@ -99,6 +99,21 @@ def test_an_unreachable_endpoint_is_reported_after_the_timeout(command: str) -> 
 
 
 @pytest.mark.parametrize("command", ["status", "produce"])
+def test_https_to_a_plain_http_service_is_a_usage_error(
+    server: ServerProcess, command: str
+) -> None:
+    """The URL is wrong, not the service down: exit 2 at once, as `run` does, not 4."""
+    https = server.endpoint.replace("http://", "https://", 1)
+    args = where(server, endpoint=https)
+    if command == "status":
+        args += ["--group", GROUP]
+    started = time.monotonic()
+    line = one_line(cli(command, *args, "--timeout", "20"), 2, "use an http:// endpoint")
+    assert https in line and "--endpoint" in line, line
+    assert time.monotonic() - started < 15, "refused without retrying to the deadline"
+
+
+@pytest.mark.parametrize("command", ["status", "produce"])
 def test_an_endpoint_that_is_not_a_url(command: str) -> None:
     args = ["--endpoint", "not-a-url", "--project", PROJECT, "--logstore", "x"]
     if command == "status":

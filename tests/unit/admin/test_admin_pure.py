@@ -121,6 +121,11 @@ CTX = errors.Context("http://h.example:1", "proj", "store", "grp")
         (E.LogStoreNotExist("x"), errors.NOT_FOUND, "logstore 'store'"),
         (E.ConsumerGroupNotExist("x"), errors.NOT_FOUND, "consumer group 'grp'"),
         (Unreachable("x"), errors.UNREACHABLE, "cannot reach http://h.example:1"),
+        (
+            Unreachable("x", cause="use an http:// endpoint", wrong_scheme=True),
+            errors.USAGE,
+            "http://h.example:1: use an http:// endpoint",
+        ),
         (E.SignatureNotMatch("x"), errors.FAILED, "refused the credentials"),
         (KeyboardInterrupt(), errors.INTERRUPTED, "interrupted"),
         (OSError(errno.EADDRINUSE, "Address in use"), errors.UNREACHABLE, "in use"),
