@@ -169,8 +169,9 @@ async def _serve(
             site = GuardedSite(runner, opts.host, opts.port, listener)
             await site.start()
             port = runner.addresses[0][1]
-            log.info("serving", host=opts.host, port=port, data_dir=str(opts.data_dir))
-            if not keys:  # said once it serves: a server that cannot start has no warning
+            # The warnings come once the site is bound (a server that cannot start has none)
+            # and before `serving`: whoever waits for `serving` has them all in the log.
+            if not keys:
                 log.warning("signatures_not_checked", reason="no --access-keys file given")
                 exposed = exposed_addresses(s.getsockname() for s in listener.sockets)
                 if exposed:
@@ -189,6 +190,7 @@ async def _serve(
                     mode=oct(shared),
                     hint=f"other local users may read the stored logs; chmod 700 {opts.data_dir}",
                 )
+            log.info("serving", host=opts.host, port=port, data_dir=str(opts.data_dir))
             task_status.started(port)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_every, opts.tick_interval, service.tick)
