@@ -27,4 +27,5 @@ bin="$here/.venv/bin"
 # LOGHUBD_TEST_WORKERS=0 runs everything in this process. A skipped test fails here, with its
 # reason (conftest.py): every check must run where the suite is the gate.
 export LOGHUBD_SKIPS_FAIL="${LOGHUBD_SKIPS_FAIL:-1}"
-exec "$bin/python" -m pytest -q -n "${LOGHUBD_TEST_WORKERS:-4}" "$@"
+# The 25 slowest tests are listed at the end: where the suite's time goes, run after run.
+exec "$bin/python" -m pytest -q --durations=25 -n "${LOGHUBD_TEST_WORKERS:-4}" "$@"
