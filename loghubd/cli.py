@@ -92,8 +92,8 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
         "--max-connections-per-address",
         type=int,
         default=0,
-        help="open connections at once from one client address (0: no limit); past it a new "
-        "one from that address is answered 503 ServerBusy",
+        help="open connections at once from one client: an IPv4 address or an IPv6 /64 (0: no "
+        "limit); past it a new one from that client is answered 503 ServerBusy",
     )
     serve.add_argument(
         "--header-timeout",

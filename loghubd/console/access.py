@@ -18,11 +18,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from loghubd.server import policy as P
+from loghubd.server.addresses import is_loopback
 from loghubd.server.auth import AccessKey
 
 COOKIE = "loghubd_console"
@@ -89,10 +89,7 @@ class Gate:
         """Without credentials: loopback only, unless started open."""
         if self.needs_sign_in or self.open_to_all:
             return True
-        try:
-            return remote is not None and ipaddress.ip_address(remote).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(remote)
 
     def sign_in(self, key_id: str, secret: str, token: str, now: float) -> str:
         """The session's subject (`key:<id>` or `token`), or ValueError saying why not."""

@@ -1,7 +1,8 @@
 """A credential refused at a sign-in form or a bearer-token check (the consoles of serve and
-the daemon, the daemon's `/status`): one warning line per client address at most every 10
-seconds (the rest counted in the next line, as serve counts its refused requests), and the
-answer held back `REFUSED_DELAY_S`, so that guessing is slow and seen."""
+the daemon, the daemon's `/status`): one warning line per client (an address, or an IPv6 /64
+network: `loghubd.server.addresses`) at most every 10 seconds (the rest counted in the next
+line, as serve counts its refused requests), and the answer held back `REFUSED_DELAY_S`, so
+that guessing is slow and seen."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import anyio
 import structlog
 from aiohttp import web
 
+from loghubd.server.addresses import client_key
 from loghubd.server.refusals import RefusalThrottle
 
 log = structlog.get_logger("loghubd.console")
@@ -21,7 +23,7 @@ async def refused_credential(request: web.Request, event: str, reason: str, **fi
     """Log (throttled) and wait before the caller answers 401. `fields` are shown cut to 64
     characters: a key id, never a secret."""
     remote = request.remote or ""
-    admitted = _THROTTLE.admit((401, event, remote))
+    admitted = _THROTTLE.admit((401, event, client_key(remote)))
     if admitted is not None:
         suppressed, others = admitted
         log.warning(

@@ -34,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from loghubd.protocol import errors as E
 from loghubd.server import auth, bodies, refusals, routes
+from loghubd.server.addresses import is_loopback
 from loghubd.server.call import Call, json_response
 from loghubd.server.guard import ConnectionGuard, attach
 from loghubd.server.metrics import ServerMetrics
@@ -118,17 +119,6 @@ METRICS_CLOSED = {
 }
 
 
-def _loopback(remote: str | None) -> bool:
-    """Whether a client address is this machine's (an IPv4 address mapped into IPv6 too)."""
-    try:
-        address = ipaddress.ip_address((remote or "").split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
-
-
 def refuse_cross_site(headers: Mapping[str, str]) -> None:
     """Without `--access-keys`: a request a web page of another site sent is refused (403
     Unauthorized), so that a page cannot write to, or delete from, a serve on this machine
@@ -163,7 +153,7 @@ async def _answer(request: web.Request, settings: HttpSettings) -> web.StreamRes
     host = request.headers.get("host", "")
     named = host_project(host, settings.service_hosts)
     if named is None and request.path == "/metrics" and request.method == "GET":
-        if settings.access_keys and not settings.metrics_open and not _loopback(request.remote):
+        if settings.access_keys and not settings.metrics_open and not is_loopback(request.remote):
             return json_response(METRICS_CLOSED, status=403)
         data = generate_latest(app[METRICS].exposed)
         return web.Response(body=data, headers={"content-type": CONTENT_TYPE_LATEST})

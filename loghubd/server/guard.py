@@ -5,9 +5,10 @@ aiohttp's server has neither (its keep-alive timer is reset by every byte, so a 
 sends one header byte every few seconds holds a connection forever). `ConnectionGuard` wraps
 the protocol factory aiohttp's `AppRunner` builds:
 
-- past `max_connections` (or past `max_per_address` from one client address, when that is
-  set) a new connection gets a complete `503 ServerBusy` answer (which the SLS SDKs retry)
-  and is closed before any of it is read;
+- past `max_connections` (or past `max_per_address` from one client, when that is set: an
+  IPv4 address, or an IPv6 /64 network, `loghubd.server.addresses`) a new connection gets
+  a complete `503 ServerBusy` answer (which the SLS SDKs retry) and is closed before any of
+  it is read;
 - a request head (from the connection's first byte, or the first byte after the previous
   request) must be complete within `header_timeout` seconds; if not, the client gets
   `408 RequestTimeout` and the connection is closed. A head is complete when its blank line
@@ -29,6 +30,8 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+
+from loghubd.server.addresses import client_key
 
 log = structlog.get_logger("loghubd.server")
 
@@ -130,7 +133,7 @@ class _Guarded(asyncio.Protocol):
         self._inner = inner
         self._guard = guard
         self._transport: asyncio.Transport | None = None
-        self._address = ""  # the client's, for the per-address count
+        self._address = ""  # the client (`addresses.client_key`), for the per-address count
         self._timer: asyncio.TimerHandle | None = None
         self._in_request = False
         self._counted = False
@@ -145,7 +148,7 @@ class _Guarded(asyncio.Protocol):
         self._transport = transport
         guard = self._guard
         peer = transport.get_extra_info("peername")
-        self._address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self._address = client_key(str(peer[0])) if isinstance(peer, tuple) and peer else ""
         held = guard._by_address.get(self._address, 0)
         if guard.open >= guard.max_connections or (
             guard.max_per_address and held >= guard.max_per_address
