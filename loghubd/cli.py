@@ -345,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         args.log_level or "info",
         args.log_format or "auto",
         stream=sys.stdout if logs_are_output else sys.stderr,
+        tracebacks=args.debug,  # serve's failure lines too (run sets up its own, the same)
     )
     try:
         code: int = args.func(args)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from loghubd import cli, commands
+from loghubd import logging as loghubd_logging
 
 
 @pytest.fixture
@@ -98,3 +99,19 @@ def test_the_command_line_allocates_arrow_memory_with_jemalloc() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip().splitlines()[-1] == "jemalloc", out.stderr
+
+
+def test_debug_gives_every_commands_failure_lines_their_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`loghubd --debug serve`: serve's `request_failed` lines carry the traceback, as its
+    docs say (only `run`, which sets up its logging again, passed `--debug` on before)."""
+    asked: list[object] = []
+    monkeypatch.setattr(
+        loghubd_logging, "configure", lambda *a, **k: asked.append(k.get("tracebacks"))
+    )
+    serve = ["serve", "--data-dir", str(tmp_path), "--max-connections-per-address", "-1"]
+    assert cli.main(["--debug", *serve]) == 2  # refused after logging is set up
+    assert cli.main(serve) == 2
+    assert asked == [True, False]
+    assert "--max-connections-per-address" in capsys.readouterr().err
