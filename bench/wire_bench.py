@@ -363,7 +363,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     # Issue #14 set the 2 M target at a third of the ceiling it measured (6.5 M logs per
     # CPU-s). The same comparison on any machine: a daemon's CPU after start-up as a multiple
     # of the ceiling's after its own, round by round (a third of the ceiling's rate is 3.0x).
-    ceilings = {r["round"]: r for r in runs if r["kind"] == "ceiling" and r["startup_cpu_s"]}
+    ceilings = {
+        r["round"]: r for r in runs if r["kind"] == "ceiling" and r["startup_cpu_s"] is not None
+    }
     for daemon in ("daemon-jsonl", "daemon-arrow", "daemon-records", "daemon-parquet"):
         xs = [
             round(_after(r) / _after(ceilings[r["round"]]), 2)
