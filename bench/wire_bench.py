@@ -21,9 +21,12 @@ The SDK runs as issue #14 measured it: worker_pool_size 4, data_fetch_interval 0
 max_fetch_log_group_size 1000. Per run: wall seconds (spawn -> the consumer's own clock at its
 last batch: loghubd's `loghubd_last_batch_timestamp_seconds`, the SDK's "done" event), the
 consumer's CPU seconds (utime+stime of the process and its children, at completion, start-up
-included), logs per CPU-second (also after start-up: minus the CPU spent until the daemon's
-/readyz first answered 200 or the SDK's worker started), peak RSS (VmHWM), and the server's
-CPU share over the run.
+included), logs per CPU-second (also after start-up: minus the CPU spent until the daemon
+logged its first `shard_started` or the SDK's worker started), peak RSS (VmHWM), and the
+server's CPU share over the run. A daemon's completion is read from the server (the group has
+committed every shard's end), its start from its log file: watching it costs it nothing. (Until
+the thirty-third session it was watched through its /metrics every 0.1 s and /readyz every
+20 ms, which cost it 8-14 CPU-ms per scrape: a few hundred ms per drain, counted as its own.)
 The ceiling counts its own start-up (its CPU when its imports are done, before its first pull).
 Report: min / median / max over rounds, the daemon/SDK ratios of the medians, and each
 daemon's CPU after start-up as a multiple of the same round's ceiling's (issue #14's 2 M
@@ -37,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import resource
@@ -121,6 +123,48 @@ def daemon_config(work: Path, port: int, name: str, kind: str) -> tuple[Path, in
     return cfg, ops
 
 
+def sls_get(port: int, path: str, params: str = "") -> Any:
+    """A GET on the server's SLS API, its JSON answer (None for a 404)."""
+    url = f"http://127.0.0.1:{port}{path}" + (f"?{params}" if params else "")
+    req = urllib.request.Request(url, headers={"host": f"{PROJECT}.sls.local"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+
+
+def end_cursors(port: int) -> dict[int, str]:
+    """Each shard's end cursor (the backlog is written once, before the runs)."""
+    return {
+        shard: sls_get(port, f"/logstores/{LOGSTORE}/shards/{shard}", "type=cursor&from=end")[
+            "cursor"
+        ]
+        for shard in range(SHARDS)
+    }
+
+
+def drained(port: int, group: str, ends: dict[int, str]) -> bool:
+    """Whether `group` has committed every shard's end: asked of the server, so watching a
+    daemon costs the daemon nothing (its /metrics cost it 8-14 ms per scrape on this machine,
+    30-40 scrapes per drain when polled every 0.1 s). The daemon commits a shard's end as soon
+    as the batch that reached it is done (#14, fixed costs)."""
+    rows = sls_get(port, f"/logstores/{LOGSTORE}/consumergroups/{group}")
+    done = {int(r["shard"]): r["checkpoint"] for r in rows or []}
+    return all(done.get(shard) == end for shard, end in ends.items())
+
+
+def started(log: Path) -> bool:
+    """Whether the daemon logged its first `shard_started` (its first pull follows): read from
+    its log file, which costs the daemon nothing."""
+    try:
+        return b'"shard_started"' in log.read_bytes()
+    except OSError:
+        return False
+
+
 def metrics(ops: int) -> tuple[float, float]:
     """(logs consumed, newest last-batch timestamp) from the daemon's /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{ops}/metrics", timeout=2) as r:
@@ -170,7 +214,13 @@ def spawn(kind: str, work: Path, port: int, name: str, expect: int) -> tuple[Any
 
 
 def run_one(
-    kind: str, work: Path, server_pid: int, port: int, expect: int, tag: str
+    kind: str,
+    work: Path,
+    server_pid: int,
+    port: int,
+    expect: int,
+    tag: str,
+    ends: dict[int, str],
 ) -> dict[str, Any]:
     name = f"{kind}-{tag}"
     server0 = C.cpu_seconds(server_pid)
@@ -202,24 +252,14 @@ def run_one(
             os.set_blocking(proc.stdout.fileno(), False)
         while time.monotonic() < deadline:
             time.sleep(0.1 if cpu_ready is not None or kind == "ceiling" else 0.02)
-            if cpu_ready is None and ops:
-                url = f"http://127.0.0.1:{ops}/readyz"
-                with (
-                    contextlib.suppress(OSError, urllib.error.URLError),
-                    urllib.request.urlopen(url, timeout=1),
-                ):
-                    cpu_ready = C.tree_cpu(proc.pid)
-            elif cpu_ready is None and proc.stdout is not None and b'"started"' in buf:
+            if cpu_ready is None and (
+                started(work / f"{name}.log") if ops else b'"started"' in buf
+            ):
                 cpu_ready = C.tree_cpu(proc.pid)
             if proc.poll() is not None and proc.stdout is None:
                 raise RuntimeError(f"{name} exited with {proc.returncode}: see {name}.log")
             if ops:
-                try:
-                    logs, last = metrics(ops)
-                except (OSError, urllib.error.URLError):
-                    continue
-                if logs >= expect:
-                    t_end = last
+                if drained(port, name, ends):
                     break
             else:
                 assert proc.stdout is not None
@@ -247,6 +287,10 @@ def run_one(
             check_parquet(work / f"out-{name}", expect)
         else:
             cpu, hwm = C.tree_cpu(proc.pid), C.tree_peak_rss_mb(proc.pid)
+            if ops:  # measured: now its own count (one scrape) and clock at its last batch
+                logs, t_end = metrics(ops)
+                if logs < expect:
+                    raise RuntimeError(f"{name}: every end committed, {logs:,.0f} logs counted")
         wall_now = time.time() - t0
         server_share = (C.cpu_seconds(server_pid) - server0) / wall_now
     finally:
@@ -413,11 +457,12 @@ def main() -> int:
         t = time.time()
         load(server.port, args.logs, args.distinct)
         print(f"loaded {args.logs:,} logs in {time.time() - t:.1f}s; work dir {work}", flush=True)
+        ends = end_cursors(server.port)
         runs = []
         for r in range(args.rounds):
             order = kinds if r % 2 == 0 else kinds[::-1]
             for kind in order:
-                result = run_one(kind, work, server.proc.pid, server.port, args.logs, f"r{r}")
+                result = run_one(kind, work, server.proc.pid, server.port, args.logs, f"r{r}", ends)
                 result["round"] = r
                 runs.append(result)
                 print(json.dumps(result), flush=True)
