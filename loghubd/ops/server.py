@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from aiohttp import web
 from anyio.abc import TaskStatus
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from loghubd.console.refused import refused_credential
 from loghubd.ops.health import Verdict
+from loghubd.ops.metrics import exposition
 from loghubd.server import http_errors
 from loghubd.server.guard import ConnectionGuard, GuardedSite, attach
 
@@ -47,7 +48,7 @@ def _json(value: object, status: int = 200) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[METRICS])
+    body = await exposition(request.app[METRICS])
     return web.Response(body=body, headers={"content-type": CONTENT_TYPE_LATEST})
 
 

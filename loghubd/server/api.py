@@ -30,8 +30,9 @@ from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from loghubd.ops.metrics import exposition
 from loghubd.protocol import errors as E
 from loghubd.server import auth, bodies, refusals, routes
 from loghubd.server.addresses import is_loopback
@@ -155,7 +156,7 @@ async def _answer(request: web.Request, settings: HttpSettings) -> web.StreamRes
     if named is None and request.path == "/metrics" and request.method == "GET":
         if settings.access_keys and not settings.metrics_open and not is_loopback(request.remote):
             return json_response(METRICS_CLOSED, status=403)
-        data = generate_latest(app[METRICS].exposed)
+        data = await exposition(app[METRICS].exposed)
         return web.Response(body=data, headers={"content-type": CONTENT_TYPE_LATEST})
     project = settings.default_project if named is None else named
     request_id = uuid.uuid4().hex[:24].upper()
