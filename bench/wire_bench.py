@@ -32,6 +32,8 @@ Report: min / median / max over rounds, the daemon/SDK ratios of the medians, an
 daemon's CPU after start-up as a multiple of the same round's ceiling's (issue #14's 2 M
 target is a third of the ceiling it measured: 3.0x).
 
+`WIRE_BENCH_SCRAPE=1` also scrapes each daemon's /metrics every 0.1 s while it drains (as the
+benchmark's watcher did until the thirty-third session), to measure what being watched costs.
 `WIRE_BENCH_CONSUMER` adds lines to the daemons' `[consumer]` table, for A/B runs of one
 setting (for example `max_fetch_log_groups = 100`).
 """
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -245,7 +248,9 @@ def run_one(
         )
     buf = b""
     t_end = 0.0
-    cpu_ready = None  # CPU-s when it was up (daemon: /readyz 200; SDK: its worker started)
+    cpu_ready = None  # CPU-s when it was up (daemon: first shard_started; SDK: worker started)
+    scrape = bool(ops) and os.environ.get("WIRE_BENCH_SCRAPE") == "1"
+    scrapes = 0
     deadline = time.monotonic() + 600
     try:
         if proc.stdout is not None:
@@ -261,6 +266,10 @@ def run_one(
             if ops:
                 if drained(port, name, ends):
                     break
+                if scrape and cpu_ready is not None:  # as a watcher of its /metrics would
+                    with contextlib.suppress(OSError):
+                        metrics(ops)
+                        scrapes += 1
             else:
                 assert proc.stdout is not None
                 chunk = proc.stdout.read()
@@ -311,6 +320,7 @@ def run_one(
         "logs_per_cpu_s_after_startup": round(expect / after) if after else None,
         "vm_hwm_mb": round(hwm, 1),
         "server_cpu_share": round(server_share, 3),
+        **({"metrics_scrapes": scrapes} if scrape else {}),
     }
 
 
