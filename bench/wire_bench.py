@@ -26,7 +26,8 @@ logged its first `shard_started` or the SDK's worker started), peak RSS (VmHWM),
 server's CPU share over the run. A daemon's completion is read from the server (the group has
 committed every shard's end), its start from its log file: watching it costs it nothing. (Until
 the thirty-third session it was watched through its /metrics every 0.1 s and /readyz every
-20 ms, which cost it 8-14 CPU-ms per scrape: a few hundred ms per drain, counted as its own.)
+20 ms: 8-14 CPU-ms per scrape at rest, 25-40 during a drain, a few hundred ms per drain that
+were counted as its own.)
 The ceiling counts its own start-up (its CPU when its imports are done, before its first pull).
 Report: min / median / max over rounds, the daemon/SDK ratios of the medians, and each
 daemon's CPU after start-up as a multiple of the same round's ceiling's (issue #14's 2 M
@@ -151,9 +152,9 @@ def end_cursors(port: int) -> dict[int, str]:
 
 def drained(port: int, group: str, ends: dict[int, str]) -> bool:
     """Whether `group` has committed every shard's end: asked of the server, so watching a
-    daemon costs the daemon nothing (its /metrics cost it 8-14 ms per scrape on this machine,
-    30-40 scrapes per drain when polled every 0.1 s). The daemon commits a shard's end as soon
-    as the batch that reached it is done (#14, fixed costs)."""
+    daemon costs the daemon nothing (a /metrics scrape cost it 25-40 CPU-ms during a drain on
+    a 2-core machine, 0.37 CPU-s per drain when polled every 0.1 s). The daemon commits a
+    shard's end as soon as the batch that reached it is done (#14, fixed costs)."""
     rows = sls_get(port, f"/logstores/{LOGSTORE}/consumergroups/{group}")
     done = {int(r["shard"]): r["checkpoint"] for r in rows or []}
     return all(done.get(shard) == end for shard, end in ends.items())
