@@ -27,7 +27,10 @@ including a pipeline that fails over an empty batch (a `sql` that does not analy
 `function` that raises or returns no DataFrame: checked before the query starts). Without
 `--debug` Spark logs only FATAL lines (a JVM thread's uncaught exception included) and
 Python's tracebacks of a failing batch are not printed. A signal stops the query between
-micro-batches (the one in progress may finish for up to 25 s).
+micro-batches (the one in progress may finish for up to 25 s). A query that fails while it
+starts because Spark's Python source process did not connect back within Spark's fixed 10 s
+(a busy host) is started again from its checkpoint, up to three starts in all
+(`query_start`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from loghubd_spark.options import resolve_function
+from loghubd_spark.query_start import start_past_worker_timeout
 from loghubd_spark.runner import quiet_jvm_logging, under_spark_submit
 
 if TYPE_CHECKING:
@@ -346,7 +350,10 @@ def run(
                 problem = f"{SECTION}.{key}: {problem}"
             say(f"spark-stream: invalid configuration: {problem}")
             return 2
-        query = start(spark, cfg, available_now=available_now, writer=writer)
+        query = start_past_worker_timeout(
+            lambda: start(spark, cfg, available_now=available_now, writer=writer),
+            say=lambda line: say(f"spark-stream: {line}"),
+        )
         say(f"spark-stream: query {query.id} started, writing to {cfg.path}")
         while not stopping.is_set():
             try:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from loghubd_spark import LogHubDataSource
+from loghubd_spark.query_start import start_past_worker_timeout
 from loghubd_spark.source import SyncSls
 from pyspark.errors import StreamingQueryException
 from spark_harness import produce, spark_stream, wait_until
@@ -110,25 +111,41 @@ def start_query(
     options: dict[str, str],
     *,
     available_now: bool = False,
+    python: str | None = None,
 ) -> Any:
-    spark.dataSource.register(LogHubDataSource)
-    reader = (
-        spark.readStream.format("loghub")
-        .option("endpoint", server.endpoint)
-        .option("project", project)
-        .option("logstore", "app")
-        .option("minPollIntervalMs", "100")
-    )
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    writer = (
-        reader.load()
-        .writeStream.foreachBatch(recorder)
-        .option("checkpointLocation", str(work / "checkpoint"))
-    )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    return writer.start()
+    """Started as `loghubd spark-stream` starts it: past its sources' initialisation, again
+    if Spark's Python source process did not connect back in time (`query_start`).
+    `python`: the interpreter Spark runs the source with (default: the session's)."""
+
+    def begin() -> Any:
+        sc = spark.sparkContext
+        default, sc.pythonExec = sc.pythonExec, python or sc.pythonExec
+        try:
+            spark.dataSource.register(LogHubDataSource)  # takes sc.pythonExec along
+        finally:
+            sc.pythonExec = default
+        reader = (
+            spark.readStream.format("loghub")
+            .option("endpoint", server.endpoint)
+            .option("project", project)
+            .option("logstore", "app")
+            .option("minPollIntervalMs", "100")
+        )
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        writer = (
+            reader.load()
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(work / "checkpoint"))
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        return writer.start()
+
+    def say(line: str) -> None:
+        print(f"start_query: {line}", file=sys.stderr, flush=True)
+
+    return start_past_worker_timeout(begin, say=say)
 
 
 def assert_exactly(ids: Counter[int], expected: range) -> None:
@@ -198,6 +215,46 @@ def test_200k_logs_exactly_once_across_a_stop_and_restart(
 
 
 @pytest.mark.timeout(180)
+def test_a_source_process_that_connects_back_late_is_started_again(
+    spark: Any,
+    loghubd_server: ServerProcess,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Spark waits a fixed 10 s for the Python process of a Python source to connect back; on
+    a busy host it may not. Here its first start sleeps 12 s: the query fails while it
+    initialises, is started again from its checkpoint (saying so), and reads every log once.
+    (Only the source process sleeps: the same interpreter runs Spark's other Python workers,
+    which Spark waits for longer.)"""
+    server = loghubd_server
+    produce(server.endpoint, "streamlate", "app", 200, shards=2, group_size=20)
+    mark = tmp_path / "slept"
+    late = tmp_path / "late-python"
+    late.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *python_streaming_source_runner*)\n'
+        f"  if [ ! -e '{mark}' ]; then : > '{mark}'; sleep 12; fi;;\n"
+        "esac\n"
+        f"exec '{spark.sparkContext.pythonExec}' \"$@\"\n"
+    )
+    late.chmod(0o755)
+    rec = Recorder(spark, tmp_path)
+    query = start_query(
+        spark, server, "streamlate", tmp_path, rec, {}, available_now=True, python=str(late)
+    )
+    try:
+        assert query.awaitTermination(120), "the query did not finish"
+    except StreamingQueryException as exc:
+        pytest.fail(f"the query failed: {str(exc)[:600]}")
+    finally:
+        query.stop()
+    said = capsys.readouterr().err
+    assert mark.exists(), "the source process was never started through late-python"
+    assert "did not connect back within Spark's 10 s" in said, said
+    assert "(attempt 2 of 3)" in said and "(attempt 3 of 3)" not in said, said
+    assert_exactly(Counter(int(r[0]) for r in rec.rows()), range(200))
+
+
 def test_a_failed_foreach_batch_is_replayed_with_the_same_id_and_ranges(
     spark: Any, loghubd_server: ServerProcess, tmp_path: Path
 ) -> None:

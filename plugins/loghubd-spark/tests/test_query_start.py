@@ -1,0 +1,140 @@
+"""`query_start`: a query whose Python source process did not connect back in time is started
+again, a bounded number of times; any other outcome is returned as it is. Fake queries and a
+fake clock (the real thing: test_stream_e2e's late source process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from loghubd_spark.query_start import (
+    ATTEMPTS,
+    WORKER_TIMEOUT,
+    past_initializing,
+    start_past_worker_timeout,
+    worker_timed_out,
+)
+
+pytestmark = pytest.mark.spark
+
+TIMEOUT = RuntimeError(
+    "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+    f"{WORKER_TIMEOUT}. SQLSTATE: XXKST\nCurrent State: INITIALIZING"
+)
+OTHER = RuntimeError("[STREAM_FAILED] ... ValueError: bad column")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+@dataclass
+class FakeQuery:
+    """A query whose status messages follow `script`, one per look; after the script it is
+    ended with `error` (None: done), or still running (`ends` False)."""
+
+    clock: Clock
+    script: list[str]
+    error: BaseException | None = None
+    ends: bool = True
+    looks: int = field(default=0)
+
+    @property
+    def isActive(self) -> bool:
+        return self.looks < len(self.script) or not self.ends
+
+    @property
+    def status(self) -> dict[str, object]:
+        i = min(self.looks, len(self.script) - 1)
+        self.looks += 1
+        return {"message": self.script[i]}
+
+    def exception(self) -> BaseException | None:
+        return None if self.isActive else self.error
+
+
+INIT = ["Initializing StreamExecution", "Initializing sources"]
+
+
+def starts(clock: Clock, *queries: FakeQuery) -> tuple[list[FakeQuery], list[str]]:
+    """Run start_past_worker_timeout over `queries` in turn: (those started, lines said)."""
+    started: list[FakeQuery] = []
+    said: list[str] = []
+
+    def start() -> FakeQuery:
+        started.append(queries[len(started)])
+        return started[-1]
+
+    got = start_past_worker_timeout(
+        start, say=said.append, clock=clock, sleep=clock.sleep, init_timeout_s=60
+    )
+    assert got is started[-1]
+    return started, said
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (None, False),
+        (TIMEOUT, True),
+        (OTHER, False),
+        (RuntimeError("Python worker exited unexpectedly (crashed)"), False),
+    ],
+)
+def test_only_the_connect_back_timeout_counts(error: BaseException | None, expected: bool) -> None:
+    assert worker_timed_out(error) is expected
+
+
+def test_a_query_past_its_sources_is_returned_at_once() -> None:
+    clock = Clock()
+    running = FakeQuery(clock, [*INIT, "Waiting for data to arrive"], ends=False)
+    started, said = starts(clock, running)
+    assert started == [running] and said == []
+
+
+def test_a_timed_out_start_is_started_again_after_a_backoff_and_says_so() -> None:
+    clock = Clock()
+    first = FakeQuery(clock, INIT, TIMEOUT)
+    second = FakeQuery(clock, [*INIT, "Getting offsets from loghub"], ends=False)
+    started, said = starts(clock, first, second)
+    assert started == [first, second]
+    assert len(said) == 1 and "(attempt 2 of 3)" in said[0] and "in 2 s" in said[0]
+    assert 2.0 in clock.slept
+
+
+def test_attempts_are_bounded_and_the_last_failure_is_returned() -> None:
+    clock = Clock()
+    queries = [FakeQuery(clock, INIT, TIMEOUT) for _ in range(ATTEMPTS)]
+    started, said = starts(clock, *queries)
+    assert started == queries
+    assert [line.split("(")[-1] for line in said] == ["attempt 2 of 3)", "attempt 3 of 3)"]
+    assert started[-1].exception() is TIMEOUT
+
+
+@pytest.mark.parametrize(
+    "query_end",
+    [OTHER, None],
+    ids=["another failure: returned, not retried", "done while starting (available-now)"],
+)
+def test_any_other_end_is_returned_as_it_is(query_end: BaseException | None) -> None:
+    clock = Clock()
+    ended = FakeQuery(clock, INIT, query_end)
+    started, said = starts(clock, ended)
+    assert started == [ended] and said == []
+    assert ended.exception() is query_end
+
+
+def test_a_slow_initialisation_is_waited_for_then_left_running() -> None:
+    clock = Clock()
+    slow = FakeQuery(clock, INIT, ends=False)  # initialising for ever
+    assert past_initializing(slow, 5.0, clock=clock, sleep=clock.sleep) is True
+    assert 5.0 <= clock.now < 5.5
