@@ -23,6 +23,7 @@ from typing import Protocol, TypeVar
 WORKER_TIMEOUT = "Python worker failed to connect back"
 ATTEMPTS = 3
 BACKOFF_S = (2.0, 5.0)  # before the 2nd and the 3rd attempt
+RESTARTING = "starting the query again from its checkpoint"  # in the line said each time
 INITIALIZING = "Initializing"  # "Initializing StreamExecution", then "Initializing sources"
 POLL_S = 0.1
 
@@ -89,7 +90,7 @@ def start_past_worker_timeout(
         delay = BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1]
         say(
             f"Spark's Python source process did not connect back within Spark's 10 s (a busy "
-            f"host?); starting the query again from its checkpoint in {delay:g} s "
+            f"host?); {RESTARTING} in {delay:g} s "
             f"(attempt {attempt + 1} of {attempts})"
         )
         sleep(delay)

@@ -336,3 +336,20 @@ def spark_stream(
         env=dict(env),
         cwd=cwd,
     )
+
+
+def late_python(work: Path, python: str, sleep_s: float = 12.0) -> Path:
+    """An interpreter that runs `python`, except that the first start of a streaming query's
+    source process (pyspark's python_streaming_source_runner) sleeps `sleep_s` first: longer
+    than the 10 s Spark waits for it to connect back. Spark's other Python workers, which it
+    waits for longer, start at once."""
+    mark, late = work / "late-python-slept", work / "late-python"
+    late.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *python_streaming_source_runner*)\n'
+        f"  if [ ! -e '{mark}' ]; then : > '{mark}'; sleep {sleep_s:g}; fi;;\n"
+        "esac\n"
+        f"exec '{python}' \"$@\"\n"
+    )
+    late.chmod(0o755)
+    return late

@@ -28,7 +28,7 @@ from loghubd_spark import LogHubDataSource
 from loghubd_spark.query_start import start_past_worker_timeout
 from loghubd_spark.source import SyncSls
 from pyspark.errors import StreamingQueryException
-from spark_harness import produce, spark_stream, wait_until
+from spark_harness import late_python, produce, spark_stream, wait_until
 
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol.signing import Credentials
@@ -222,22 +222,12 @@ def test_a_source_process_that_connects_back_late_is_started_again(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Spark waits a fixed 10 s for the Python process of a Python source to connect back; on
-    a busy host it may not. Here its first start sleeps 12 s: the query fails while it
-    initialises, is started again from its checkpoint (saying so), and reads every log once.
-    (Only the source process sleeps: the same interpreter runs Spark's other Python workers,
-    which Spark waits for longer.)"""
+    a busy host it may not. Here its first start sleeps 12 s (`late_python`): the query fails
+    while it initialises, is started again from its checkpoint (saying so), and reads every log
+    once."""
     server = loghubd_server
     produce(server.endpoint, "streamlate", "app", 200, shards=2, group_size=20)
-    mark = tmp_path / "slept"
-    late = tmp_path / "late-python"
-    late.write_text(
-        "#!/bin/sh\n"
-        'case "$*" in *python_streaming_source_runner*)\n'
-        f"  if [ ! -e '{mark}' ]; then : > '{mark}'; sleep 12; fi;;\n"
-        "esac\n"
-        f"exec '{spark.sparkContext.pythonExec}' \"$@\"\n"
-    )
-    late.chmod(0o755)
+    late = late_python(tmp_path, spark.sparkContext.pythonExec)
     rec = Recorder(spark, tmp_path)
     query = start_query(
         spark, server, "streamlate", tmp_path, rec, {}, available_now=True, python=str(late)
@@ -249,7 +239,7 @@ def test_a_source_process_that_connects_back_late_is_started_again(
     finally:
         query.stop()
     said = capsys.readouterr().err
-    assert mark.exists(), "the source process was never started through late-python"
+    assert (tmp_path / "late-python-slept").exists(), "late-python never started the source"
     assert "did not connect back within Spark's 10 s" in said, said
     assert "(attempt 2 of 3)" in said and "(attempt 3 of 3)" not in said, said
     assert_exactly(Counter(int(r[0]) for r in rec.rows()), range(200))
