@@ -4,7 +4,7 @@ fake clock (the real thing: test_stream_e2e's late source process)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 from loghubd_spark.query_start import (
@@ -42,11 +42,10 @@ class FakeQuery:
     """A query whose status messages follow `script`, one per look; after the script it is
     ended with `error` (None: done), or still running (`ends` False)."""
 
-    clock: Clock
     script: list[str]
     error: BaseException | None = None
     ends: bool = True
-    looks: int = field(default=0)
+    looks: int = 0
 
     @property
     def isActive(self) -> bool:
@@ -96,15 +95,15 @@ def test_only_the_connect_back_timeout_counts(error: BaseException | None, expec
 
 def test_a_query_past_its_sources_is_returned_at_once() -> None:
     clock = Clock()
-    running = FakeQuery(clock, [*INIT, "Waiting for data to arrive"], ends=False)
+    running = FakeQuery([*INIT, "Waiting for data to arrive"], ends=False)
     started, said = starts(clock, running)
     assert started == [running] and said == []
 
 
 def test_a_timed_out_start_is_started_again_after_a_backoff_and_says_so() -> None:
     clock = Clock()
-    first = FakeQuery(clock, INIT, TIMEOUT)
-    second = FakeQuery(clock, [*INIT, "Getting offsets from loghub"], ends=False)
+    first = FakeQuery(INIT, TIMEOUT)
+    second = FakeQuery([*INIT, "Getting offsets from loghub"], ends=False)
     started, said = starts(clock, first, second)
     assert started == [first, second]
     assert len(said) == 1 and "(attempt 2 of 3)" in said[0] and "in 2 s" in said[0]
@@ -113,7 +112,7 @@ def test_a_timed_out_start_is_started_again_after_a_backoff_and_says_so() -> Non
 
 def test_attempts_are_bounded_and_the_last_failure_is_returned() -> None:
     clock = Clock()
-    queries = [FakeQuery(clock, INIT, TIMEOUT) for _ in range(ATTEMPTS)]
+    queries = [FakeQuery(INIT, TIMEOUT) for _ in range(ATTEMPTS)]
     started, said = starts(clock, *queries)
     assert started == queries
     assert [line.split("(")[-1] for line in said] == ["attempt 2 of 3)", "attempt 3 of 3)"]
@@ -127,7 +126,7 @@ def test_attempts_are_bounded_and_the_last_failure_is_returned() -> None:
 )
 def test_any_other_end_is_returned_as_it_is(query_end: BaseException | None) -> None:
     clock = Clock()
-    ended = FakeQuery(clock, INIT, query_end)
+    ended = FakeQuery(INIT, query_end)
     started, said = starts(clock, ended)
     assert started == [ended] and said == []
     assert ended.exception() is query_end
@@ -135,6 +134,6 @@ def test_any_other_end_is_returned_as_it_is(query_end: BaseException | None) -> 
 
 def test_a_slow_initialisation_is_waited_for_then_left_running() -> None:
     clock = Clock()
-    slow = FakeQuery(clock, INIT, ends=False)  # initialising for ever
+    slow = FakeQuery(INIT, ends=False)  # initialising for ever
     assert past_initializing(slow, 5.0, clock=clock, sleep=clock.sleep) is True
     assert 5.0 <= clock.now < 5.5
