@@ -10,7 +10,8 @@ all busy it can take longer than 10 s, and the query then fails before it has re
 Starting the query again from its checkpoint loses and repeats nothing (nothing was planned,
 read or committed), so that is what `start_past_worker_timeout` does, a bounded number of
 times and saying so each time. Any other failure is returned as it is: a query that fails for
-a reason of its own fails again.
+a reason of its own fails again. A stop asked for meanwhile (`stopping`: the command's
+signal) cuts the wait short, and the query is not started again.
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ ATTEMPTS = 3
 BACKOFF_S = (2.0, 5.0)  # before the 2nd and the 3rd attempt
 RESTARTING = "starting the query again from its checkpoint"  # in the line said each time
 INITIALIZING = "Initializing"  # "Initializing StreamExecution", then "Initializing sources"
+# Said as a query ends, before its sources are stopped and it stops being active: a while
+# (seconds, if a source's process is slow to go) in which it is ending, not running.
+ENDING = ("Terminated with exception", "Stopped")
 POLL_S = 0.1
+
+
+class Stopping(Protocol):
+    """What is used of the threading.Event a signal sets."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class Query(Protocol):
@@ -53,15 +65,21 @@ def past_initializing(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    stopping: Stopping | None = None,
 ) -> bool:
     """Wait until the query has its sources (True: its status says something other than
     "Initializing ...") or has ended (False: failed, or an available-now query that is done).
-    True after `timeout_s` too: it is running, slowly, and the caller waits on it as usual."""
+    True after `timeout_s` too, or once `stopping` is set: it is running, and the caller
+    waits on it or stops it as usual."""
     deadline = clock() + timeout_s
     while query.isActive:
-        if not str(query.status.get("message", "")).startswith(INITIALIZING):
-            return True
-        if clock() >= deadline:
+        message = str(query.status.get("message", ""))
+        if message.startswith(ENDING):
+            sleep(POLL_S)  # until it is no longer active: then its exception() is set
+            continue
+        if not message.startswith(INITIALIZING):
+            return query.isActive  # False if it ended since the look above
+        if clock() >= deadline or (stopping is not None and stopping.is_set()):
             return True
         sleep(POLL_S)
     return False
@@ -75,17 +93,21 @@ def start_past_worker_timeout(
     init_timeout_s: float = 300.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    stopping: Stopping | None = None,
 ) -> Q:
     """`start()` the query and wait until it has initialised its sources; if it failed there
     because its Python source process did not connect back in time, start it again (at most
     `attempts` starts in all, after 2 s, then 5 s). Returns the query: running, done, or
-    failed (the last attempt's failure, or any other failure at once)."""
+    failed (the last attempt's failure, or any other failure at once). Once `stopping` is
+    set, the query is returned as it is: not waited for further, not started again."""
     attempt = 1
     while True:
         query = start()
-        if past_initializing(query, init_timeout_s, clock=clock, sleep=sleep):
+        if past_initializing(query, init_timeout_s, clock=clock, sleep=sleep, stopping=stopping):
             return query
         if not worker_timed_out(query.exception()) or attempt >= attempts:
+            return query
+        if stopping is not None and stopping.is_set():
             return query
         delay = BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1]
         say(
@@ -93,5 +115,8 @@ def start_past_worker_timeout(
             f"host?); {RESTARTING} in {delay:g} s "
             f"(attempt {attempt + 1} of {attempts})"
         )
-        sleep(delay)
+        if stopping is None:
+            sleep(delay)
+        elif stopping.wait(delay):
+            return query
         attempt += 1

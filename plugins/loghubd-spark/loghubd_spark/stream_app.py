@@ -30,7 +30,7 @@ Python's tracebacks of a failing batch are not printed. A signal stops the query
 micro-batches (the one in progress may finish for up to 25 s). A query that fails while it
 starts because Spark's Python source process did not connect back within Spark's fixed 10 s
 (a busy host) is started again from its checkpoint, up to three starts in all
-(`query_start`).
+(`query_start`); a signal during the wait in between ends it, and the command.
 """
 
 from __future__ import annotations
@@ -353,8 +353,10 @@ def run(
         query = start_past_worker_timeout(
             lambda: start(spark, cfg, available_now=available_now, writer=writer),
             say=lambda line: say(f"spark-stream: {line}"),
+            stopping=stopping,
         )
-        say(f"spark-stream: query {query.id} started, writing to {cfg.path}")
+        if query.isActive or query.exception() is None:  # not one that failed while starting
+            say(f"spark-stream: query {query.id} started, writing to {cfg.path}")
         while not stopping.is_set():
             try:
                 if query.awaitTermination(1):

@@ -64,8 +64,30 @@ class FakeQuery:
 INIT = ["Initializing StreamExecution", "Initializing sources"]
 
 
-def starts(clock: Clock, *queries: FakeQuery) -> tuple[list[FakeQuery], list[str]]:
-    """Run start_past_worker_timeout over `queries` in turn: (those started, lines said)."""
+class Signal:
+    """A fake `stopping` event on the fake clock, set when `at` is reached (None: never)."""
+
+    def __init__(self, clock: Clock, at: float | None) -> None:
+        self.clock = clock
+        self.at = at
+
+    def is_set(self) -> bool:
+        return self.at is not None and self.clock.now >= self.at
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        end = self.clock.now + timeout
+        self.clock.sleep(
+            end - self.clock.now if self.at is None else min(end, self.at) - self.clock.now
+        )
+        return self.is_set()
+
+
+def starts(
+    clock: Clock, *queries: FakeQuery, signal_at: float | None = None
+) -> tuple[list[FakeQuery], list[str]]:
+    """Run start_past_worker_timeout over `queries` in turn: (those started, lines said).
+    With `signal_at`, a stop is asked for at that time on the fake clock."""
     started: list[FakeQuery] = []
     said: list[str] = []
 
@@ -74,7 +96,12 @@ def starts(clock: Clock, *queries: FakeQuery) -> tuple[list[FakeQuery], list[str
         return started[-1]
 
     got = start_past_worker_timeout(
-        start, say=said.append, clock=clock, sleep=clock.sleep, init_timeout_s=60
+        start,
+        say=said.append,
+        clock=clock,
+        sleep=clock.sleep,
+        init_timeout_s=60,
+        stopping=None if signal_at is None else Signal(clock, signal_at),
     )
     assert got is started[-1]
     return started, said
@@ -120,6 +147,35 @@ def test_attempts_are_bounded_and_the_last_failure_is_returned() -> None:
 
 
 @pytest.mark.parametrize(
+    "ending",
+    [
+        [f"Terminated with exception: {WORKER_TIMEOUT}"] * 5,
+        ["Stopped"] * 5,
+        [f"Terminated with exception: {WORKER_TIMEOUT}"],
+    ],
+    ids=["terminated-for-a-while", "stopped-for-a-while", "terminated-then-ended-at-once"],
+)
+def test_a_query_seen_ending_is_waited_for_and_then_started_again(ending: list[str]) -> None:
+    """Spark says "Terminated with exception: ..." (or "Stopped") as the query ends, then stops
+    its sources, and only then is the query no longer active. A look in between took it for a
+    running query: a real run said "started", then "the query failed"."""
+    clock = Clock()
+    first = FakeQuery([INIT[-1], *ending], TIMEOUT)
+    second = FakeQuery([*INIT, "Getting offsets from loghub"], ends=False)
+    started, said = starts(clock, first, second)
+    assert started == [first, second] and len(said) == 1
+
+
+def test_a_query_ending_as_its_status_is_read_is_seen_ended() -> None:
+    """Past "Initializing" when its status is read, ended by the look after."""
+    clock = Clock()
+    first = FakeQuery([INIT[-1], "Getting offsets from loghub"], TIMEOUT)
+    second = FakeQuery([*INIT, "Getting offsets from loghub"], ends=False)
+    started, said = starts(clock, first, second)
+    assert started == [first, second] and len(said) == 1
+
+
+@pytest.mark.parametrize(
     "query_end",
     [OTHER, None],
     ids=["another failure: returned, not retried", "done while starting (available-now)"],
@@ -137,3 +193,38 @@ def test_a_slow_initialisation_is_waited_for_then_left_running() -> None:
     slow = FakeQuery(INIT, ends=False)  # initialising for ever
     assert past_initializing(slow, 5.0, clock=clock, sleep=clock.sleep) is True
     assert 5.0 <= clock.now < 5.5
+
+
+def test_a_signal_during_the_backoff_ends_it_and_nothing_is_started_again() -> None:
+    clock = Clock()
+    first = FakeQuery(INIT, TIMEOUT)  # seen ended at 0.2 s; the back-off would end at 2.2 s
+    second = FakeQuery([*INIT, "Getting offsets from loghub"], ends=False)
+    started, said = starts(clock, first, second, signal_at=0.7)
+    assert started == [first] and len(said) == 1  # the restart was announced, then cut short
+    assert clock.now == pytest.approx(0.7)
+    assert first.exception() is TIMEOUT
+
+
+def test_a_signal_before_the_failure_is_seen_means_no_restart_is_announced() -> None:
+    clock = Clock()
+    first = FakeQuery(INIT[-1:], TIMEOUT)  # seen ended at 0.1 s, when the stop is asked for
+    started, said = starts(clock, first, FakeQuery(INIT), signal_at=0.1)
+    assert started == [first] and said == []
+    assert first.exception() is TIMEOUT
+
+
+def test_a_signal_while_initialising_returns_the_running_query_for_the_caller_to_stop() -> None:
+    clock = Clock()
+    slow = FakeQuery(INIT, ends=False)  # initialising for ever
+    started, said = starts(clock, slow, signal_at=1.0)
+    assert started == [slow] and said == [] and slow.isActive
+    assert 1.0 <= clock.now < 1.2
+
+
+def test_without_a_signal_the_backoff_runs_its_full_length() -> None:
+    clock = Clock()
+    first = FakeQuery(INIT, TIMEOUT)
+    second = FakeQuery([*INIT, "Getting offsets from loghub"], ends=False)
+    started, _ = starts(clock, first, second, signal_at=None)
+    assert started == [first, second]
+    assert 2.0 in clock.slept

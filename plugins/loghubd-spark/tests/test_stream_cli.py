@@ -194,3 +194,56 @@ def test_loghubd_spark_stream_stops_cleanly_on_a_signal_mid_stream(
     assert restarts[0].startswith("spark-stream: "), restarts
     ids = lake_ids(lake)
     assert sorted(ids) == list(range(total)) and max(ids.values()) == 1
+
+
+@pytest.mark.timeout(180)
+def test_a_signal_while_the_command_waits_to_start_the_query_again_ends_it(
+    loghubd_server: ServerProcess, tmp_path: Path
+) -> None:
+    """The query's source process connects back too late (`late_python`), and the command
+    says it will start the query again in 2 s. A SIGTERM in those 2 s ends the wait and the
+    command: the query is not started again, and the command says the query failed and why
+    (exit 1). It used to sleep the back-off out, start the query again, and only then stop."""
+    project = "streamstopbackoff"
+    produce(loghubd_server.endpoint, project, "app", 20, shards=1, group_size=10)
+    config = tmp_path / "stream.toml"
+    config.write_text(
+        f'[source]\nendpoint = "{loghubd_server.endpoint}"\nproject = "{project}"\n'
+        'logstore = "app"\n[consumer]\ngroup = "backoff"\n'
+        f'[spark_stream]\npath = "{tmp_path / "lake"}"\n'
+        f'checkpoint_location = "{tmp_path / "chk"}"\nsql = "SELECT * FROM {{logs}}"\n'
+        'master = "local[1]"\n'
+        '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
+        '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
+    )
+    stderr = tmp_path / "stderr"
+    env = {**os.environ, "PYSPARK_PYTHON": str(late_python(tmp_path, sys.executable))}
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=tmp_path,
+            env=env,
+        )
+    try:
+        wait_until(
+            lambda: RESTARTING in stderr.read_text() or proc.poll() is not None,
+            120,
+            stderr.read_text,
+        )
+        assert proc.poll() is None, stderr.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        # Well inside the 2 s back-off, a query start and its 10 s wait for the late process.
+        assert proc.wait(8) == 1, stderr.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = stderr.read_text()
+    lines = [line for line in output.splitlines() if "spark-stream: " in line]
+    assert len(lines) == 3 and RESTARTING in lines[0] and "in 2 s" in lines[0], lines
+    assert lines[1] == "spark-stream: stopping", lines
+    assert lines[2].startswith("spark-stream: the query failed: "), lines
+    assert "Python worker failed to connect back" in lines[2], lines
+    assert "Traceback" not in output and "\tat " not in output, output[-3000:]
