@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,28 @@ from spark_harness import lake_ids, late_python, produce, spark_stream, wait_unt
 from loghubd.testing import ServerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+# The driver JVM every case starts: small, quick to start, no UI.
+DRIVER_CONF = (
+    '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
+    '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
+)
+
+
+def spawn(
+    config: Path, work: Path, env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """`loghubd spark-stream -c config` in the background; its stderr goes to work/stderr."""
+    stderr = work / "stderr"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=work,
+            env=None if env is None else dict(env),
+        )
+    return proc, stderr
 
 
 @pytest.mark.timeout(240)
@@ -81,8 +104,7 @@ def test_loghubd_spark_stream_says_why_a_query_failed_in_one_line(
         "[spark_stream]\n"
         f'path = "{tmp_path / "lake"}"\ncheckpoint_location = "{tmp_path / "chk"}"\n'
         f'{pipeline}\nmaster = "local[1]"\navailable_now = true\n'
-        '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
-        '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
+        f"{DRIVER_CONF}"
     )
     here = str(Path(__file__).resolve().parent)  # spark_pipelines
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
@@ -143,18 +165,9 @@ def test_loghubd_spark_stream_stops_cleanly_on_a_signal_mid_stream(
         f'path = "{lake}"\ncheckpoint_location = "{tmp_path / "chk"}"\n'
         "sql = \"SELECT *, CAST(contents['id'] AS BIGINT) AS id FROM {logs}\"\n"
         'master = "local[1]"\ntrigger_interval = 0\nmax_log_groups_per_trigger = 1\n'
-        '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
-        '"spark.sql.shuffle.partitions" = 1\n'
-        '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
+        f'{DRIVER_CONF}"spark.sql.shuffle.partitions" = 1\n'
     )
-    stderr = tmp_path / "stderr"
-    with stderr.open("w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            cwd=tmp_path,
-        )
+    proc, stderr = spawn(config, tmp_path)
     try:
         commits = tmp_path / "chk" / "commits"
         wait_until(
@@ -213,19 +226,10 @@ def test_a_signal_while_the_command_waits_to_start_the_query_again_ends_it(
         f'[spark_stream]\npath = "{tmp_path / "lake"}"\n'
         f'checkpoint_location = "{tmp_path / "chk"}"\nsql = "SELECT * FROM {{logs}}"\n'
         'master = "local[1]"\n'
-        '[spark_stream.conf]\n"spark.ui.enabled" = false\n"spark.driver.memory" = "768m"\n'
-        '"spark.driver.extraJavaOptions" = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"\n'
+        f"{DRIVER_CONF}"
     )
-    stderr = tmp_path / "stderr"
     env = {**os.environ, "PYSPARK_PYTHON": str(late_python(tmp_path, sys.executable))}
-    with stderr.open("w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loghubd", "spark-stream", "-c", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            cwd=tmp_path,
-            env=env,
-        )
+    proc, stderr = spawn(config, tmp_path, env)
     try:
         wait_until(
             lambda: RESTARTING in stderr.read_text() or proc.poll() is not None,
