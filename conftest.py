@@ -5,7 +5,7 @@ CPU, so each goes to whichever worker is free. Some families stay together, each
 worker, in collection order:
 
 - `spark`, `spark-e2e`: the plugin's tests share ONE SparkSession per worker (a JVM of ~400
-  MiB that takes seconds to start); the end-to-end daemons (`spark-e2e`, ~8 minutes) start
+  MiB that takes seconds to start); the end-to-end daemons (`spark-e2e`, 9-11 minutes) start
   JVMs of their own and read their output back through their worker's session, beside the
   rest of the plugin's tests on another worker (`spark`);
 - `spark-cli`: `loghubd-spark stream` failure runs, a JVM of their own per case;
@@ -14,8 +14,8 @@ worker, in collection order:
 - `console`: the browser tests share ONE headless Chromium and one `loghubd serve` per
   worker (session fixtures in tests/console/conftest.py).
 
-The groups are handed out first, longest first (GROUP_ORDER): the suite's wall time is at
-least its longest group's, so that one must start at once.
+The groups are handed out first (GROUP_ORDER): the suite's wall time is at least its longest
+group's, so the long ones must start at once.
 
 This is a scheduler of our own rather than `--dist loadgroup` with `xdist_group` marks:
 pytest-xdist 3.8 tags grouped tests by rewriting `Item._nodeid`, which pytest 9.2 no longer
@@ -40,8 +40,11 @@ GROUPS = {  # the first prefix that matches wins
 }
 
 
-# Longest first (minutes in a CI run): spark-e2e ~8, reliability ~4.5, spark ~3, spark-cli
-# ~2, console ~1.
+# Handed out in this order; the first four start at once on the four workers, so the order
+# matters only for `console`, which goes to the first worker nearly through its group. Minutes in two CI runs on
+# 2026-11-29 (the machine at its slow phase): spark 11.4-14.5, spark-e2e 8.7-11.4, spark-cli
+# 5.2-8.5, reliability 6.2-7.7, console ~1; the suite is CPU-bound there (README: "Tests and
+# benchmarks"), so each group's minutes stretch with the others'.
 GROUP_ORDER = ("spark-e2e", "reliability", "spark", "spark-cli", "console")
 
 
