@@ -41,10 +41,11 @@ GROUPS = {  # the first prefix that matches wins
 
 
 # Handed out in this order; the first four start at once on the four workers, so the order
-# matters only for `console`, which goes to the first worker nearly through its group. Minutes in two CI runs on
-# 2026-11-29 (the machine at its slow phase): spark 11.4-14.5, spark-e2e 8.7-11.4, spark-cli
-# 5.2-8.5, reliability 6.2-7.7, console ~1; the suite is CPU-bound there (README: "Tests and
-# benchmarks"), so each group's minutes stretch with the others'.
+# matters only for `console`, which goes to the first worker nearly through its group.
+# Minutes in two CI runs on 2026-11-29 (the machine at its slow phase): spark 11.4-14.5,
+# spark-e2e 8.7-11.4, spark-cli 5.2-8.5, reliability 6.2-7.7, console ~1. The suite is
+# CPU-bound there (README: "Tests and benchmarks"), so each group's minutes stretch with the
+# others'.
 GROUP_ORDER = ("spark-e2e", "reliability", "spark", "spark-cli", "console")
 
 
