@@ -68,16 +68,14 @@ def past_initializing(
     stopping: Stopping | None = None,
 ) -> bool:
     """Wait until the query has its sources (True: its status says something other than
-    "Initializing ...") or has ended (False: failed, or an available-now query that is done).
-    True after `timeout_s` too, or once `stopping` is set: it is running, and the caller
-    waits on it or stops it as usual."""
+    "Initializing ..." or that it is ending) or has ended (False: failed, or an available-now
+    query that is done). True after `timeout_s` too, or once `stopping` is set: it is still
+    active, and the caller waits on it or stops it as usual."""
     deadline = clock() + timeout_s
     while query.isActive:
         message = str(query.status.get("message", ""))
-        if message.startswith(ENDING):
-            sleep(POLL_S)  # until it is no longer active: then its exception() is set
-            continue
-        if not message.startswith(INITIALIZING):
+        # Ending: wait until it is no longer active, when its exception() is set.
+        if not message.startswith((INITIALIZING, *ENDING)):
             return query.isActive  # False if it ended since the look above
         if clock() >= deadline or (stopping is not None and stopping.is_set()):
             return True

@@ -228,3 +228,18 @@ def test_without_a_signal_the_backoff_runs_its_full_length() -> None:
     started, _ = starts(clock, first, second, signal_at=None)
     assert started == [first, second]
     assert 2.0 in clock.slept
+
+
+def test_a_query_stuck_ending_is_left_to_the_caller_at_a_signal_or_the_timeout() -> None:
+    """Spark's stop of a query's sources can hang: the wait for the query to end is bounded
+    like the wait for its start, and a signal ends it too."""
+    stuck = [f"Terminated with exception: {WORKER_TIMEOUT}"]
+    clock = Clock()
+    query = FakeQuery(stuck, ends=False)  # ending for ever
+    assert past_initializing(query, 5.0, clock=clock, sleep=clock.sleep) is True
+    assert 5.0 <= clock.now < 5.5
+    clock = Clock()
+    query = FakeQuery(stuck, ends=False)
+    started, said = starts(clock, query, signal_at=1.0)
+    assert started == [query] and said == [] and query.isActive
+    assert 1.0 <= clock.now < 1.2
