@@ -26,8 +26,8 @@ ATTEMPTS = 3
 BACKOFF_S = (2.0, 5.0)  # before the 2nd and the 3rd attempt
 RESTARTING = "starting the query again from its checkpoint"  # in the line said each time
 INITIALIZING = "Initializing"  # "Initializing StreamExecution", then "Initializing sources"
-# Said as a query ends, before its sources are stopped and it stops being active: a while
-# (seconds, if a source's process is slow to go) in which it is ending, not running.
+# Said as a query ends, before Spark stops its sources and marks it inactive: in between it
+# is ending, not running.
 ENDING = ("Terminated with exception", "Stopped")
 POLL_S = 0.1
 

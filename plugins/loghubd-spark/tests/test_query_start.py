@@ -76,18 +76,17 @@ class Signal:
 
     def wait(self, timeout: float | None = None) -> bool:
         assert timeout is not None
-        end = self.clock.now + timeout
-        self.clock.sleep(
-            end - self.clock.now if self.at is None else min(end, self.at) - self.clock.now
-        )
+        if self.at is not None:
+            timeout = min(timeout, max(0.0, self.at - self.clock.now))
+        self.clock.sleep(timeout)
         return self.is_set()
 
 
 def starts(
-    clock: Clock, *queries: FakeQuery, signal_at: float | None = None
+    clock: Clock, *queries: FakeQuery, signal: Signal | None = None
 ) -> tuple[list[FakeQuery], list[str]]:
     """Run start_past_worker_timeout over `queries` in turn: (those started, lines said).
-    With `signal_at`, a stop is asked for at that time on the fake clock."""
+    With `signal`, the command's stop event (a fake one, on the fake clock)."""
     started: list[FakeQuery] = []
     said: list[str] = []
 
@@ -101,7 +100,7 @@ def starts(
         clock=clock,
         sleep=clock.sleep,
         init_timeout_s=60,
-        stopping=None if signal_at is None else Signal(clock, signal_at),
+        stopping=signal,
     )
     assert got is started[-1]
     return started, said
@@ -199,7 +198,7 @@ def test_a_signal_during_the_backoff_ends_it_and_nothing_is_started_again() -> N
     clock = Clock()
     first = FakeQuery(INIT, TIMEOUT)  # seen ended at 0.2 s; the back-off would end at 2.2 s
     second = FakeQuery([*INIT, "Getting offsets from loghub"], ends=False)
-    started, said = starts(clock, first, second, signal_at=0.7)
+    started, said = starts(clock, first, second, signal=Signal(clock, 0.7))
     assert started == [first] and len(said) == 1  # the restart was announced, then cut short
     assert clock.now == pytest.approx(0.7)
     assert first.exception() is TIMEOUT
@@ -208,7 +207,7 @@ def test_a_signal_during_the_backoff_ends_it_and_nothing_is_started_again() -> N
 def test_a_signal_before_the_failure_is_seen_means_no_restart_is_announced() -> None:
     clock = Clock()
     first = FakeQuery(INIT[-1:], TIMEOUT)  # seen ended at 0.1 s, when the stop is asked for
-    started, said = starts(clock, first, FakeQuery(INIT), signal_at=0.1)
+    started, said = starts(clock, first, FakeQuery(INIT), signal=Signal(clock, 0.1))
     assert started == [first] and said == []
     assert first.exception() is TIMEOUT
 
@@ -216,7 +215,7 @@ def test_a_signal_before_the_failure_is_seen_means_no_restart_is_announced() -> 
 def test_a_signal_while_initialising_returns_the_running_query_for_the_caller_to_stop() -> None:
     clock = Clock()
     slow = FakeQuery(INIT, ends=False)  # initialising for ever
-    started, said = starts(clock, slow, signal_at=1.0)
+    started, said = starts(clock, slow, signal=Signal(clock, 1.0))
     assert started == [slow] and said == [] and slow.isActive
     assert 1.0 <= clock.now < 1.2
 
@@ -225,7 +224,7 @@ def test_without_a_signal_the_backoff_runs_its_full_length() -> None:
     clock = Clock()
     first = FakeQuery(INIT, TIMEOUT)
     second = FakeQuery([*INIT, "Getting offsets from loghub"], ends=False)
-    started, _ = starts(clock, first, second, signal_at=None)
+    started, _ = starts(clock, first, second, signal=Signal(clock, None))  # never set
     assert started == [first, second]
     assert 2.0 in clock.slept
 
@@ -240,6 +239,6 @@ def test_a_query_stuck_ending_is_left_to_the_caller_at_a_signal_or_the_timeout()
     assert 5.0 <= clock.now < 5.5
     clock = Clock()
     query = FakeQuery(stuck, ends=False)
-    started, said = starts(clock, query, signal_at=1.0)
+    started, said = starts(clock, query, signal=Signal(clock, 1.0))
     assert started == [query] and said == [] and query.isActive
     assert 1.0 <= clock.now < 1.2
