@@ -44,32 +44,56 @@ def free_port() -> int:
 
 
 class PortReservation:
-    """A local port kept for a child process that binds it later (a daemon's `ops.listen`).
+    """`count` consecutive local ports kept for a child process that binds them later (a
+    daemon's `ops.listen`; `loghubd run --workers N`, whose worker i listens on `port` + i).
 
     `free_port` leaves a window between picking a port and the child binding it, in which
     another process can take it (an outgoing connection's ephemeral port, another test's
-    server): the child then fails with "address already in use". Here the port stays bound,
-    with SO_REUSEADDR and without listening, until `release()`: the kernel hands it to
+    server): the child then fails with "address already in use". Here the ports stay bound,
+    with SO_REUSEADDR and without listening, until `release()`: the kernel hands them to
     nobody else, and the child, which binds with SO_REUSEADDR too (aiohttp's
-    `reuse_address`, as `loghubd run`'s ops listener does), can still listen on it, also
+    `reuse_address`, as `loghubd run`'s ops listener does), can still listen on them, also
     after a restart."""
 
-    def __init__(self) -> None:
-        held = socket.socket()
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.bind(("127.0.0.1", 0))
-        self.port: int = held.getsockname()[1]
-        # Closed on `release()`, or when the reservation is collected (its owner gone):
-        # never left for the socket's own finalizer (a ResourceWarning).
-        self._release = weakref.finalize(self, held.close)
+    def __init__(self, count: int = 1) -> None:
+        for _ in range(100):
+            held = [_reusable(0)]
+            self.port: int = held[0].getsockname()[1]
+            try:
+                held.extend(_reusable(port) for port in range(self.port + 1, self.port + count))
+            except OSError:  # one of the next ports is taken: another first port
+                _close_all(held)
+                continue
+            # Closed on `release()`, or when the reservation is collected (its owner gone):
+            # never left for the sockets' own finalizers (a ResourceWarning).
+            self._release = weakref.finalize(self, _close_all, held)
+            return
+        raise RuntimeError(f"no {count} consecutive free local ports found")
 
     def release(self) -> None:
         self._release()
 
 
+def _reusable(port: int) -> socket.socket:
+    """A socket bound to local `port` (0: any) with SO_REUSEADDR, not listening."""
+    held = socket.socket()
+    try:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", port))
+    except OSError:
+        held.close()
+        raise
+    return held
+
+
+def _close_all(sockets: list[socket.socket]) -> None:
+    for held in sockets:
+        held.close()
+
+
 def free_ports(count: int) -> int:
-    """The first of `count` consecutive local ports that are all free now (for `loghubd run
-    --workers N`, whose worker i listens on the configured port + i)."""
+    """The first of `count` consecutive local ports that are all free now. They can be taken
+    before a child binds them: for a child's ports, `PortReservation(count)` keeps them."""
     for _ in range(100):
         base = free_port()
         held: list[socket.socket] = []

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from loghubd.protocol import cursor as cursors
-from loghubd.testing import free_ports
+from loghubd.testing import PortReservation
 from tests.integration.daemon_harness import (
     PROJECT,
     Pool,
@@ -158,6 +158,7 @@ def run_workers(
     """`loghubd run --workers 2` over `logstore` until it exits (killed after 90 s): its exit
     code and its log. Beats, checkpoints and pulls are quick, for a short window."""
     pool.dir.mkdir(parents=True, exist_ok=True)
+    ports = PortReservation(2)  # worker i listens on ports.port + i; held until we return
     config = pool.dir / f"{logstore}.toml"
     config.write_text(
         dump_toml(
@@ -166,7 +167,7 @@ def run_workers(
                 "consumer": {"heartbeat_interval": 1.0, "timeout": 4.0,
                              "checkpoint_interval": 1.0, "fetch_interval": 0.05, **consumer},
                 "processor": processor,
-                "ops": {"listen": f"127.0.0.1:{free_ports(2)}"},
+                "ops": {"listen": f"127.0.0.1:{ports.port}"},
                 "log": {"format": "json"},
             }
         )
@@ -184,6 +185,7 @@ def run_workers(
     finally:
         if parent.poll() is None:
             parent.kill()
+        ports.release()
     return code, log_path.read_text()
 
 

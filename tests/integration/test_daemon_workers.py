@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from loghubd.protocol import errors as E
-from loghubd.testing import ServerProcess, free_ports
+from loghubd.testing import PortReservation, ServerProcess, free_ports
 from tests.integration.daemon_harness import PROJECT, Admin, Producer, read_ids, wait_until
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,8 @@ def test_workers_share_the_group_restart_and_stop_together(
     admin = Admin(loghubd_server.endpoint)
     admin.create_logstore("pool", 4)
     out = tmp_path / "out"
-    port = free_ports(2)  # worker i listens on port + i
+    ports = PortReservation(2)  # worker i listens on port + i; held for the whole test
+    port = ports.port
     config = tmp_path / "loghubd.toml"
     config.write_text(f"""
 [source]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loghubd.protocol import errors as E
-from loghubd.testing import ServerProcess, free_ports, wait_until
+from loghubd.testing import PortReservation, ServerProcess, free_ports, wait_until
 from tests.integration.daemon_harness import PROJECT, Admin
 from tests.integration.sd_notify import Listener
 
@@ -42,6 +42,7 @@ def test_supervisor_reports_ready_when_every_worker_is_and_pets_the_watchdog(
     admin = Admin(loghubd_server.endpoint)
     admin.create_logstore("notified", 2)
     config = tmp_path / "loghubd.toml"
+    ports = PortReservation(2)  # worker i listens on port + i; held for the whole test
     config.write_text(f"""
 [source]
 endpoint = "{loghubd_server.endpoint}"
@@ -55,7 +56,7 @@ timeout = 4.0
 [processor.jsonl]
 path = "{tmp_path / "out"}"
 [ops]
-listen = "127.0.0.1:{free_ports(2)}"
+listen = "127.0.0.1:{ports.port}"
 [log]
 format = "json"
 """)

@@ -83,29 +83,34 @@ def test_free_ports_are_consecutive_and_all_free() -> None:
             s.close()
 
 
-def test_a_reserved_port_is_nobody_elses_until_its_child_listens_on_it() -> None:
+@pytest.mark.parametrize("count", [1, 3])
+def test_reserved_ports_are_nobody_elses_until_their_child_listens_on_them(count: int) -> None:
+    """`count` consecutive ports (a `--workers` run's ops listeners are port + i)."""
     import socket
 
     from loghubd.testing import PortReservation
 
-    reservation = PortReservation()
+    reservation = PortReservation(count)
+    ports = range(reservation.port, reservation.port + count)
     try:
         handed = set()
         for _ in range(500):  # what free_port (and anything binding port 0) can get
             with socket.socket() as other:
                 other.bind(("127.0.0.1", 0))
                 handed.add(other.getsockname()[1])
-        assert reservation.port not in handed
-        with socket.socket() as plain, pytest.raises(OSError, match="in use"):
-            plain.bind(("127.0.0.1", reservation.port))
-        # the child: SO_REUSEADDR, as aiohttp's reuse_address (loghubd run's ops listener)
-        with socket.socket() as child:
-            child.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            child.bind(("127.0.0.1", reservation.port))
-            child.listen()
-            with socket.create_connection(("127.0.0.1", reservation.port), timeout=5):
-                pass
+        assert not handed & set(ports)
+        for port in ports:
+            with socket.socket() as plain, pytest.raises(OSError, match="in use"):
+                plain.bind(("127.0.0.1", port))
+            # the child: SO_REUSEADDR, as aiohttp's reuse_address (loghubd run's ops listener)
+            with socket.socket() as child:
+                child.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                child.bind(("127.0.0.1", port))
+                child.listen()
+                with socket.create_connection(("127.0.0.1", port), timeout=5):
+                    pass
     finally:
         reservation.release()
-    with socket.socket() as after:
-        after.bind(("127.0.0.1", reservation.port))  # released: anyone's again
+    for port in ports:
+        with socket.socket() as after:
+            after.bind(("127.0.0.1", port))  # released: anyone's again
