@@ -37,6 +37,10 @@ def log_events(path: Path, name: str | None = None) -> list[dict[str, Any]]:
 
 
 def free_port() -> int:
+    """A local port free now, and free for anybody to take from the moment this returns: for
+    a port nothing should listen on, or one a server retries on (`ServerProcess`). A child
+    process's port stays reserved with `PortReservation`; a server in this process binds
+    port 0 itself (`loghubd.testing.sites.serve_on_loopback`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]

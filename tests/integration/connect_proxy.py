@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from loghubd.testing import free_port
 from tests.integration.loop_thread import LoopThread
 
 
@@ -24,7 +23,7 @@ class Connect:
 class ConnectProxy:
     expect_auth: str = ""
     hosts: dict[str, str] = field(default_factory=dict)  # its own name resolution
-    port: int = field(default_factory=free_port)
+    port: int = 0  # the port it listens on, from `start()` (0: before)
     connects: list[Connect] = field(default_factory=list)
 
     @property
@@ -74,9 +73,11 @@ class ConnectProxy:
 
     def start(self) -> ConnectProxy:
         async def serve() -> None:
-            self._server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
+            # Port 0: the kernel picks a port as it binds, so none is taken in between.
+            self._server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
 
-        self._thread = LoopThread(f"the CONNECT proxy on port {self.port}")
+        self._thread = LoopThread("the CONNECT proxy")
         self._thread.start(serve)
         return self
 

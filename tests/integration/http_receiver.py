@@ -24,7 +24,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from loghubd.processors.http import HttpFactory
-from loghubd.testing import free_port, make_context
+from loghubd.testing import make_context, serve_on_loopback
 from tests.integration.loop_thread import LoopThread
 
 STALL = -1
@@ -52,7 +52,7 @@ class Receiver:
     retry_after: int = 1
     stall_s: float = 3.0
     record_ids: bool = True
-    port: int = field(default_factory=free_port)
+    port: int = 0  # the port it listens on, from `start()` (0: before)
     received: list[Received] = field(default_factory=list)
     requests: int = 0
     started: float = 0.0
@@ -104,10 +104,9 @@ class Receiver:
             app.router.add_post("/ingest", self._handle)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.tls)
-            await site.start()
+            self.port = await serve_on_loopback(self._runner, self.tls)
 
-        self._thread = LoopThread(f"the HTTP receiver on port {self.port}")
+        self._thread = LoopThread("the HTTP receiver")
         self._thread.start(serve)
         return self
 
@@ -142,8 +141,7 @@ async def http_factory(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        port = await serve_on_loopback(runner)
         factory = HttpFactory({"url": f"http://127.0.0.1:{port}/ingest", **options})
         factory.bind(make_context(metrics_registry=registry or CollectorRegistry()))
         await factory.start()

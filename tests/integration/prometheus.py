@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from loghubd.testing import free_port
+from loghubd.testing import PortReservation
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "config" / "grafana-dashboard.json"
@@ -31,7 +31,9 @@ def tool(name: str) -> str:
 
 class Prometheus:
     def __init__(self, directory: Path, targets: dict[str, str]) -> None:
-        self.port = free_port()
+        # Held until stop(): Prometheus (Go) listens with SO_REUSEADDR, so it can bind it.
+        self._reservation = PortReservation()
+        self.port = self._reservation.port
         self.dir = directory
         directory.mkdir(parents=True, exist_ok=True)
         jobs = "".join(
@@ -85,6 +87,7 @@ class Prometheus:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self._reservation.release()
 
 
 def expand(expr: str) -> str:

@@ -20,7 +20,7 @@ import pytest
 
 from loghubd.protocol.signing import Credentials
 from loghubd.sls import SlsClient
-from loghubd.testing.process import ServerProcess, free_port
+from loghubd.testing.process import PortReservation, ServerProcess, free_port
 from tests.integration.daemon_harness import PROJECT, Admin, Producer, dump_toml
 
 LOGSTORE, GROUP = "errstore", "errgroup"
@@ -295,6 +295,7 @@ def test_produce_takes_its_target_from_dash_c(server: ServerProcess, tmp_path: P
 
 
 def test_log_format_flag_wins_over_the_config(server: ServerProcess, tmp_path: Path) -> None:
+    ops = PortReservation()  # both runs listen on it before they find the logstore missing
     config = tmp_path / "c.toml"
     config.write_text(
         dump_toml(
@@ -302,13 +303,14 @@ def test_log_format_flag_wins_over_the_config(server: ServerProcess, tmp_path: P
                 "source": {"endpoint": server.endpoint, "project": PROJECT, "logstore": "nosuch"},
                 "consumer": {"group": "fmt"},
                 "processor": {"name": "jsonl", "jsonl": {"path": str(tmp_path / "out")}},
-                "ops": {"listen": f"127.0.0.1:{free_port()}"},
+                "ops": {"listen": f"127.0.0.1:{ops.port}"},
                 "log": {"format": "json"},
             }
         )
     )
     as_json = cli("run", "-c", str(config))
     as_console = cli("--log-format", "console", "run", "-c", str(config))
+    ops.release()
     for done in (as_json, as_console):  # 3: the logstore does not exist
         assert done.returncode == 3 and "Traceback" not in done.stdout + done.stderr
         assert "logstore nosuch" in done.stderr or "nosuch" in done.stderr, done.stderr

@@ -25,7 +25,7 @@ import pytest
 from loghubd.protocol.signing import Credentials
 from loghubd.sls import SlsClient
 from loghubd.testing import wait_until
-from loghubd.testing.process import ServerProcess, free_port
+from loghubd.testing.process import ServerProcess
 from tests.integration.daemon_harness import Pool
 from tests.integration.sls_http import log_group
 
@@ -150,7 +150,7 @@ def test_daemon_console_is_gated_like_status(tmp_path: Path) -> None:
         daemons = {}
         for name, token in (("open", ""), ("locked", "s3cret-token")):
             d = pool.daemon("ops", "opsgroup", name, start=False)
-            d.ops_port = free_port()
+            # Its reserved port (bound to 127.0.0.1) does not stop the daemon's 0.0.0.0 listener.
             d.config["ops"] = {"listen": f"0.0.0.0:{d.ops_port}", "status_token": token}
             daemons[name] = d.start()
 

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from loghubd.testing import free_port
+from loghubd.testing import PortReservation
 from tests.integration.daemon_harness import Daemon, Pool, wait_until
 from tests.integration.test_parquet_sink import duck
 
@@ -41,13 +41,14 @@ CREDENTIALS = {
 
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An S3 API server (moto's) on a free local port, with the bucket made."""
+    """An S3 API server (moto's) on a reserved local port, with the bucket made."""
     server = Path(sys.executable).parent / "moto_server"
     assert server.exists(), (
         f"{server} is missing, so the object-store test did NOT run: pip install "
         "'moto[s3]' flask flask-cors (the test extra)"
     )
-    port = free_port()
+    reservation = PortReservation()  # werkzeug's server listens with SO_REUSEADDR
+    port = reservation.port
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -61,6 +62,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.kill()
         proc.wait(10)
+        reservation.release()
 
 
 def _made(fs: pafs.FileSystem, bucket: str) -> bool:

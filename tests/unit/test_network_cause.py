@@ -13,6 +13,7 @@ from aiohttp import web
 from anyio.abc import SocketAttribute
 
 from loghubd.sls import network
+from loghubd.testing import serve_on_loopback
 from loghubd.testing.process import free_port
 
 
@@ -34,9 +35,7 @@ async def _with_http_server(use: Callable[[int], object]) -> BaseException:
     app.router.add_get("/", plain)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
+    port = await serve_on_loopback(runner)
     try:
         result = await use(port)  # type: ignore[misc]
         assert isinstance(result, BaseException)

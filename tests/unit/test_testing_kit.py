@@ -114,3 +114,34 @@ def test_reserved_ports_are_nobody_elses_until_their_child_listens_on_them(count
     for port in ports:
         with socket.socket() as after:
             after.bind(("127.0.0.1", port))  # released: anyone's again
+
+
+def test_an_application_served_on_loopback_answers_on_the_port_returned() -> None:
+    import asyncio
+    import urllib.request
+
+    from aiohttp import web
+
+    from loghubd.testing import serve_on_loopback
+
+    def fetch(url: str) -> bytes:  # in a thread: the server answers on the test's loop
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            body: bytes = answer.read()
+            return body
+
+    async def main() -> bytes:
+        async def hello(_request: web.Request) -> web.Response:
+            return web.Response(text="hello")
+
+        app = web.Application()
+        app.router.add_get("/", hello)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        try:
+            port = await serve_on_loopback(runner)
+            assert port > 0
+            return await asyncio.to_thread(fetch, f"http://127.0.0.1:{port}/")
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(main()) == b"hello"

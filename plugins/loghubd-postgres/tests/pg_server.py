@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from loghubd.testing import free_port
+from loghubd.testing import PortReservation
 
 
 def _binaries() -> Path:
@@ -41,7 +41,10 @@ class PgServer:
         self.bin = _binaries()
         self.dir = Path(tempfile.mkdtemp(prefix="loghubd-pg-"))
         self.data = self.dir / "data"
-        self.port = free_port()
+        # Held for the cluster's life, restarts included: the postmaster listens with
+        # SO_REUSEADDR, so it binds the reserved port, and nobody else can meanwhile.
+        self._reservation = PortReservation()
+        self.port = self._reservation.port
         self.log_path = self.dir / "postgres.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._prefix: list[str] = []
@@ -124,6 +127,7 @@ class PgServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        self._reservation.release()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def log_tail(self, lines: int = 30) -> str:

@@ -26,7 +26,7 @@ from loghubd import SlsClient, testing
 from loghubd.models import Batch
 from loghubd.protocol import cursor as cursors
 from loghubd.protocol.signing import Credentials
-from loghubd.testing import BackgroundProducer, free_port
+from loghubd.testing import BackgroundProducer, PortReservation
 
 HERE = Path(__file__).resolve().parent
 T = TypeVar("T")
@@ -184,7 +184,9 @@ class SparkDaemon:
     ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        # Held for the daemon's life, restarts included (see tests/integration/daemon_harness).
+        self._ops_reservation = PortReservation()
+        self.port = self._ops_reservation.port
         self.config_path = workdir / "loghubd.toml"
         self.log_path = workdir / "daemon.log"
         self.group = group

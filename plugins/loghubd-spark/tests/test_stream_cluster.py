@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from spark_harness import lake_ids, produce, wait_until
 
-from loghubd.testing import ServerProcess, free_port
+from loghubd.testing import PortReservation, ServerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -41,7 +41,11 @@ def node_env() -> dict[str, str]:
 
 class Cluster:
     def __init__(self, directory: Path) -> None:
-        self.port, self.ui = free_port(), free_port()
+        # Held until stop(): the master and worker listen with SO_REUSEADDR (Spark's Netty
+        # server sets it; so does Jetty's connector), so they bind these, and nobody else can
+        # take one first (a master finding its port taken would move to the next one).
+        self._ports = [PortReservation() for _ in range(3)]
+        self.port, self.ui, self.worker_ui = (r.port for r in self._ports)
         self.url = f"spark://127.0.0.1:{self.port}"
         self.dir = directory
         directory.mkdir(parents=True, exist_ok=True)
@@ -68,7 +72,7 @@ class Cluster:
         self._start(
             "worker", "org.apache.spark.deploy.worker.Worker",
             "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
-            "--webui-port", str(free_port()), self.url,
+            "--webui-port", str(self.worker_ui), self.url,
         )  # fmt: skip
         wait_until(lambda: self.state().get("aliveworkers") == 1, 90, self.logs)
         return self
@@ -98,6 +102,8 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for reservation in self._ports:
+            reservation.release()
 
 
 @pytest.fixture

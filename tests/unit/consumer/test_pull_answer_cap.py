@@ -19,7 +19,7 @@ from loghubd.ops.metrics import Metrics
 from loghubd.protocol.signing import Credentials
 from loghubd.sls import SlsClient
 from loghubd.sls.errors import AnswerTooLarge
-from loghubd.testing.process import free_port
+from loghubd.testing import serve_on_loopback
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MiB = 1024 * 1024
@@ -39,8 +39,7 @@ async def with_client(handler: Handler, use: Callable[[SlsClient], Awaitable[obj
     app.router.add_get("/logstores/ls/shards/0", handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    port = await serve_on_loopback(runner)
     try:
         async with aiohttp.ClientSession() as session:
             client = SlsClient(
