@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from loghubd.testing.process import ServerProcess, free_port
+from loghubd.testing.process import PortReservation, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / ".loghubd-demo"
@@ -77,7 +77,8 @@ def main() -> int:
     DEMO.mkdir()
     server = ServerProcess(DEMO / "server-data", log_path=DEMO / "server.log").start()
     endpoint = server.endpoint
-    ops_port = free_port()
+    ops = PortReservation()  # the daemon's ops port, nobody else's until the demo ends
+    ops_port = ops.port
     out = DEMO / "output"
     config = DEMO / "loghubd.toml"
     config.write_text(
