@@ -203,7 +203,9 @@ def test_loghubd_spark_stream_stops_cleanly_on_a_signal_mid_stream(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     restarts = [line for line in done.stderr.splitlines() if RESTARTING in line]
-    assert len(restarts) == 1 and "(attempt 2 of 3)" in restarts[0], done.stderr[-3000:]
+    # Once for the late first start; a busy host can make the second start miss Spark's 10 s
+    # as well (as seen in test_stream_e2e's late-source test).
+    assert 1 <= len(restarts) <= 2 and "(attempt 2 of 3)" in restarts[0], done.stderr[-3000:]
     assert restarts[0].startswith("spark-stream: "), restarts
     ids = lake_ids(lake)
     assert sorted(ids) == list(range(total)) and max(ids.values()) == 1

@@ -241,7 +241,10 @@ def test_a_source_process_that_connects_back_late_is_started_again(
     said = capsys.readouterr().err
     assert (tmp_path / "late-python-slept").exists(), "late-python never started the source"
     assert "did not connect back within Spark's 10 s" in said, said
-    assert "(attempt 2 of 3)" in said and "(attempt 3 of 3)" not in said, said
+    # The late first start is started again. The second start is not made late, but on a
+    # busy host it can miss Spark's 10 s too (seen once in CI: four test workers on 2 cores):
+    # then the third start reads the logs. How many starts are made is test_query_start's.
+    assert "(attempt 2 of 3)" in said, said
     assert_exactly(Counter(int(r[0]) for r in rec.rows()), range(200))
 
 
