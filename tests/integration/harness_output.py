@@ -23,13 +23,25 @@ def shard_of(path: Path) -> int:
     return int(path.name.removeprefix("shard-").split(".", 1)[0])
 
 
-def read_records(dirs: Iterable[Path]) -> list[tuple[int, dict[str, Any]]]:
-    """(shard, record) for every line of every `shard-*.jsonl` under `dirs`."""
+def read_records(
+    dirs: Iterable[Path], torn_tail_ok: bool = False
+) -> list[tuple[int, dict[str, Any]]]:
+    """(shard, record) for every line of every `shard-*.jsonl` under `dirs`.
+
+    A file that ends in part of a line is what a daemon killed (kill -9) in the middle of a
+    write leaves. The next processor that opens the file for that shard cuts it off
+    (docs/jsonl.md), but a directory no daemon writes to again keeps it. That batch was never
+    checkpointed, so its logs are delivered again by whoever holds the shard next. With
+    `torn_tail_ok` such a last line is left out, as not delivered; without it, it fails with
+    the file named. A part-line anywhere else always fails."""
     out: list[tuple[int, dict[str, Any]]] = []
     for path in output_files(dirs):
         shard = shard_of(path)
         with open(path, "rb") as f:
             for line in f:
+                if not line.endswith(b"\n"):  # the last line, and not a whole one
+                    assert torn_tail_ok, f"{path} ends in part of a line: {line[:200]!r}"
+                    break
                 if line.strip():
                     out.append((shard, json.loads(line)))
     return out
