@@ -7,7 +7,9 @@ does not grow with the batch. A batch whose write fails (a full disk, an I/O
 error) leaves the file as it was: the file is cut back to where the batch began, at once and
 again before the retry, so a retried batch never follows a torn line or a partial copy of
 itself. The shard's checkpoint is saved only after the whole batch is written, and made
-durable (fsync) before it is committed, unless `fsync = "never"`.
+durable (fsync) before it is committed, unless `fsync = "never"`. The torn line a crash
+mid-write leaves is cut when the shard's file is opened, and, for shards that moved away, at
+the factory's start (`cut_torn_tails_of_unheld_shards`).
 
 Rotation happens between batches, before a batch is written: a failure there fails the batch
 before any of it is written (the retry starts clean). With `rotate_seconds`, a clock (the
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -189,7 +192,7 @@ class JsonlProcessor:
             return
         self._take_shard()
         self._compressor.start()  # also what a crash or a stop left uncompressed
-        with doing("open", self.path):  # (reading its end: `_cut_torn_tail`)
+        with doing("open", self.path):  # (reading its end: `cut_torn_tail`)
             self._open()
         if self._open_shards is not None:
             self._open_shards.add(self)
@@ -241,36 +244,15 @@ class JsonlProcessor:
 
     def _open_live(self) -> int:
         # O_APPEND: every write goes to the end, wherever a truncation left it. O_RDWR: to
-        # find the last whole line (`_cut_torn_tail`). O_NOFOLLOW: a symlink put in its place
+        # find the last whole line (`cut_torn_tail`). O_NOFOLLOW: a symlink put in its place
         # is refused, not written through (logs appended to whatever file it points at).
         with doing("open", self.path):
             return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
 
     def _use(self, fd: int) -> None:
-        self._cut_torn_tail(fd)
+        cut_torn_tail(fd, self.path)
         self._fd = fd
         self._opened = time.time()
-
-    def _cut_torn_tail(self, fd: int) -> None:
-        """A crash (kill -9, power cut) mid-batch leaves part of a line at the end of the file;
-        appending the batch read again after it would glue its first line to it. That batch
-        was never checkpointed (it is read again), so the file is cut back to just after its
-        last newline."""
-        size = end = os.fstat(fd).st_size
-        if not size or os.pread(fd, 1, size - 1) == b"\n":
-            return
-        keep = 0
-        while end > 0:
-            start = max(0, end - (1 << 16))
-            newline = os.pread(fd, end - start, start).rfind(b"\n")
-            if newline >= 0:
-                keep = start + newline + 1
-                break
-            end = start
-        os.ftruncate(fd, keep)
-        log.warning(
-            "jsonl_torn_line_removed", path=str(self.path), removed_bytes=size - keep, kept=keep
-        )
 
     def process(self, batch: Batch, tracker: Tracker) -> None:
         if self.replay:
@@ -486,7 +468,10 @@ class JsonlFactory:
         self.replay = context.replay
 
     def start(self) -> None:
-        if self._clock is not None and not self.replay:
+        if self.replay:
+            return
+        cut_torn_tails_of_unheld_shards(self.directory)
+        if self._clock is not None:
             self._clock.start()
 
     def close(self) -> None:
@@ -506,6 +491,67 @@ class JsonlFactory:
             replay=self.replay,  # (a replay's processor opens no live file: none to close)
             open_shards=self.open_shards,
         )
+
+
+def cut_torn_tail(fd: int, path: Path) -> None:
+    """A crash (kill -9, power cut) mid-batch leaves part of a line at the end of the file;
+    appending the batch read again after it would glue its first line to it. That batch was
+    never checkpointed (it is read again, by whichever daemon gets the shard next), so the
+    file is cut back to just after its last newline."""
+    size = end = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    keep = 0
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        end = start
+    os.ftruncate(fd, keep)
+    log.warning("jsonl_torn_line_removed", path=str(path), removed_bytes=size - keep, kept=keep)
+
+
+LIVE_FILE = re.compile(r"shard-(\d+)\.jsonl")
+
+
+def cut_torn_tails_of_unheld_shards(directory: Path) -> None:
+    """At the factory's start, before any shard of this daemon starts: the live file of every
+    shard no processor holds now loses the torn line a crash left in it. A processor cuts its
+    own shard's file when it opens it, but a shard the crash's next owner writes in another
+    directory (another daemon, another host) was never opened here again, and its torn line
+    stayed, breaking every reader of the file. A file whose lock is held (another source or
+    daemon writing it) is left to that writer; one that cannot be cut is logged
+    (`jsonl_torn_line_check_failed`) and left, without failing the start: it costs a reader a
+    line, and refusing to consume for it would cost every shard."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(directory))
+    except OSError as exc:
+        log.warning("jsonl_torn_line_check_failed", path=str(directory), error=str(exc))
+        return
+    for name in names:
+        if not LIVE_FILE.fullmatch(name):
+            continue
+        path = directory / name
+        try:
+            _cut_if_unheld(directory / f".{name[: -len('.jsonl')]}.lock", path)
+        except OSError as exc:
+            log.warning("jsonl_torn_line_check_failed", path=str(path), error=str(exc))
+
+
+def _cut_if_unheld(lock: Path, path: Path) -> None:
+    held = files.lock_exclusive(lock)
+    if held is None:
+        return  # its writer cuts it when it opens it, or has
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        try:
+            cut_torn_tail(fd, path)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(held)
 
 
 def _probe(directory: Path) -> None:

@@ -165,3 +165,29 @@ def test_two_daemons_pointed_at_one_directory_take_turns(daemon_pool: Pool) -> N
     delivered = ids_of(lines([*sorted(out.glob("shard-0.*Z.jsonl")), out / "shard-0.jsonl"]))
     expected = [f"t{n}" for n in range(count)]
     assert delivered == expected + expected  # group-a's logs, then group-b's
+
+
+def test_a_torn_line_left_by_a_shard_that_moved_away_is_cut_at_start(daemon_pool: Pool) -> None:
+    """A daemon killed mid-write left a torn line in `shard-4.jsonl`; shard 4 was then written
+    by a daemon elsewhere (this logstore has no shard 4 any more, as after a merge). A daemon
+    started on the directory cuts it (before its own shards start), and writes its own."""
+    pool = daemon_pool
+    pool.admin.create_logstore("moved", 1)
+    pool.produce("moved", count=100, group_size=50, prefix="m").wait()
+    out = pool.dir / "moved-out"
+    out.mkdir(parents=True)
+    whole = b'{"id":"old"}\n'
+    (out / "shard-4.jsonl").write_bytes(whole + b'{"id":"to')  # what kill -9 mid-write leaves
+    daemon = pool.daemon(
+        "moved", "moved-group", "moved", processor_options={"path": str(out)}
+    ).wait_ready()
+    wait_until(lambda: pool.committed_to_end("moved", "moved-group", 1), 60, daemon.log_tail)
+    assert daemon.stop() == 0, daemon.log_tail()
+    assert (out / "shard-4.jsonl").read_bytes() == whole
+    assert ids_of(lines([out / "shard-0.jsonl"])) == [f"m{n}" for n in range(100)]
+    [warning] = [
+        json.loads(line)
+        for line in daemon.log_tail(100_000).splitlines()
+        if "jsonl_torn_line_removed" in line
+    ]
+    assert warning["path"] == str(out / "shard-4.jsonl") and warning["removed_bytes"] == 9
