@@ -74,6 +74,10 @@ NOISY_LOGGERS = ("py4j", "SQLQueryContextLogger")
 # stopped (the processor's default `shutdown_budget`; systemd's stop timeout is above it).
 STOP_WAIT_S = 25.0
 STOP_POLL_S = 0.1
+# How long a micro-batch held at its start after a signal waits for `query.stop()` to begin
+# (it begins at once: the wait is a bound, not a delay), and how often it looks.
+HOLD_S = 60.0
+HOLD_POLL_S = 0.02
 # What a write interrupted by `query.stop()` raises instead of py4j's error (`BatchWriter`).
 # Spark tells a stop's interruption from a failure by matching the foreachBatch error's text
 # with `StreamExecution.PROXY_ERROR`, `Py4JJavaError: An error occurred while
@@ -151,14 +155,22 @@ class BatchWriter:
         self.sink, self.path = sink, path
         self.tag = ""
         self.error: BaseException | None = None  # the last micro-batch's failure
+        # Set on a signal: the next micro-batch is held at its start (`_hold_for_the_stop`),
+        # which sets `held`, so that the stop comes between two batches' writes.
+        self.stop_requested = threading.Event()
+        self.held = threading.Event()
         # Set just before `query.stop()`: a write failing after it was interrupted by it.
         self.stopping = threading.Event()
         self.interrupted = False
         self._bound = threading.Event()
+        self._is_active: Callable[[], bool] = lambda: True
 
-    def bind(self, query_id: str) -> None:
-        """The query's id (kept in its checkpoint, so it survives restarts) names its writes."""
+    def bind(self, query_id: str, is_active: Callable[[], bool] | None = None) -> None:
+        """The query's id (kept in its checkpoint, so it survives restarts) names its writes;
+        `is_active` tells a held batch when the query's stop has begun."""
         self.tag = query_id.replace("-", "")[:12]
+        if is_active is not None:
+            self._is_active = is_active
         self._bound.set()
 
     def batch_name(self, batch_id: int) -> str:
@@ -195,6 +207,8 @@ class BatchWriter:
             done()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        if self.stop_requested.is_set():
+            self._hold_for_the_stop()
         try:
             self._write(df, batch_id)
         except BaseException as exc:
@@ -205,6 +219,20 @@ class BatchWriter:
                 raise BatchInterrupted(INTERRUPTED) from None
             self.error = exc
             raise
+
+    def _hold_for_the_stop(self, timeout_s: float = HOLD_S) -> None:
+        """A micro-batch that starts once the stop is asked for writes nothing: it waits
+        (`held`) until `query.stop()` has begun (the query is no longer active), then ends as
+        an interrupted write, which Spark replays on the next start. With batches back to
+        back (a backlog, `trigger_interval = 0`) there is no moment between two triggers for
+        the stop to use; without this the command waited out `STOP_WAIT_S` and then
+        interrupted a write anyway."""
+        self.held.set()
+        deadline = time.monotonic() + timeout_s
+        while self._is_active() and time.monotonic() < deadline:
+            time.sleep(HOLD_POLL_S)
+        self.interrupted = True
+        raise BatchInterrupted(INTERRUPTED)
 
     def _write(self, df: DataFrame, batch_id: int) -> None:
         from loghubd_spark.jobs import BATCH_COLUMN, DATE_COLUMN, with_partitions
@@ -255,7 +283,7 @@ def start(
     elif cfg.trigger_interval > 0:
         stream = stream.trigger(processingTime=f"{round(cfg.trigger_interval * 1000)} milliseconds")
     query = stream.start()
-    writer.bind(str(query.id))
+    writer.bind(str(query.id), lambda: bool(query.isActive))
     return query
 
 
@@ -300,14 +328,15 @@ def stop_between_batches(
     query: StreamingQuery, writer: BatchWriter, *, wait_s: float = STOP_WAIT_S
 ) -> None:
     """Stop the query once the micro-batch in progress has finished (within `wait_s`), so
-    that the stop does not interrupt a write. A batch starting in between, or one still
-    running after `wait_s`, is interrupted: its write raises `BatchInterrupted` and Spark
-    replays it on restart."""
+    that the stop does not interrupt a write: at once when no trigger is active, else as
+    soon as the next micro-batch is held at its start (`BatchWriter.stop_requested`). A batch
+    still running after `wait_s` is interrupted. A held or interrupted batch raises
+    `BatchInterrupted`, and Spark replays it on restart."""
+    writer.stop_requested.set()
     deadline = time.monotonic() + wait_s
     while query.isActive and time.monotonic() < deadline:
-        if not query.status["isTriggerActive"]:
+        if not query.status["isTriggerActive"] or writer.held.wait(STOP_POLL_S):
             break
-        time.sleep(STOP_POLL_S)
     writer.stopping.set()
     query.stop()
 

@@ -145,14 +145,14 @@ def spark_lines(stderr: str) -> list[str]:
 def test_loghubd_spark_stream_stops_cleanly_on_a_signal_mid_stream(
     loghubd_server: ServerProcess, tmp_path: Path
 ) -> None:
-    """A signal while micro-batches follow each other (a backlog read one log group at a
-    time): the query stops between micro-batches and the command exits 0, with its own three
-    lines only. `query.stop()` during a batch's write printed a thousand lines of
-    `Exception in thread ... java.lang.StackOverflowError` (Spark's regex over py4j's error
-    text). SIGHUP's default action ended the driver at once, mid-batch. SIGHUP here: SIGTERM
-    and SIGINT share its handler (stream_app.run), and it alone had a default action that
-    killed. A restart with --available-now then reads the rest: every log exactly once, though
-    its source process connects back too late the first time (`late_python`): the command
+    """A signal while micro-batches follow each other (a backlog read one log group at a time): the
+    query stops between micro-batches (the next one held at its start) and the command exits 0,
+    with its own three lines only. `query.stop()` during a batch's write printed a thousand
+    lines of `Exception in thread ... java.lang.StackOverflowError` (Spark's regex over py4j's
+    error text). SIGHUP's default action ended the driver at once, mid-batch. SIGHUP here:
+    SIGTERM and SIGINT share its handler (stream_app.run), and it alone had a default action
+    that killed. A restart with --available-now then reads the rest: every log exactly once,
+    though its source process connects back too late the first time (`late_python`): the command
     starts the query again, saying so in one line."""
     server, total, signum = loghubd_server, 3000, signal.SIGHUP
     project = f"streamstop{signum.name.lower()}"
@@ -191,6 +191,13 @@ def test_loghubd_spark_stream_stops_cleanly_on_a_signal_mid_stream(
     assert not spark_lines(output), output[-3000:]
     stopped = lake_ids(lake)
     assert 0 < len(stopped) < total and max(stopped.values()) == 1  # mid-stream, no duplicate
+    # Between two batches' writes: the lake holds exactly the committed batches. The batch
+    # after them was held at its start and wrote nothing (with batches back to back there is
+    # no idle moment; the command used to wait 25 s and then interrupt a write).
+    committed = sorted(int(p.name) for p in commits.glob("[0-9]*"))
+    written = sorted(int(p.name.rsplit("-", 1)[1]) for p in lake.glob("dt=*/batch=*"))
+    assert written == committed == list(range(len(committed))), (written, committed)
+    assert lines[2] == f"spark-stream: stopped after batch {committed[-1]}", lines
     done = spark_stream(
         config,
         {

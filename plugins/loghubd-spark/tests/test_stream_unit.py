@@ -496,3 +496,27 @@ def test_a_write_interrupted_by_the_stop_raises_what_spark_takes_for_an_interrup
     assert len(text) < 2000 and "\tat x" not in text
     spark_rule = spark._jvm.org.apache.spark.sql.execution.streaming.runtime.StreamExecution
     assert spark_rule.PROXY_ERROR().findFirstIn(text).isDefined()
+
+
+def test_a_batch_that_starts_after_the_stop_was_asked_for_is_held_and_writes_nothing() -> None:
+    """Once a signal asked for the stop, the next micro-batch is held at its start (`held`,
+    which the command waits for) until `query.stop()` has begun, then ends as an interrupted
+    write without writing: the stop comes between two batches' writes, and Spark replays the
+    held one on the next start."""
+    from loghubd_spark.stream_app import BatchInterrupted, BatchWriter
+
+    writes: list[int] = []
+    active = iter([True, True, True, False])
+
+    class Recording(BatchWriter):
+        def _write(self, df: Any, batch_id: int) -> None:
+            writes.append(batch_id)
+
+    writer = Recording(None, None, "parquet", "/nowhere")
+    writer.bind("0f" * 16, lambda: next(active))
+    writer(None, 0)
+    writer.stop_requested.set()
+    with pytest.raises(BatchInterrupted):
+        writer(None, 1)
+    assert writes == [0] and writer.held.is_set() and writer.interrupted
+    assert next(active, "asked until the stop began") == "asked until the stop began"
