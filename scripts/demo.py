@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from loghubd.testing.process import PortReservation, ServerProcess
 
@@ -25,8 +26,8 @@ DEMO = ROOT / ".loghubd-demo"
 TOTAL_BEFORE = 20_000
 
 
-def loghubd(*args: str, **kw: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "loghubd", *args], **kw)  # type: ignore[call-overload]
+def loghubd(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "loghubd", *args], **kw)
 
 
 def produce_args(endpoint: str, count: int, start: int, rate: float = 0.0) -> list[str]:
@@ -68,10 +69,15 @@ def show_progress(started: float, server_metrics: str, daemon_metrics: str) -> i
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=30.0,
-                        help="how long to keep producing and consuming (default 30)")
-    parser.add_argument("--keep", action="store_true",
-                        help="leave the service and the daemon running until Ctrl-C")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=30.0,
+        help="how long to keep producing and consuming (default 30)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the service and the daemon running until Ctrl-C"
+    )
     args = parser.parse_args()
     shutil.rmtree(DEMO, ignore_errors=True)
     DEMO.mkdir()
@@ -135,8 +141,10 @@ listen = "127.0.0.1:{ops_port}"
                 break
             time.sleep(1)
         print("\nmetrics excerpt:")
-        for line in metric_lines(metrics_url, ("loghubd_consumed_logs_total",
-                                               "loghubd_lag_log_groups", "loghubd_held_shards")):
+        for line in metric_lines(
+            metrics_url,
+            ("loghubd_consumed_logs_total", "loghubd_lag_log_groups", "loghubd_held_shards"),
+        ):
             print("  " + line)
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -149,8 +157,10 @@ listen = "127.0.0.1:{ops_port}"
     unique = set(ids)
     expected = {f"log-{i}" for i in range(total)}
     missing, dup = len(expected - unique), len(ids) - len(unique)
-    print(f"\ndaemon exited with {code}; written {total:,}, delivered {len(unique):,}, "
-          f"missing {missing}, duplicated {dup}")
+    print(
+        f"\ndaemon exited with {code}; written {total:,}, delivered {len(unique):,}, "
+        f"missing {missing}, duplicated {dup}"
+    )
     ok = code == 0 and not missing and not dup
     if args.keep:  # the daemon again (it resumes at its checkpoints: nothing twice)
         daemon = loghubd("run", "-c", str(config), stdout=daemon_log, stderr=subprocess.STDOUT)
@@ -178,8 +188,10 @@ def try_next(config: Path, out: Path, endpoint: str, ops_port: int, *, keep: boo
     print(f"                    {loghubd_bin} group reset -c {config} --to begin   (a dry run)")
     print(f"  more logs         {loghubd_bin} produce --endpoint {endpoint} --project demo "
           "--logstore app --count 1000 --start 1000000")  # fmt: skip
-    print(f"  the daemon        http://127.0.0.1:{ops_port}/status   "
-          f"http://127.0.0.1:{ops_port}/metrics")
+    print(
+        f"  the daemon        http://127.0.0.1:{ops_port}/status   "
+        f"http://127.0.0.1:{ops_port}/metrics"
+    )
     if not keep:
         print("  (the service and the daemon are stopped now: ./scripts/demo.sh --keep leaves "
               "them running, so these commands and URLs work)")  # fmt: skip

@@ -17,8 +17,8 @@ bin="$here/.venv/bin"
 # The Spark driver JVMs' class-data sharing archive is made in the background while the checks
 # below run (tests/spark_cds.py; the suite's controller adopts the maker).
 "$bin/python" -m tests.spark_cds
-"$bin/ruff" check loghubd tests bench plugins conftest.py
-"$bin/ruff" format --check loghubd tests bench plugins conftest.py
+"$bin/ruff" check loghubd tests bench plugins scripts conftest.py
+"$bin/ruff" format --check loghubd tests bench plugins scripts conftest.py
 "$bin/mypy"
 "$bin/mypy" --config-file bench/mypy.ini bench/*.py
 # Several workers (pytest-xdist): most tests wait on real processes rather than compute. The
