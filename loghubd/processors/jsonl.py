@@ -8,8 +8,8 @@ error) leaves the file as it was: the file is cut back to where the batch began,
 again before the retry, so a retried batch never follows a torn line or a partial copy of
 itself. The shard's checkpoint is saved only after the whole batch is written, and made
 durable (fsync) before it is committed, unless `fsync = "never"`. The torn line a crash
-mid-write leaves is cut when the shard's file is opened, and, for shards that moved away, at
-the factory's start (`cut_torn_tails_of_unheld_shards`).
+mid-write leaves is cut when the shard's file is opened. The files of shards that no
+processor holds (moved away, merged) are looked after by the factory (`jsonl_unheld`).
 
 Rotation happens between batches, before a batch is written: a failure there fails the batch
 before any of it is written (the retry starts clean). With `rotate_seconds`, a clock (the
@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +50,13 @@ from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
 from loghubd.processors.file_errors import doing
 from loghubd.processors.jsonl_compress import Compressor
+from loghubd.processors.jsonl_unheld import (
+    ShardClaims,
+    closed_path,
+    cut_torn_tail,
+    lock_path,
+    look_after_unheld,
+)
 from loghubd.processors.options import ConfigError, typed_options
 from loghubd.processors.ticker import Members, Ticker
 from loghubd.protocol import cursor as cursors
@@ -61,6 +66,13 @@ log = structlog.get_logger("loghubd.processors.jsonl")
 FSYNC_MODES = ("batch", "interval", "never")
 CLOSE_RETRY_S = 5.0  # after a failed close of a quiet shard's file, before the clock tries again
 COMPRESSIONS = ("none", "gzip", "zstd")
+# With `rotate_seconds`, how often at most the clock looks at the files of shards that no
+# processor here holds (every rotate_seconds / 4, at least 1 s apart).
+UNHELD_EVERY_MAX_S = 30.0
+# How long a starting shard tries for its lock before it fails its start (then retried with
+# back-off), and how often.
+TAKE_GRACE_S = 1.0
+TAKE_POLL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +175,7 @@ class JsonlProcessor:
         *,
         replay: bool = False,
         open_shards: Members[JsonlProcessor] | None = None,
+        claims: ShardClaims | None = None,
     ) -> None:
         self.directory = directory
         self.replay = replay  # dead letters: a file each, never the shard's live file
@@ -180,6 +193,8 @@ class JsonlProcessor:
         # What the factory's clock looks at: it closes the file of a shard with no batches
         # when it is due (`close_if_due`). And when a close it tried last failed (monotonic).
         self._open_shards = open_shards
+        self._claims = claims  # the factory's: its look at unheld shards skips this one
+        self._claimed = False
         self._close_failed_at = -CLOSE_RETRY_S
         sync = self.options.fsync != "never"
         failures = self.metrics.compress_failures
@@ -190,6 +205,9 @@ class JsonlProcessor:
             self.directory.mkdir(parents=True, exist_ok=True)
         if self.replay:
             return
+        if self._claims is not None and not self._claimed:
+            self._claims.hold(self.shard)  # (waits while the factory looks after its files)
+            self._claimed = True
         self._take_shard()
         self._compressor.start()  # also what a crash or a stop left uncompressed
         with doing("open", self.path):  # (reading its end: `cut_torn_tail`)
@@ -202,9 +220,13 @@ class JsonlProcessor:
         count, destroy each other's lines: refuse to start while another holds the shard. The
         daemon retries the start with backoff (right for a shard handed over between
         daemons: the old owner lets go at its shutdown, or at its end, killed or not)."""
-        lock = self.directory / f".shard-{self.shard}.lock"
+        lock = lock_path(self.directory, self.shard)
+        # Held for a moment by another process's look at the shards it does not hold
+        # (`jsonl_unheld`: `--workers` share a directory): worth a short wait, not a failure.
+        deadline = time.monotonic() + TAKE_GRACE_S
         with doing("lock", lock):
-            fd = files.lock_exclusive(lock)
+            while (fd := files.lock_exclusive(lock)) is None and time.monotonic() < deadline:
+                time.sleep(TAKE_POLL_S)
         if fd is None:
             raise JsonlPathInUse(
                 f"jsonl: {self.path} is being written by another processor (another source "
@@ -218,7 +240,7 @@ class JsonlProcessor:
         deleted and made again), a second processor took a new lock file and appended to the
         same file (file sinks audit: 29,010 lines for 16,010 ids). Take the lock again on the
         file that is there now, or fail the batch while another holds it."""
-        lock = self.directory / f".shard-{self.shard}.lock"
+        lock = lock_path(self.directory, self.shard)
         mine = os.fstat(self._lock_fd)
         with contextlib.suppress(FileNotFoundError):
             there = os.stat(lock)
@@ -363,8 +385,7 @@ class JsonlProcessor:
             if self.options.fsync != "never":
                 with doing("sync", self.path):
                     os.fsync(self._fd)
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-            closed = self.directory / f"shard-{self.shard}.{stamp}.jsonl"
+            closed = closed_path(self.directory, self.shard)
             # Renamed while still open: if the rename fails, nothing changed.
             with doing("rename", self.path, to=closed):
                 os.rename(self.path, closed)
@@ -450,6 +471,9 @@ class JsonlProcessor:
                 if self._lock_fd >= 0:
                     os.close(self._lock_fd)
                     self._lock_fd = -1
+                if self._claims is not None and self._claimed:
+                    self._claims.let_go(self.shard)
+                    self._claimed = False
 
 
 class JsonlFactory:
@@ -458,19 +482,26 @@ class JsonlFactory:
         _probe(self.directory)
         self.metrics = JsonlMetrics(CollectorRegistry())  # bind() puts them on the daemon's
         self.replay = False
-        # With `rotate_seconds`, a clock closes the files of shards that get no batches.
+        # With `rotate_seconds`, a clock closes the files of shards that get no batches, and
+        # (less often) those of shards no processor here holds (`jsonl_unheld`).
         self.open_shards: Members[JsonlProcessor] = Members()
+        self.claims = ShardClaims()
         seconds = self.options.rotate_seconds
         self._clock = Ticker("jsonl-rotate", min(1.0, seconds / 4), self._tick) if seconds else None
+        self._unheld_every = min(UNHELD_EVERY_MAX_S, max(1.0, seconds / 4))
+        self._unheld_at = 0.0  # time.monotonic() of the last look at unheld shards
 
     def bind(self, context: ProcessorContext) -> None:
         self.metrics = context.instruments(JsonlMetrics)
         self.replay = context.replay
 
     def start(self) -> None:
+        """Before any shard starts: the files of shards no processor holds (a crash's torn
+        lines, with `rotate_seconds` stale live files, with `compress` closed files left
+        uncompressed); then the clock, if any."""
         if self.replay:
             return
-        cut_torn_tails_of_unheld_shards(self.directory)
+        self._look_after_unheld()
         if self._clock is not None:
             self._clock.start()
 
@@ -481,6 +512,27 @@ class JsonlFactory:
     def _tick(self) -> None:
         for processor in self.open_shards.now():
             processor.close_if_due()
+        if time.monotonic() - self._unheld_at >= self._unheld_every:
+            self._look_after_unheld()
+
+    def _look_after_unheld(self) -> None:
+        self._unheld_at = time.monotonic()
+        o, metrics = self.options, self.metrics
+        sync = o.fsync != "never"
+
+        def compress(shard: int) -> None:
+            Compressor(
+                self.directory, shard, o.compress, sync, metrics.compress_failures
+            ).compress_closed()
+
+        look_after_unheld(
+            self.directory,
+            self.claims,
+            rotate_after=o.rotate_seconds,
+            compress=compress if o.compress != "none" else None,
+            sync=sync,
+            rotated=metrics.rotated.inc,
+        )
 
     def __call__(self, shard: int) -> JsonlProcessor:
         return JsonlProcessor(
@@ -490,68 +542,8 @@ class JsonlFactory:
             self.metrics,
             replay=self.replay,  # (a replay's processor opens no live file: none to close)
             open_shards=self.open_shards,
+            claims=self.claims,
         )
-
-
-def cut_torn_tail(fd: int, path: Path) -> None:
-    """A crash (kill -9, power cut) mid-batch leaves part of a line at the end of the file;
-    appending the batch read again after it would glue its first line to it. That batch was
-    never checkpointed (it is read again, by whichever daemon gets the shard next), so the
-    file is cut back to just after its last newline."""
-    size = end = os.fstat(fd).st_size
-    if not size or os.pread(fd, 1, size - 1) == b"\n":
-        return
-    keep = 0
-    while end > 0:
-        start = max(0, end - (1 << 16))
-        newline = os.pread(fd, end - start, start).rfind(b"\n")
-        if newline >= 0:
-            keep = start + newline + 1
-            break
-        end = start
-    os.ftruncate(fd, keep)
-    log.warning("jsonl_torn_line_removed", path=str(path), removed_bytes=size - keep, kept=keep)
-
-
-LIVE_FILE = re.compile(r"shard-(\d+)\.jsonl")
-
-
-def cut_torn_tails_of_unheld_shards(directory: Path) -> None:
-    """At the factory's start, before any shard of this daemon starts: the live file of every
-    shard no processor holds now loses the torn line a crash left in it. A processor cuts its
-    own shard's file when it opens it, but a shard the crash's next owner writes in another
-    directory (another daemon, another host) was never opened here again, and its torn line
-    stayed, breaking every reader of the file. A file whose lock is held (another source or
-    daemon writing it) is left to that writer; one that cannot be cut is logged
-    (`jsonl_torn_line_check_failed`) and left, without failing the start: it costs a reader a
-    line, and refusing to consume for it would cost every shard."""
-    try:
-        names = sorted(entry.name for entry in os.scandir(directory))
-    except OSError as exc:
-        log.warning("jsonl_torn_line_check_failed", path=str(directory), error=str(exc))
-        return
-    for name in names:
-        if not LIVE_FILE.fullmatch(name):
-            continue
-        path = directory / name
-        try:
-            _cut_if_unheld(directory / f".{name[: -len('.jsonl')]}.lock", path)
-        except OSError as exc:
-            log.warning("jsonl_torn_line_check_failed", path=str(path), error=str(exc))
-
-
-def _cut_if_unheld(lock: Path, path: Path) -> None:
-    held = files.lock_exclusive(lock)
-    if held is None:
-        return  # its writer cuts it when it opens it, or has
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        try:
-            cut_torn_tail(fd, path)
-        finally:
-            os.close(fd)
-    finally:
-        os.close(held)
 
 
 def _probe(directory: Path) -> None:

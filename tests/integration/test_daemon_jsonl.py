@@ -167,24 +167,35 @@ def test_two_daemons_pointed_at_one_directory_take_turns(daemon_pool: Pool) -> N
     assert delivered == expected + expected  # group-a's logs, then group-b's
 
 
-def test_a_torn_line_left_by_a_shard_that_moved_away_is_cut_at_start(daemon_pool: Pool) -> None:
-    """A daemon killed mid-write left a torn line in `shard-4.jsonl`; shard 4 was then written
-    by a daemon elsewhere (this logstore has no shard 4 any more, as after a merge). A daemon
-    started on the directory cuts it (before its own shards start), and writes its own."""
+def test_the_files_of_a_shard_that_moved_away_are_cut_closed_and_compressed(
+    daemon_pool: Pool,
+) -> None:
+    """A daemon killed mid-write left a torn line in `shard-4.jsonl`, and a closed file it had
+    not compressed yet; shard 4 was then written by a daemon elsewhere (this logstore has no
+    shard 4 any more, as after a merge). A daemon started on the directory with
+    `rotate_seconds` and `compress` cuts the torn line before its own shards start, then closes
+    and compresses shard 4's files as shard 4's processor would have, and writes its own."""
     pool = daemon_pool
     pool.admin.create_logstore("moved", 1)
     pool.produce("moved", count=100, group_size=50, prefix="m").wait()
     out = pool.dir / "moved-out"
     out.mkdir(parents=True)
-    whole = b'{"id":"old"}\n'
+    whole, left = b'{"id":"old"}\n', b'{"id":"closed"}\n'
     (out / "shard-4.jsonl").write_bytes(whole + b'{"id":"to')  # what kill -9 mid-write leaves
-    daemon = pool.daemon(
-        "moved", "moved-group", "moved", processor_options={"path": str(out)}
-    ).wait_ready()
+    (out / "shard-4.20261129T000000.000000Z.jsonl").write_bytes(left)
+    options = {"path": str(out), "rotate_seconds": 1, "compress": "zstd"}
+    daemon = pool.daemon("moved", "moved-group", "moved", processor_options=options).wait_ready()
     wait_until(lambda: pool.committed_to_end("moved", "moved-group", 1), 60, daemon.log_tail)
+
+    def shard_4_closed_and_compressed() -> bool:
+        names = [p.name for p in out.glob("shard-4.*")]
+        return len(names) == 2 and all(n.endswith("Z.jsonl.zst") for n in names)
+
+    wait_until(shard_4_closed_and_compressed, 30, daemon.log_tail)
     assert daemon.stop() == 0, daemon.log_tail()
-    assert (out / "shard-4.jsonl").read_bytes() == whole
-    assert ids_of(lines([out / "shard-0.jsonl"])) == [f"m{n}" for n in range(100)]
+    assert lines(sorted(out.glob("shard-4.*"))) == [left.strip(), whole.strip()]  # names sort
+    mine = [*sorted(out.glob("shard-0.*Z.jsonl.zst")), out / "shard-0.jsonl"]
+    assert sorted(ids_of(lines(mine))) == sorted(f"m{n}" for n in range(100))
     [warning] = [
         json.loads(line)
         for line in daemon.log_tail(100_000).splitlines()

@@ -89,8 +89,9 @@ def test_a_file_that_cannot_be_cut_is_reported_and_the_start_goes_on(tmp_path: P
     with structlog.testing.capture_logs() as logs:
         factory.start()
     factory.close()
-    [failed] = [e for e in logs if e["event"] == "jsonl_torn_line_check_failed"]
-    assert failed["path"] == str(tmp_path / "shard-3.jsonl") and failed["log_level"] == "warning"
+    [failed] = [e for e in logs if e["event"] == "jsonl_unheld_shard_failed"]
+    assert failed["shard"] == 3 and failed["log_level"] == "warning", failed
+    assert "Too many levels of symbolic links" in failed["error"], failed
     assert target.read_bytes() == b"not ours, no newline"
 
 

@@ -1,0 +1,130 @@
+"""The `jsonl` files of shards no processor holds (`jsonl_unheld`): what is cut, closed and
+compressed, what is left alone, and how the factory's look at them keeps out of its own
+processors' way."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+
+import structlog
+import zstandard
+
+from loghubd import files
+from loghubd.processors.jsonl import JsonlFactory
+from loghubd.processors.jsonl_unheld import ShardClaims, look_after_unheld
+from loghubd.testing import RecordingTracker
+
+CLOSED = re.compile(r"shard-(\d+)\.\d{8}T\d{6}\.\d{6}Z\.jsonl")
+NOW = 1_900_000_000.0
+
+
+def write(path: Path, data: bytes, age_s: float) -> None:
+    path.write_bytes(data)
+    os.utime(path, (NOW - age_s, NOW - age_s))
+
+
+def test_a_live_file_not_written_for_rotate_seconds_is_closed_and_others_are_left(
+    tmp_path: Path,
+) -> None:
+    """Shard 1 was last written 61 s ago: closed (rotate_after 60). Shard 2 was written 59 s
+    ago, shard 3 is empty, shard 4's processor here holds it, shard 5's lock is held by
+    another daemon: all left as they are."""
+    line = b'{"id":"x"}\n'
+    for shard, age in [(1, 61), (2, 59), (4, 61), (5, 61)]:
+        write(tmp_path / f"shard-{shard}.jsonl", line, age)
+    write(tmp_path / "shard-3.jsonl", b"", 61)
+    claims = ShardClaims()
+    claims.hold(4)
+    other = files.lock_exclusive(tmp_path / ".shard-5.lock")
+    rotations: list[None] = []
+    with structlog.testing.capture_logs() as logs:
+        look_after_unheld(
+            tmp_path,
+            claims,
+            rotate_after=60,
+            rotated=lambda: rotations.append(None),
+            now=lambda: NOW,
+        )
+    assert other is not None
+    os.close(other)
+    names = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
+    [closed] = [n for n in names if CLOSED.fullmatch(n)]
+    assert closed.startswith("shard-1.") and (tmp_path / closed).read_bytes() == line
+    assert sorted(set(names) - {closed}) == [f"shard-{n}.jsonl" for n in (2, 3, 4, 5)]
+    assert len(rotations) == 1
+    [event] = [e for e in logs if e["event"] == "jsonl_rotated"]
+    assert event["shard"] == 1 and event["reason"] == "not held", event
+
+
+def test_without_rotate_seconds_a_live_file_only_loses_its_torn_line(tmp_path: Path) -> None:
+    write(tmp_path / "shard-1.jsonl", b'{"id":"x"}\n{"id', 3600)
+    look_after_unheld(tmp_path, ShardClaims(), now=lambda: NOW)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".shard-1.lock", "shard-1.jsonl"]
+    assert (tmp_path / "shard-1.jsonl").read_bytes() == b'{"id":"x"}\n'
+
+
+def test_the_factory_compresses_what_a_shard_that_moved_away_left_closed(tmp_path: Path) -> None:
+    """A stop abandoned shard 9's compression (or a crash cut it short), and shard 9 never came
+    back: the factory's start compresses its closed file, as its processor would have."""
+    data = b"".join(b'{"id":"%d"}\n' % n for n in range(1000))
+    closed = tmp_path / "shard-9.20261129T000000.000000Z.jsonl"
+    closed.write_bytes(data)
+    (tmp_path / "shard-9.20261129T000000.000000Z.jsonl.zst.part").write_bytes(b"half")
+    factory = JsonlFactory({"path": str(tmp_path), "compress": "zstd"})
+    factory.start()
+    factory.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "shard-9.20261129T000000.000000Z.jsonl.zst"
+    ]
+    packed = (tmp_path / "shard-9.20261129T000000.000000Z.jsonl.zst").read_bytes()
+    assert zstandard.ZstdDecompressor().decompressobj().decompress(packed) == data
+
+
+def test_a_shard_being_looked_after_is_waited_for_by_its_processor(tmp_path: Path) -> None:
+    """This daemon's processor for shard 5 starts while the factory holds shard 5's files: it
+    waits, then starts, instead of failing its start on the lock (a retry with back-off and an
+    error in /status for nothing)."""
+    factory = JsonlFactory({"path": str(tmp_path)})
+    processor = factory(5)
+    started, failed = threading.Event(), []
+
+    def start() -> None:
+        try:
+            processor.initialize(5)
+        except Exception as exc:
+            failed.append(exc)
+        started.set()
+
+    with factory.claims.sweeping(5) as free:
+        assert free
+        lock = files.lock_exclusive(tmp_path / ".shard-5.lock")  # as look_after_unheld does
+        assert lock is not None
+        thread = threading.Thread(target=start)
+        thread.start()
+        assert not started.wait(0.3)  # waiting for the look to end
+        os.close(lock)
+    assert started.wait(30) and not failed, failed
+    thread.join()
+    with factory.claims.sweeping(5) as free:
+        assert not free  # held by the processor now: skipped
+    processor.shutdown(RecordingTracker())
+    with factory.claims.sweeping(5) as free:
+        assert free  # let go at its shutdown
+
+
+def test_a_lock_held_for_a_moment_by_another_process_is_waited_for(tmp_path: Path) -> None:
+    """Another worker of a `--workers` daemon (one directory) takes shard 2's lock for a
+    moment to look at its files: shard 2's start here waits for it instead of failing (a
+    retry with back-off and a warning for nothing). A lock held past the grace still fails
+    the start, as test_jsonl_errors shows."""
+    lock = files.lock_exclusive(tmp_path / ".shard-2.lock")
+    assert lock is not None
+    timer = threading.Timer(0.2, os.close, (lock,))
+    timer.start()
+    processor = JsonlFactory({"path": str(tmp_path)})(2)
+    processor.initialize(2)
+    timer.join()
+    processor.shutdown(RecordingTracker())
