@@ -229,10 +229,18 @@ class BatchWriter:
         interrupted a write anyway."""
         self.held.set()
         deadline = time.monotonic() + timeout_s
-        while self._is_active() and time.monotonic() < deadline:
+        while self._still_active() and time.monotonic() < deadline:
             time.sleep(HOLD_POLL_S)
         self.interrupted = True
         raise BatchInterrupted(INTERRUPTED)
+
+    def _still_active(self) -> bool:
+        # A failed look (py4j's error, its text a whole Java stack) must not become the
+        # batch's error: Spark's regex over such a text is what overflowed its stack.
+        try:
+            return self._is_active()
+        except Exception:
+            return False
 
     def _write(self, df: DataFrame, batch_id: int) -> None:
         from loghubd_spark.jobs import BATCH_COLUMN, DATE_COLUMN, with_partitions
