@@ -33,6 +33,7 @@ second time.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
 import time
@@ -49,7 +50,7 @@ from loghubd.errors import describe_error
 from loghubd.models import Batch
 from loghubd.plugins.api import ProcessorContext, Tracker
 from loghubd.processors.file_errors import doing
-from loghubd.processors.jsonl_compress import Compressor
+from loghubd.processors.jsonl_compress import Abandoned, Compressor
 from loghubd.processors.jsonl_unheld import (
     ShardClaims,
     closed_path,
@@ -490,24 +491,42 @@ class JsonlFactory:
         self._clock = Ticker("jsonl-rotate", min(1.0, seconds / 4), self._tick) if seconds else None
         self._unheld_every = min(UNHELD_EVERY_MAX_S, max(1.0, seconds / 4))
         self._unheld_at = 0.0  # time.monotonic() of the last look at unheld shards
+        self._looking = threading.Lock()  # one look at a time (the start's, the clock's)
+        self._first_look: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def bind(self, context: ProcessorContext) -> None:
         self.metrics = context.instruments(JsonlMetrics)
         self.replay = context.replay
 
     def start(self) -> None:
-        """Before any shard starts: the files of shards no processor holds (a crash's torn
-        lines, with `rotate_seconds` stale live files, with `compress` closed files left
-        uncompressed); then the clock, if any."""
+        """The files of shards no processor holds (a crash's torn lines, with `rotate_seconds`
+        stale live files, with `compress` closed files left uncompressed), in a thread of its
+        own: a big leftover to compress does not hold up the start; then the clock, if any."""
         if self.replay:
             return
-        self._look_after_unheld()
+        self._stop.clear()
+        self._first_look = threading.Thread(
+            target=contextvars.copy_context().run,  # (the source's logging context)
+            args=(self._look_after_unheld,),
+            name="jsonl-unheld",
+            daemon=True,
+        )
+        self._first_look.start()
         if self._clock is not None:
             self._clock.start()
 
     def close(self) -> None:
+        self._stop.set()  # a compression of an unheld shard's file gives up within a MiB
         if self._clock is not None:
             self._clock.stop()
+        if self._first_look is not None:
+            self._first_look.join(30)
+
+    def wait_unheld_looked_after(self) -> None:
+        """Wait for the start's look at the shards no processor holds: for tests."""
+        if self._first_look is not None:
+            self._first_look.join()
 
     def _tick(self) -> None:
         for processor in self.open_shards.now():
@@ -516,23 +535,44 @@ class JsonlFactory:
             self._look_after_unheld()
 
     def _look_after_unheld(self) -> None:
-        self._unheld_at = time.monotonic()
-        o, metrics = self.options, self.metrics
-        sync = o.fsync != "never"
+        if not self._looking.acquire(blocking=False):
+            return  # the start's look is still going (compressing, perhaps)
+        try:
+            self._unheld_at = time.monotonic()
+            look_after_unheld(
+                self.directory,
+                self.claims,
+                rotate_after=self.options.rotate_seconds,
+                compress=self._compress_unheld if self.options.compress != "none" else None,
+                sync=self.options.fsync != "never",
+                rotated=self.metrics.rotated.inc,
+                stopping=self._stop.is_set,
+            )
+        except Exception as exc:  # (its own per-shard failures are logged there)
+            log.warning("jsonl_unheld_shard_failed", error=describe_error(exc))
+        finally:
+            self._unheld_at = time.monotonic()
+            self._looking.release()
 
-        def compress(shard: int) -> None:
-            Compressor(
-                self.directory, shard, o.compress, sync, metrics.compress_failures
-            ).compress_closed()
+    def _compress_unheld(self, shard: int) -> None:
+        def abandon() -> str | None:
+            if self._stop.is_set():
+                return "the daemon is stopping"
+            if self.claims.wanted(shard):
+                return "its shard is starting here"
+            return None
 
-        look_after_unheld(
+        o = self.options
+        compressor = Compressor(
             self.directory,
-            self.claims,
-            rotate_after=o.rotate_seconds,
-            compress=compress if o.compress != "none" else None,
-            sync=sync,
-            rotated=metrics.rotated.inc,
+            shard,
+            o.compress,
+            o.fsync != "never",
+            self.metrics.compress_failures,
+            abandon=abandon,
         )
+        with contextlib.suppress(Abandoned):  # (logged: `jsonl_compress_abandoned`)
+            compressor.compress_closed()
 
     def __call__(self, shard: int) -> JsonlProcessor:
         return JsonlProcessor(

@@ -16,6 +16,7 @@ import contextlib
 import gzip
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -36,8 +37,9 @@ class _Writer(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
-class _Stopped(Exception):
-    """The processor is shutting down: leave the rest for the next start."""
+class Abandoned(Exception):
+    """The processor is shutting down (or, for a shard no processor holds, a processor wants
+    it): leave the rest for whoever compresses next."""
 
 
 class Compressor:
@@ -46,10 +48,20 @@ class Compressor:
     file removed then. Only the processor that holds the shard runs one."""
 
     def __init__(
-        self, directory: Path, shard: int, method: str, sync: bool, failures: Counter
+        self,
+        directory: Path,
+        shard: int,
+        method: str,
+        sync: bool,
+        failures: Counter,
+        *,
+        abandon: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.directory, self.shard, self.method, self.sync = directory, shard, method, sync
         self.failures = failures
+        # Why to give up now, if at all (asked between chunks), besides `stop()`: for a look
+        # at a shard no processor holds (`jsonl_unheld`).
+        self._abandon = abandon
         self._cond = threading.Condition()
         self._asked = self._done = 0  # wake() calls asked for, and answered by a pass
         self._stopping = False
@@ -96,7 +108,7 @@ class Compressor:
                 asked = self._asked
             try:
                 self.compress_closed()
-            except _Stopped:
+            except Abandoned:
                 return
             except Exception as e:  # never let the thread die: the next wake() tries again
                 self.failures.inc()
@@ -121,9 +133,9 @@ class Compressor:
                 if self.sync:
                     files.fsync_dir(self.directory)
                 closed.unlink()
-            except _Stopped:
+            except Abandoned as why:
                 part.unlink(missing_ok=True)
-                log.info("jsonl_compress_abandoned", path=str(closed), reason="shutdown")
+                log.info("jsonl_compress_abandoned", path=str(closed), reason=str(why))
                 raise
             except OSError as e:
                 with contextlib.suppress(OSError):  # the failure is reported below, not this
@@ -150,5 +162,7 @@ class Compressor:
     def _copy(self, src: BinaryIO, out: _Writer) -> None:
         while chunk := src.read(CHUNK):
             if self._stopping:
-                raise _Stopped
+                raise Abandoned("shutdown")
+            if (why := self._abandon()) is not None:
+                raise Abandoned(why)
             out.write(chunk)

@@ -8,12 +8,13 @@ merged away, is never opened here again, so until now its file kept a crash's to
 reader of the file failed on it), its last lines stayed in the live file (an uploader taking
 closed files never saw them), and a closed file a crash or a stop left uncompressed stayed so.
 
-`look_after_unheld` does for such a shard what its processor would have: at the factory's start
-(before any shard starts) and then on the factory's clock when `rotate_seconds` is set. It
+`look_after_unheld` does for such a shard what its processor would have: in a thread of its own
+from the factory's start, and then on the factory's clock when `rotate_seconds` is set. It
 takes the shard's lock first (`.shard-<shard>.lock`, without waiting) and leaves a shard whose
 lock another source or daemon holds to that writer. `ShardClaims` keeps it from racing this
 factory's own processors: it skips a shard one of them holds, and a processor starting a shard
-it is looking after waits for it rather than failing its start on the lock.
+it is looking after waits for it rather than failing its start on the lock (a compression
+there gives up within a MiB, and the processor's own compressor does it again).
 """
 
 from __future__ import annotations
@@ -76,27 +77,35 @@ class ShardClaims:
         self._cond = threading.Condition()
         self._held: set[int] = set()
         self._swept: set[int] = set()
+        self._wanted: set[int] = set()  # swept, and a processor waits for it
 
     def hold(self, shard: int) -> None:
-        """A processor starts `shard`: waits while the shard's files are being looked after."""
+        """A processor starts `shard`: waits while the shard's files are being looked after
+        (a compression there gives up within a chunk: `wanted`)."""
         with self._cond:
-            while shard in self._swept:
-                self._cond.wait()
+            if shard in self._swept:
+                self._wanted.add(shard)
+                while shard in self._swept:
+                    self._cond.wait()
+                self._wanted.discard(shard)
             self._held.add(shard)
 
     def let_go(self, shard: int) -> None:
         with self._cond:
             self._held.discard(shard)
 
+    def wanted(self, shard: int) -> bool:
+        """Whether a processor waits to start `shard` while it is being looked after."""
+        with self._cond:
+            return shard in self._wanted
+
     @contextlib.contextmanager
     def sweeping(self, shard: int) -> Iterator[bool]:
         """True, and `shard` kept from this factory's processors until the block ends; False
-        when one of them holds it."""
+        when one of them holds it (or another look has it)."""
         with self._cond:
-            if shard in self._held:
-                free = False
-            else:
-                free = True
+            free = shard not in self._held and shard not in self._swept
+            if free:
                 self._swept.add(shard)
         if not free:
             yield False
@@ -115,15 +124,16 @@ def look_after_unheld(
     *,
     rotate_after: float = 0.0,
     compress: Callable[[int], None] | None = None,
+    stopping: Callable[[], bool] = lambda: False,
     sync: bool = True,
     rotated: Callable[[], None] = lambda: None,
     now: Callable[[], float] = time.time,
 ) -> None:
     """For each shard with files here that no processor holds: cut its live file's torn line;
     with `rotate_after` (`rotate_seconds`), close a live file not written for that long; with
-    `compress` (called with the shard, under its lock), compress its closed files. A shard's
-    failure is logged (`jsonl_unheld_shard_failed`) and the others go on: none of this may
-    stop the daemon from consuming."""
+    `compress` (called with the shard, under its lock), compress its closed files. Ends
+    early once `stopping()`. A shard's failure is logged (`jsonl_unheld_shard_failed`) and
+    the others go on: none of this may stop the daemon from consuming."""
     try:
         names = [entry.name for entry in os.scandir(directory)]
     except OSError as exc:
@@ -132,6 +142,8 @@ def look_after_unheld(
     live = {int(m.group(1)) for m in map(LIVE.fullmatch, names) if m}
     closed = {int(m.group(1)) for m in map(CLOSED.fullmatch, names) if m}
     for shard in sorted(live | (closed if compress is not None else set())):
+        if stopping():
+            return
         with claims.sweeping(shard) as free:
             if not free:
                 continue
@@ -172,9 +184,9 @@ def _live_file(
             os.fsync(fd)
         closed = closed_path(directory, shard)
         os.rename(path, closed)
-        if sync:
-            files.fsync_dir(directory)
     finally:
         os.close(fd)
     log.info("jsonl_rotated", shard=shard, closed=str(closed), reason="not held")
     rotated()
+    if sync:
+        files.fsync_dir(directory)

@@ -173,8 +173,8 @@ def test_the_files_of_a_shard_that_moved_away_are_cut_closed_and_compressed(
     """A daemon killed mid-write left a torn line in `shard-4.jsonl`, and a closed file it had
     not compressed yet; shard 4 was then written by a daemon elsewhere (this logstore has no
     shard 4 any more, as after a merge). A daemon started on the directory with
-    `rotate_seconds` and `compress` cuts the torn line before its own shards start, then closes
-    and compresses shard 4's files as shard 4's processor would have, and writes its own."""
+    `rotate_seconds` and `compress` cuts the torn line, closes and compresses shard 4's files
+    as shard 4's processor would have, and writes its own."""
     pool = daemon_pool
     pool.admin.create_logstore("moved", 1)
     pool.produce("moved", count=100, group_size=50, prefix="m").wait()

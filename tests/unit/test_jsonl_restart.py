@@ -65,6 +65,7 @@ def test_the_factory_cuts_the_torn_lines_of_shards_nobody_holds(tmp_path: Path) 
     try:
         with structlog.testing.capture_logs() as logs:
             factory.start()
+            factory.wait_unheld_looked_after()
     finally:
         factory.close()
         os.close(holder)
@@ -88,6 +89,7 @@ def test_a_file_that_cannot_be_cut_is_reported_and_the_start_goes_on(tmp_path: P
     factory = JsonlFactory({"path": str(tmp_path)})
     with structlog.testing.capture_logs() as logs:
         factory.start()
+        factory.wait_unheld_looked_after()
     factory.close()
     [failed] = [e for e in logs if e["event"] == "jsonl_unheld_shard_failed"]
     assert failed["shard"] == 3 and failed["log_level"] == "warning", failed
@@ -103,6 +105,7 @@ def test_a_replay_run_leaves_the_live_files_alone(tmp_path: Path) -> None:
     factory = JsonlFactory({"path": str(tmp_path)})
     factory.replay = True
     factory.start()
+    factory.wait_unheld_looked_after()
     factory.close()
     assert (tmp_path / "shard-2.jsonl").read_bytes() == torn
     assert not (tmp_path / ".shard-2.lock").exists()

@@ -9,6 +9,7 @@ import re
 import threading
 from pathlib import Path
 
+import pytest
 import structlog
 import zstandard
 
@@ -75,6 +76,7 @@ def test_the_factory_compresses_what_a_shard_that_moved_away_left_closed(tmp_pat
     (tmp_path / "shard-9.20261129T000000.000000Z.jsonl.zst.part").write_bytes(b"half")
     factory = JsonlFactory({"path": str(tmp_path), "compress": "zstd"})
     factory.start()
+    factory.wait_unheld_looked_after()
     factory.close()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
         "shard-9.20261129T000000.000000Z.jsonl.zst"
@@ -128,3 +130,44 @@ def test_a_lock_held_for_a_moment_by_another_process_is_waited_for(tmp_path: Pat
     processor.initialize(2)
     timer.join()
     processor.shutdown(RecordingTracker())
+
+
+def test_a_processor_waiting_for_its_shard_asks_the_look_to_give_up() -> None:
+    """While the look has shard 3, a processor starting shard 3 waits, and `wanted(3)` tells
+    the look's compression to give up (within a MiB); once the look lets go, the processor
+    holds the shard and nothing waits any more."""
+    claims = ShardClaims()
+    holding = threading.Event()
+    with claims.sweeping(3) as free:
+        assert free and not claims.wanted(3)
+        thread = threading.Thread(target=lambda: (claims.hold(3), holding.set()))
+        thread.start()
+        for _ in range(3000):
+            if claims.wanted(3):
+                break
+            threading.Event().wait(0.01)
+        assert claims.wanted(3) and not holding.is_set()
+        with claims.sweeping(3) as again:
+            assert not again  # one look at a shard at a time
+    assert holding.wait(30)
+    thread.join()
+    assert not claims.wanted(3)
+
+
+def test_a_compression_told_to_give_up_leaves_the_closed_file_whole(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry, Counter
+
+    from loghubd.processors.jsonl_compress import Abandoned, Compressor
+
+    data = b'{"id":"1"}\n' * 300_000  # > 1 MiB: asked between chunks
+    closed = tmp_path / "shard-3.20261129T000000.000000Z.jsonl"
+    closed.write_bytes(data)
+    failures = Counter("f", "f", registry=CollectorRegistry())
+    reasons = iter([None, "its shard is starting here"])
+    compressor = Compressor(tmp_path, 3, "zstd", True, failures, abandon=lambda: next(reasons))
+    with structlog.testing.capture_logs() as logs, pytest.raises(Abandoned):
+        compressor.compress_closed()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [closed.name]
+    assert closed.read_bytes() == data
+    [event] = [e for e in logs if e["event"] == "jsonl_compress_abandoned"]
+    assert event["reason"] == "its shard is starting here", event
