@@ -47,11 +47,15 @@ fetch_interval = 0.05
 idle_fetch_interval = 0.05
 [processor.jsonl]
 path = "{out}"
+rotate_seconds = 1
 [ops]
 listen = "127.0.0.1:{port}"
 [log]
 format = "json"
 """)
+    # One directory for both workers, rotated every second: each worker's clock also looks at
+    # the files of the shards it does not hold (the other worker's, a killed one's), taking
+    # their locks for a moment (docs/jsonl.md, "Shards that moved away").
     with open(tmp_path / "workers.log", "wb") as log:  # the child keeps its own descriptor
         parent = subprocess.Popen(
             [sys.executable, "-m", "loghubd", "run", "-c", str(config), "--workers", "2"],
@@ -107,6 +111,11 @@ format = "json"
         assert parent.wait(40) == 0
         assert not _pids("host-1", parent.pid, config), "a worker was started after the stop"
         wait_until(lambda: consumers() == [], 10)
+        # Every line whole (read_ids parses each), the closed files among them, and no look
+        # at the other worker's shards failed.
+        assert set(read_ids([out])) >= {f"w{i}" for i in range(8_000)}
+        assert len(list(out.glob("shard-*.*Z.jsonl"))) >= 4
+        assert "jsonl_unheld_shard_failed" not in (tmp_path / "workers.log").read_text()
     finally:
         if parent.poll() is None:
             parent.kill()
