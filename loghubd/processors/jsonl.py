@@ -538,7 +538,6 @@ class JsonlFactory:
         if not self._looking.acquire(blocking=False):
             return  # the start's look is still going (compressing, perhaps)
         try:
-            self._unheld_at = time.monotonic()
             look_after_unheld(
                 self.directory,
                 self.claims,
@@ -551,7 +550,7 @@ class JsonlFactory:
         except Exception as exc:  # (its own per-shard failures are logged there)
             log.warning("jsonl_unheld_shard_failed", error=describe_error(exc))
         finally:
-            self._unheld_at = time.monotonic()
+            self._unheld_at = time.monotonic()  # the next look comes `_unheld_every` after
             self._looking.release()
 
     def _compress_unheld(self, shard: int) -> None:

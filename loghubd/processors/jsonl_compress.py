@@ -45,7 +45,8 @@ class Abandoned(Exception):
 class Compressor:
     """One shard's closed files, `shard-<shard>.<time>Z.jsonl`, compressed to `<name>.gz` or
     `<name>.zst` (written as `<name>.<suffix>.part`, renamed when whole), the uncompressed
-    file removed then. Only the processor that holds the shard runs one."""
+    file removed then. Only the processor that holds the shard runs one, or the factory's
+    look at a shard no processor holds, under the shard's lock (`jsonl_unheld`)."""
 
     def __init__(
         self,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,13 @@ def test_a_shard_being_looked_after_is_waited_for_by_its_processor(tmp_path: Pat
         assert lock is not None
         thread = threading.Thread(target=start)
         thread.start()
-        assert not started.wait(0.3)  # waiting for the look to end
+        # Waiting in the claims for the look to end (not spinning on the lock: that would
+        # give up after a second and fail the start).
+        for _ in range(3000):
+            if factory.claims.wanted(5):
+                break
+            time.sleep(0.01)
+        assert factory.claims.wanted(5) and not started.is_set()
         os.close(lock)
     assert started.wait(30) and not failed, failed
     thread.join()
@@ -145,7 +152,7 @@ def test_a_processor_waiting_for_its_shard_asks_the_look_to_give_up() -> None:
         for _ in range(3000):
             if claims.wanted(3):
                 break
-            threading.Event().wait(0.01)
+            time.sleep(0.01)
         assert claims.wanted(3) and not holding.is_set()
         with claims.sweeping(3) as again:
             assert not again  # one look at a shard at a time
